@@ -1,0 +1,152 @@
+"""The command line: the only module that prints or exits."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
+    TimeElapsedColumn, TimeRemainingColumn
+
+from loadtune.errors import LoadtuneError
+
+EXIT_USER_ERROR = 1
+EXIT_INTERRUPTED = 130
+TABLE_WIDTH = 140  # when output is not a terminal (a file, a CI log)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Measure which DataLoader settings keep your accelerator fed.",
+)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else TABLE_WIDTH)
+
+
+@app.callback()
+def _root() -> None:
+    """Measure which DataLoader settings keep your accelerator fed."""
+
+
+def _fail(message: str, debug: bool) -> None:
+    if debug:
+        err.print_exception()
+    err.print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(EXIT_USER_ERROR)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _overrides(sets: list[str], repeats: int | None, batches: int | None, warmup: int | None,
+               device: str | None) -> list[str]:
+    out = list(sets)
+    for key, value in (("measure.repeats", repeats), ("measure.batches", batches),
+                       ("measure.warmup_batches", warmup), ("device", device)):
+        if value is not None:
+            out.append(f"{key}={value}")
+    return out
+
+
+class _ProgressView:
+    """Renders sweep events: a bar over trials with the current trial's name and an ETA."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
+                                 TimeRemainingColumn(), console=console, transient=True)
+        self.task = None
+        self.console = console
+
+    def __call__(self, kind: str, data: dict[str, Any]) -> None:
+        if kind == "plan":
+            self.progress.start()
+            self.task = self.progress.add_task("planning", total=len(data["trials"]) + 1)
+            self.console.print(f"Sweeping {len(data['trials'])} trials on {data['device']} "
+                               f"(dataset length {data['dataset_len']}); rows go to {data['out_path']}",
+                               highlight=False)
+        elif kind == "trial_start":
+            self.progress.update(self.task, description=f"[bold]{data['trial'].name}",
+                                 total=data["total"])
+        elif kind == "trial_done":
+            row = data["row"]
+            self.progress.advance(self.task)
+            if row["status"] == "ok":
+                text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f}"
+            else:
+                text = f"[yellow]{row['status']}[/]: {row['reason']}"
+            self.progress.console.print(f"  {row['trial']}: {text}", highlight=False)
+        elif kind == "done":
+            self.stop()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.progress.stop()
+
+
+@app.command()
+def sweep(
+    config: Path = typer.Argument(..., help="YAML config (see `loadtune init`)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="CSV to write (default: config `output`, "
+                                       "else results/<name>-<host>-x<scale>.csv)."),
+    scale: float = typer.Option(1.0, "--scale", help="Multiply the dataset kwarg named by dataset.scale_kwarg."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE (VALUE is YAML)."),
+    repeats: Optional[int] = typer.Option(None, "--repeats", help="Shorthand for measure.repeats."),
+    batches: Optional[int] = typer.Option(None, "--batches", help="Shorthand for measure.batches."),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="Shorthand for measure.warmup_batches."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
+    rank_by: str = typer.Option("throughput", "--rank-by", help="throughput or wait_ratio."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
+    from loadtune.config import load_config
+    from loadtune.rank import RANK_BY
+    from loadtune.report import not_run_lines, results_table, summary, summary_lines
+    from loadtune.sweep import default_output, recommended, run_sweep
+
+    if rank_by not in RANK_BY:
+        raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
+    out_console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    view = _ProgressView(err)
+    out_path = out
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        spec = load_config(config, _overrides(sets, repeats, batches, warmup, device), scale)
+        out_path = out or default_output(spec)
+        result = run_sweep(spec, out_path, rank_by, view)
+    except LoadtuneError as exc:
+        view.stop()
+        _fail(str(exc), debug)
+    except KeyboardInterrupt:
+        view.stop()
+        err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {out_path}; "
+                  f"run the same command again to measure them all.", highlight=False)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    chosen = recommended(result.rows)
+    meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
+            "device": result.device, "rank_by": rank_by, "warnings": result.warnings}
+    info = summary(result.rows, chosen, result.trials, meta)
+    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, "
+                                                        f"{result.device}, ranked by {rank_by})"))
+    for line in not_run_lines(result.rows):
+        out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
+    for warning in result.warnings:
+        err.print(f"[yellow]Warning:[/] {warning}", highlight=False)
+    for line in summary_lines(info):
+        out_console.print(line, highlight=False, soft_wrap=True)
+    out_console.print(f"CSV: {result.out_path}", highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+
+
+def main() -> None:
+    app()

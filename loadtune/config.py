@@ -1,0 +1,264 @@
+"""Read, override and validate a sweep config (SPEC §2) into frozen objects.
+
+Everything the user can get wrong in the file is refused here, before anything runs,
+with the dotted key path and the offending value in a one-line message.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+
+from loadtune.errors import ConfigError
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+# Loader keys whose values are "module:callable" specs: they can be set, not swept.
+SPEC_KEYS = ("collate_fn", "worker_init_fn")
+MAX_VALUE_CHARS = 60
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class DatasetSpec(_Model):
+    factory: str = Field(pattern=r"^.+:[A-Za-z_][\w.]*$")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    scale_kwarg: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _scale_kwarg_is_a_kwarg(self) -> "DatasetSpec":
+        if self.scale_kwarg is not None and self.scale_kwarg not in self.kwargs:
+            raise ValueError(f"scale_kwarg {self.scale_kwarg!r} is not a key of dataset.kwargs")
+        return self
+
+
+class LoaderSpec(_Model):
+    """The baseline DataLoader: every keyword but `dataset`, with DataLoader's defaults."""
+
+    batch_size: Optional[int] = Field(default=1, ge=1)
+    shuffle: bool = False
+    num_workers: int = Field(default=0, ge=0)
+    prefetch_factor: Optional[int] = Field(default=None, ge=1)
+    persistent_workers: bool = False
+    pin_memory: bool = False
+    drop_last: bool = False
+    timeout: float = Field(default=0.0, ge=0)
+    collate_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
+    worker_init_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
+    multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = None
+    in_order: bool = True
+
+    @model_validator(mode="after")
+    def _workers_needed(self) -> "LoaderSpec":
+        if self.num_workers == 0:
+            if self.prefetch_factor is not None:
+                raise ValueError("prefetch_factor needs num_workers > 0: set it to null or raise num_workers")
+            if self.persistent_workers:
+                raise ValueError("persistent_workers needs num_workers > 0: set it to false or raise num_workers")
+        return self
+
+
+class StepSpec(_Model):
+    sleep_s: Optional[float] = Field(default=None, ge=0)
+    busy_s: Optional[float] = Field(default=None, ge=0)
+    factory: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "StepSpec":
+        given = [k for k in ("sleep_s", "busy_s", "factory") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of sleep_s, busy_s, factory (got {given or 'none'})")
+        if self.kwargs and self.factory is None:
+            raise ValueError("kwargs is only used with factory")
+        return self
+
+
+class MeasureSpec(_Model):
+    warmup_batches: int = Field(default=5, ge=0)
+    batches: int = Field(default=50, ge=1)
+    epoch_batches: Optional[int] = Field(default=None, ge=1)
+    repeats: int = Field(default=3, ge=1)
+    timeout_s: float = Field(default=300.0, gt=0)
+
+
+SWEEPABLE = tuple(k for k in LoaderSpec.model_fields if k not in SPEC_KEYS)
+
+
+def _check_sweep(sweep: dict[str, list[Any]]) -> None:
+    """Each swept value must be valid for its key on its own; combinations are the plan's job."""
+    for key, values in sweep.items():
+        if key not in SWEEPABLE:
+            hint = "a spec can be set in loader, not swept" if key in SPEC_KEYS else "not a DataLoader setting"
+            raise ValueError(f"sweep.{key}: unknown key ({hint}; sweepable: {', '.join(SWEEPABLE)})")
+        if not values:
+            raise ValueError(f"sweep.{key}: give at least one value to try")
+        field = LoaderSpec.model_fields[key]
+        annotated = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        adapter = TypeAdapter(annotated, config=ConfigDict(strict=True))
+        for i, value in enumerate(values):
+            try:
+                adapter.validate_python(value)
+            except ValidationError as exc:
+                msg = exc.errors()[0]["msg"]
+                raise ValueError(f"sweep.{key}[{i}] = {_short(value)}: {msg}") from None
+
+
+class Config(_Model):
+    name: Optional[str] = Field(default=None, pattern=r"^[\w.\-]+$")
+    dataset: DatasetSpec
+    loader: LoaderSpec = Field(default_factory=LoaderSpec)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+    step: StepSpec
+    measure: MeasureSpec = Field(default_factory=MeasureSpec)
+    device: str = Field(default="auto", pattern=DEVICE_PATTERN.pattern)
+    output: Optional[str] = None
+
+    @model_validator(mode="after")
+    def _sweep_values(self) -> "Config":
+        _check_sweep(self.sweep)
+        return self
+
+
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A validated config together with where it came from and the scale it runs at."""
+
+    config: Config
+    path: Path
+    scale: float = 1.0
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    @property
+    def name(self) -> str:
+        return self.config.name or self.path.stem
+
+    @property
+    def sha(self) -> str:
+        """Hash of the resolved config, without the output path: same sha, same experiment."""
+        data = self.config.model_dump(mode="json", exclude={"output"})
+        data["scale"] = self.scale
+        blob = json.dumps(data, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+
+
+def _dotted(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _format_validation(err: ValidationError) -> str:
+    parts = []
+    for e in err.errors():
+        path = _dotted(e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if not path:
+            parts.append(msg)
+        elif e["type"] == "extra_forbidden":
+            parts.append(f"{path}: unknown key")
+        elif e["type"] == "missing":
+            parts.append(f"{path}: required key is missing")
+        elif isinstance(e.get("input"), dict):
+            parts.append(f"{path}: {msg}")
+        else:
+            parts.append(f"{path} = {_short(e.get('input'))}: {msg}")
+    return "; ".join(parts)
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{where}: could not parse YAML: {problem}") from None
+    if data is None:
+        raise ConfigError(f"{path}: config file is empty")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    return data
+
+
+def apply_override(data: dict, assignment: str) -> dict:
+    """Return a copy of `data` with one `KEY.PATH=VALUE` override applied (VALUE parsed as YAML)."""
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set expects KEY=VALUE, got {assignment!r}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML") from None
+    out = copy.deepcopy(data)
+    node = out
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a mapping")
+        node = child
+    node[parts[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    scale: float = 1.0,
+) -> RunSpec:
+    """Load `path`, apply `--set` overrides and `--scale`, validate, and return a RunSpec."""
+    path = Path(path)
+    data = _read_yaml(path)
+    for assignment in overrides:
+        data = apply_override(data, assignment)
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{path}: {_format_validation(exc)}") from None
+    if scale != 1.0:
+        config = _scaled(config, path, scale)
+    return RunSpec(config=config, path=path.resolve(), scale=scale)
+
+
+def _scaled(config: Config, path: Path, scale: float) -> Config:
+    if not scale > 0:
+        raise ConfigError(f"--scale {scale}: must be greater than 0")
+    kwarg = config.dataset.scale_kwarg
+    if kwarg is None:
+        raise ConfigError(f"{path}: --scale needs dataset.scale_kwarg (the dataset kwarg to multiply)")
+    value = config.dataset.kwargs[kwarg]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{path}: dataset.kwargs.{kwarg} = {_short(value)}: --scale needs a number")
+    kwargs = {**config.dataset.kwargs, kwarg: max(1, round(value * scale))}
+    dataset = config.dataset.model_copy(update={"kwargs": kwargs})
+    return config.model_copy(update={"dataset": dataset})

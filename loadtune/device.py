@@ -1,0 +1,82 @@
+"""Which device a trial runs on, and moving (nested) batches onto it."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from loadtune.errors import ConfigError
+
+
+def resolve_device(requested: str) -> str:
+    """'auto' becomes 'cuda' when an accelerator is there, else 'cpu'; cuda asked for must exist."""
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device {requested!r}: no CUDA device is available on this machine")
+        index = int(requested.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"device {requested!r}: only {torch.cuda.device_count()} CUDA device(s) here")
+    return requested
+
+
+def is_accelerator(device: str) -> bool:
+    return device != "cpu"
+
+
+def move(batch: Any, device: Any, non_blocking: bool) -> Any:
+    """Copy every tensor in a batch of nested tuples, lists and dicts onto `device`."""
+    if hasattr(batch, "to") and hasattr(batch, "is_pinned"):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, dict):
+        return {k: move(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
+        return type(batch)(*(move(v, device, non_blocking) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(move(v, device, non_blocking) for v in batch)
+    return batch
+
+
+def first_tensor_pinned(batch: Any) -> bool | None:
+    """Whether the batch's first tensor sits in pinned memory (None when it holds none)."""
+    if hasattr(batch, "is_pinned"):
+        return bool(batch.is_pinned())
+    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
+    for item in items:
+        pinned = first_tensor_pinned(item)
+        if pinned is not None:
+            return pinned
+    return None
+
+
+def make_transfer(device: str, pin_memory: bool) -> Callable[[Any], Any] | None:
+    """None on CPU (h2d is 0 there); on CUDA a copy that returns only once it has landed."""
+    if not is_accelerator(device):
+        return None
+    import torch
+
+    target = torch.device(device)
+
+    def transfer(batch: Any) -> Any:
+        moved = move(batch, target, non_blocking=pin_memory)
+        torch.cuda.synchronize(target)
+        return moved
+
+    return transfer
+
+
+def make_synced_step(step: Callable[[Any], None], device: str) -> Callable[[Any], None]:
+    """On CUDA the step's kernels are asynchronous: wait for them so the clock sees them."""
+    if not is_accelerator(device):
+        return step
+    import torch
+
+    target = torch.device(device)
+
+    def synced(batch: Any) -> None:
+        step(batch)
+        torch.cuda.synchronize(target)
+
+    return synced

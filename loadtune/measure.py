@@ -1,0 +1,155 @@
+"""The measured loop: per-batch wait / h2d / step times from a loader, with an injected clock.
+
+Nothing here knows about processes, configs or files; tests drive it with a fake clock and
+a fake loader and get exact numbers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from loadtune.errors import LoadtuneError
+
+Clock = Callable[[], float]
+Step = Callable[[Any], None]
+Transfer = Callable[[Any], Any]
+
+
+class EmptyLoaderError(LoadtuneError):
+    """The loader produced no batch in a whole epoch."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """One repeat: raw per-counted-batch samples, in the order they happened."""
+
+    wait_s: tuple[float, ...]
+    h2d_s: tuple[float, ...]
+    step_s: tuple[float, ...]
+    samples: tuple[int, ...]
+    epoch_start: tuple[bool, ...]
+
+    def __len__(self) -> int:
+        return len(self.wait_s)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one trial observed: time to its first batch and its counted windows."""
+
+    first_batch_s: float
+    windows: tuple[Window, ...]
+    pinned: bool | None = None
+
+
+def batch_len(batch: Any, default: int = 1) -> int:
+    """Samples in a batch: the first dimension of its first tensor (or array), nested or not."""
+    stack = [batch]
+    while stack:
+        item = stack.pop(0)
+        shape = getattr(item, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            if item and not any(hasattr(x, "shape") or isinstance(x, (list, tuple, dict)) for x in item):
+                return len(item)
+            stack.extend(item)
+    return default
+
+
+class _Feed:
+    """Batches across epochs: a new iterator at the dataset's end or every `epoch_batches`."""
+
+    def __init__(self, loader: Iterable[Any], epoch_batches: int | None) -> None:
+        self._loader = loader
+        self._epoch_batches = epoch_batches
+        self._it: Iterator[Any] | None = None
+        self._in_epoch = 0
+
+    def _new_epoch(self) -> None:
+        self._it = None  # let the old iterator shut its workers down now, inside the wait
+        self._it = iter(self._loader)
+        self._in_epoch = 0
+
+    def next(self) -> tuple[Any, bool]:
+        """The next batch and whether it is the first of a new epoch."""
+        new_epoch = self._it is None or self._in_epoch == self._epoch_batches
+        if new_epoch:
+            self._new_epoch()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            if new_epoch:
+                raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch "
+                                       "(empty dataset, or batch_size larger than it with drop_last)") from None
+            self._new_epoch()
+            new_epoch = True
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch") from None
+        self._in_epoch += 1
+        return batch, new_epoch
+
+    def close(self) -> None:
+        self._it = None
+
+
+def measure_loop(
+    loader: Iterable[Any],
+    step: Step,
+    *,
+    warmup_batches: int,
+    batches: int,
+    repeats: int,
+    epoch_batches: int | None = None,
+    transfer: Transfer | None = None,
+    clock: Clock = time.perf_counter,
+    default_batch_size: int = 1,
+) -> Measurement:
+    """Run the loop a training job would run and time each part of every counted batch.
+
+    The first batch is always set apart as `first_batch_s` (worker start-up, empty queues);
+    `warmup_batches` counts the batches not counted, that first one included. Then
+    `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
+    the time blocked in next() (a new epoch's iterator creation included), h2d the
+    transfer (0 without one), step the step. Timestamps are shared between the parts, so
+    the parts of a window add up to its wall time.
+    """
+    feed = _Feed(loader, epoch_batches)
+    try:
+        t0 = clock()
+        batch, _ = feed.next()
+        first_batch_s = clock() - t0
+        for i in range(max(warmup_batches, 1)):
+            if i > 0:
+                batch, _ = feed.next()
+            step(transfer(batch) if transfer is not None else batch)
+        windows = []
+        for _ in range(repeats):
+            wait, h2d, stepped, samples, starts = [], [], [], [], []
+            t0 = clock()
+            for _ in range(batches):
+                batch, new_epoch = feed.next()
+                t1 = clock()
+                if transfer is not None:
+                    moved = transfer(batch)
+                    t2 = clock()
+                else:
+                    moved, t2 = batch, t1
+                step(moved)
+                t3 = clock()
+                wait.append(t1 - t0)
+                h2d.append(t2 - t1)
+                stepped.append(t3 - t2)
+                samples.append(batch_len(batch, default_batch_size))
+                starts.append(new_epoch)
+                t0 = t3
+            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts)))
+        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows))
+    finally:
+        feed.close()

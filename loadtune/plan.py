@@ -1,0 +1,133 @@
+"""What to measure: the trials of a sweep (SPEC §3), as frozen records of what was asked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+from loadtune.config import Config
+
+BASELINE = "baseline"
+COMBINED = "combined"
+# Settings that only mean something with worker processes; dropped when num_workers becomes 0.
+WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
+
+
+def format_value(value: Any) -> str:
+    """A value as YAML would write it, so a trial name can be pasted into --set."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One DataLoader configuration to measure: what was asked, never what was observed."""
+
+    name: str
+    changed: str
+    value: Any
+    settings: tuple[tuple[str, Any], ...]
+    skip_reason: str | None = None
+
+    @property
+    def loader_kwargs(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+    @property
+    def skipped(self) -> bool:
+        return self.skip_reason is not None
+
+
+def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(kwargs.items()))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def refusal(kwargs: Mapping[str, Any], accelerator: bool) -> str | None:
+    """Why this combination cannot be measured here, or None when it can."""
+    if kwargs.get("num_workers", 0) == 0:
+        if kwargs.get("prefetch_factor") is not None:
+            return f"DataLoader refuses prefetch_factor={kwargs['prefetch_factor']} with num_workers=0"
+        if kwargs.get("persistent_workers"):
+            return "DataLoader refuses persistent_workers=true with num_workers=0"
+        if kwargs.get("multiprocessing_context") is not None:
+            return "DataLoader refuses multiprocessing_context with num_workers=0"
+    if kwargs.get("pin_memory") and not accelerator:
+        return ("no accelerator: pin_memory only speeds up copies to a GPU "
+                "(DataLoader warns and does nothing on CPU)")
+    return None
+
+
+def _with_change(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs = {**base, **changes}
+    if kwargs.get("num_workers") == 0 and base.get("num_workers", 0) > 0:
+        # Inherited worker-only settings would make DataLoader refuse the run; the user
+        # asked for no workers, so measure that with DataLoader's own defaults.
+        for key, default in WORKER_ONLY.items():
+            if key not in changes:
+                kwargs[key] = default
+    return kwargs
+
+
+def baseline_trial(config: Config) -> Trial:
+    return Trial(BASELINE, BASELINE, None, _freeze(config.loader.model_dump()))
+
+
+def ofat_plan(config: Config, accelerator: bool) -> list[Trial]:
+    """Baseline first, then one trial per swept value that differs from it, in config order."""
+    base = config.loader.model_dump()
+    trials = [baseline_trial(config)]
+    seen = {BASELINE}
+    for key, values in config.sweep.items():
+        for value in values:
+            name = f"{key}={format_value(value)}"
+            if _same(value, base[key]) or name in seen:
+                continue
+            seen.add(name)
+            kwargs = _with_change(base, {key: value})
+            trials.append(Trial(name, key, value, _freeze(kwargs), refusal(kwargs, accelerator)))
+    return trials
+
+
+def combined_trial(
+    config: Config,
+    ranked: Sequence[tuple[Trial, int | None]],
+    accelerator: bool,
+) -> Trial | None:
+    """The baseline with every swept key at its best-ranked value, if that is a new trial.
+
+    `ranked` pairs each trial that was planned with its rank (None when it did not run).
+    A key keeps its baseline value when the baseline ranks as well as any change of it.
+    """
+    ranks = {trial.name: rank for trial, rank in ranked}
+    if ranks.get(BASELINE) is None:
+        return None
+    base = config.loader.model_dump()
+    best: dict[str, Any] = {}
+    for key in config.sweep:
+        best_rank, best_value = ranks[BASELINE], base[key]
+        for trial, rank in ranked:
+            if trial.changed == key and rank is not None and rank < best_rank:
+                best_rank, best_value = rank, trial.value
+        if not _same(best_value, base[key]):
+            best[key] = best_value
+    if not best:
+        return None
+    kwargs = _with_change(base, best)
+    if kwargs.get("num_workers") == 0:
+        kwargs.update(WORKER_ONLY)
+    frozen = _freeze(kwargs)
+    if any(trial.settings == frozen for trial, _ in ranked):
+        return None
+    value = ", ".join(f"{k}={format_value(v)}" for k, v in best.items())
+    return Trial(COMBINED, COMBINED, value, frozen, refusal(kwargs, accelerator))
+
+
+def names(trials: Iterable[Trial]) -> list[str]:
+    return [t.name for t in trials]

@@ -1,0 +1,155 @@
+"""The results CSV (SPEC §4): one row per trial, appended as trials finish, ranked at the end."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from loadtune.plan import BASELINE, COMBINED, Trial, format_value
+from loadtune.rank import Placing
+from loadtune.run import Outcome
+from loadtune.stats import TrialStats
+
+SETTINGS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
+MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu",
+           "torch_version", "python_version", "loadtune_version")
+RUN = ("config_name", "config_sha", "dataset_len", "scale", "started_at")
+COLUMNS = (
+    "rank", "trial", "changed", "value", "status", "reason",
+    *SETTINGS,
+    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
+    "throughput", "throughput_lo", "throughput_hi",
+    "wait_ms", "wait_p95_ms", "h2d_ms", "step_ms",
+    "first_batch_s", "epoch_start_ms",
+    "speedup", "tied_with_best",
+    "repeats", "batches",
+    *MACHINE,
+    *RUN,
+    # Beyond SPEC §4's columns, never before them.
+    "device", "pinned", "trial_wall_s",
+)
+DEFAULT_PREFETCH = 2
+
+
+def effective_settings(trial: Trial) -> dict[str, Any]:
+    """The swept settings as DataLoader applies them (prefetch_factor 2 when workers use the default)."""
+    kw = trial.loader_kwargs
+    workers = kw.get("num_workers", 0)
+    prefetch = kw.get("prefetch_factor")
+    if workers > 0 and prefetch is None:
+        prefetch = DEFAULT_PREFETCH
+    return {
+        "num_workers": workers,
+        "prefetch_factor": prefetch if workers > 0 else None,
+        "persistent_workers": kw.get("persistent_workers", False),
+        "pin_memory": kw.get("pin_memory", False),
+        "batch_size": kw.get("batch_size"),
+    }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    return round(value, digits)
+
+
+def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
+             context: Mapping[str, Any]) -> dict[str, Any]:
+    """One CSV row for a trial; `context` holds the machine and run columns and `device`."""
+    if outcome is None:  # planned but refused before it ran
+        status, reason = "skipped", trial.skip_reason or ""
+    else:
+        status, reason = outcome.status, outcome.reason
+    row: dict[str, Any] = {c: None for c in COLUMNS}
+    row.update(
+        trial=trial.name,
+        changed=trial.changed,
+        value=None if trial.changed == BASELINE else (
+            trial.value if trial.changed == COMBINED else format_value(trial.value)),
+        status=status,
+        reason=reason,
+        **effective_settings(trial),
+    )
+    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device")})
+    if outcome is not None:
+        row["trial_wall_s"] = _round(outcome.wall_s, 2)
+        if outcome.measurement is not None:
+            row["pinned"] = outcome.measurement.pinned
+    if stats is not None:
+        row.update(
+            wait_ratio=_round(stats.wait_ratio.mean, 4),
+            wait_ratio_lo=_round(stats.wait_ratio.lo, 4),
+            wait_ratio_hi=_round(stats.wait_ratio.hi, 4),
+            throughput=_round(stats.throughput.mean, 2),
+            throughput_lo=_round(stats.throughput.lo, 2),
+            throughput_hi=_round(stats.throughput.hi, 2),
+            wait_ms=_round(stats.wait_ms, 3),
+            wait_p95_ms=_round(stats.wait_p95_ms, 3),
+            h2d_ms=_round(stats.h2d_ms, 3),
+            step_ms=_round(stats.step_ms, 3),
+            first_batch_s=_round(stats.first_batch_s, 3),
+            epoch_start_ms=_round(stats.epoch_start_ms, 3),
+            repeats=stats.repeats,
+            batches=stats.batches,
+        )
+    return row
+
+
+def apply_ranking(rows: Sequence[dict[str, Any]], placings: Mapping[str, Placing],
+                  baseline_throughput: float | None) -> list[dict[str, Any]]:
+    """Rows with rank, tied_with_best and speedup filled in, best first, unranked rows last."""
+    out = []
+    for row in rows:
+        row = dict(row)
+        placing = placings.get(row["trial"])
+        row["rank"] = placing.rank if placing else None
+        row["tied_with_best"] = placing.tied_with_best if placing else None
+        if placing and baseline_throughput and row["throughput"] is not None:
+            row["speedup"] = round(row["throughput"] / baseline_throughput, 3)
+        out.append(row)
+    ranked = sorted((r for r in out if r["rank"] is not None),
+                    key=lambda r: (r["rank"], -(r["throughput"] or 0)))
+    return ranked + [r for r in out if r["rank"] is None]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ""
+    return str(value)
+
+
+class ResultsFile:
+    """A CSV that is valid after every row: appended and flushed as trials finish; the final
+    ranking is written to a temporary file and renamed over it."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("w", newline="") as f:
+            csv.writer(f).writerow(COLUMNS)
+
+    def append(self, row: Mapping[str, Any]) -> None:
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow([_cell(row.get(c)) for c in COLUMNS])
+            f.flush()
+            os.fsync(f.fileno())
+
+    def replace(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS)
+            for row in rows:
+                writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

@@ -1,0 +1,123 @@
+"""Figures of a trial, derived from its raw per-batch samples with numpy."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from loadtune.measure import Measurement
+
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+# With fewer repeats than this, the interval is bootstrapped over blocks of batches instead.
+MIN_REPEATS_FOR_REPEAT_BOOTSTRAP = 5
+BLOCK_BATCHES = 5
+NOISY_RELATIVE_SPREAD = 0.10
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    lo: float
+    hi: float
+
+    def overlaps(self, other: "Interval") -> bool:
+        return self.lo <= other.hi and other.lo <= self.hi
+
+    @property
+    def relative_spread(self) -> float:
+        """Half the interval's width relative to the mean: 0.1 reads as "±10%"."""
+        return (self.hi - self.lo) / 2 / abs(self.mean) if self.mean else 0.0
+
+
+@dataclass(frozen=True)
+class TrialStats:
+    wait_ratio: Interval
+    throughput: Interval
+    wait_ms: float
+    wait_p95_ms: float
+    h2d_ms: float
+    step_ms: float
+    first_batch_s: float
+    epoch_start_ms: float
+    repeats: int
+    batches: int
+
+    @property
+    def noisy(self) -> bool:
+        return self.throughput.relative_spread > NOISY_RELATIVE_SPREAD
+
+
+def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
+    fed = wait.sum() + h2d.sum()
+    total = fed + step.sum()
+    if total <= 0:
+        return 0.0, math.inf
+    return float(fed / total), float(samples.sum() / total)
+
+
+def _bootstrap(groups: list[tuple[np.ndarray, ...]], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Resample whole groups (repeats or blocks) with replacement; the figures of each resample."""
+    sums = np.array([[g.sum() for g in group] for group in groups])  # (groups, 4)
+    picks = rng.integers(0, len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups)))
+    totals = sums[picks].sum(axis=1)  # (resamples, 4): wait, h2d, step, samples
+    fed = totals[:, 0] + totals[:, 1]
+    whole = fed + totals[:, 2]
+    whole = np.where(whole > 0, whole, np.nan)
+    return fed / whole, totals[:, 3] / whole
+
+
+def _interval(mean: float, draws: np.ndarray) -> Interval:
+    draws = draws[np.isfinite(draws)]
+    if draws.size == 0:
+        return Interval(mean, mean, mean)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
+
+
+def summarize(measurement: Measurement, epoch_batches: int | None = None, seed: int = SEED) -> TrialStats:
+    """Means over repeats and 95% intervals for wait ratio and throughput, plus per-batch figures.
+
+    With at least MIN_REPEATS_FOR_REPEAT_BOOTSTRAP repeats the interval resamples whole
+    repeats; with fewer it resamples blocks of BLOCK_BATCHES consecutive batches, which keeps
+    the short-range correlation of a DataLoader's queue inside each block. When epochs are
+    shorter than a window, a block is one epoch, so each block holds one epoch start.
+    """
+    windows = measurement.windows
+    arrays = [tuple(np.asarray(a, dtype=float) for a in (w.wait_s, w.h2d_s, w.step_s, w.samples))
+              for w in windows]
+    per_window = [_ratios(*a) for a in arrays]
+    wait_ratio = float(np.mean([r for r, _ in per_window]))
+    throughput = float(np.mean([t for _, t in per_window]))
+    rng = np.random.default_rng(seed)
+    if len(windows) >= MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
+        groups = arrays
+    else:
+        size = epoch_batches if epoch_batches and 2 * epoch_batches <= len(windows[0]) else BLOCK_BATCHES
+        groups = [tuple(a[i:i + size] for a in arr) for arr in arrays for i in range(0, len(arr[0]), size)]
+    if len(groups) >= 2:
+        wr_draws, tp_draws = _bootstrap(groups, rng)
+        wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
+    else:
+        wr, tp = Interval(wait_ratio, wait_ratio, wait_ratio), Interval(throughput, throughput, throughput)
+    wait = np.concatenate([a[0] for a in arrays])
+    h2d = np.concatenate([a[1] for a in arrays])
+    step = np.concatenate([a[2] for a in arrays])
+    starts = np.concatenate([np.asarray(w.epoch_start, dtype=bool) for w in windows])
+    epoch_start_ms = float(wait[starts].mean() * 1e3) if starts.any() else math.nan
+    return TrialStats(
+        wait_ratio=wr,
+        throughput=tp,
+        wait_ms=float(wait.mean() * 1e3),
+        wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
+        h2d_ms=float(h2d.mean() * 1e3),
+        step_ms=float(step.mean() * 1e3),
+        first_batch_s=measurement.first_batch_s,
+        epoch_start_ms=epoch_start_ms,
+        repeats=len(windows),
+        batches=len(windows[0]) if windows else 0,
+    )

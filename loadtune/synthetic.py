@@ -1,0 +1,65 @@
+"""Datasets whose per-sample cost is known exactly: ground truth for the analytical model.
+
+sleep_cost: each sample waits `cost_s` (I/O-like, uses no CPU).
+cpu_cost:   each sample burns `cost_s` of its thread's CPU time (decode-like).
+Both return small float tensors of `sample_shape`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import torch
+from torch.utils.data import Dataset, IterableDataset
+
+
+class SleepCost(Dataset):
+    def __init__(self, num_samples: int, cost_s: float, sample_shape: Sequence[int]) -> None:
+        self.num_samples, self.cost_s, self.sample_shape = num_samples, cost_s, tuple(sample_shape)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        time.sleep(self.cost_s)
+        return torch.full(self.sample_shape, float(index)), index
+
+
+class CpuCost(SleepCost):
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        end = time.thread_time() + self.cost_s
+        while time.thread_time() < end:
+            pass
+        return torch.full(self.sample_shape, float(index)), index
+
+
+class SleepCostStream(IterableDataset):
+    """An iterable twin of SleepCost, sharded across DataLoader workers."""
+
+    def __init__(self, num_samples: int, cost_s: float, sample_shape: Sequence[int]) -> None:
+        self.num_samples, self.cost_s, self.sample_shape = num_samples, cost_s, tuple(sample_shape)
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        start, stride = (info.id, info.num_workers) if info else (0, 1)
+        for index in range(start, self.num_samples, stride):
+            time.sleep(self.cost_s)
+            yield torch.full(self.sample_shape, float(index)), index
+
+
+def sleep_cost(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequence[int] = (16,)) -> SleepCost:
+    return SleepCost(num_samples, cost_s, sample_shape)
+
+
+def cpu_cost(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequence[int] = (16,)) -> CpuCost:
+    return CpuCost(num_samples, cost_s, sample_shape)
+
+
+def sleep_cost_stream(num_samples: int = 512, cost_s: float = 0.001,
+                      sample_shape: Sequence[int] = (16,)) -> SleepCostStream:
+    return SleepCostStream(num_samples, cost_s, sample_shape)

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+MARKER_VAR = "LOADTUNE_TEST_MARKER"
+
+
+@pytest.fixture
+def write_config(tmp_path: Path):
+    """Write a config (dict or YAML text) into tmp_path and return its path."""
+
+    def write(content, name: str = "config.yaml") -> Path:
+        path = tmp_path / name
+        text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
+        path.write_text(textwrap.dedent(text))
+        return path
+
+    return write
+
+
+def tiny_config(**changes) -> dict:
+    """A real but fast sweep: 3 ms sleep per sample, batch 8, 5 ms sleep step, short windows.
+
+    Model (facts note): W=0 -> 24/29 = 0.828; W>=1 -> 1 - W*5/24: W=1 0.792, W=2 0.583.
+    """
+    config = {
+        "name": "tiny",
+        "dataset": {"factory": "loadtune.synthetic:sleep_cost",
+                    "kwargs": {"num_samples": 400, "cost_s": 0.003}, "scale_kwarg": "num_samples"},
+        "loader": {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
+        "sweep": {"num_workers": [0, 2], "pin_memory": [True]},
+        "step": {"sleep_s": 0.005},
+        "measure": {"warmup_batches": 2, "batches": 10, "repeats": 2, "timeout_s": 60},
+        "device": "cpu",
+    }
+    for key, value in changes.items():
+        config[key] = value
+    return config
+
+
+
+
+def run_cli(*args: str, cwd: Path | None = None, marker: str | None = None, timeout: float = 240,
+            ) -> subprocess.CompletedProcess:
+    """Run `python -m loadtune ARGS` as a user would: a real process, real exit code."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
+    if marker:
+        env[MARKER_VAR] = marker
+    return subprocess.run([sys.executable, "-m", "loadtune", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def processes_with(marker: str) -> list[psutil.Process]:
+    """Live processes started under `marker` (workers and trial processes inherit the environment)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get(MARKER_VAR) == marker and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+@pytest.fixture
+def marker(request) -> str:
+    """A unique environment mark for the processes of one test; asserts none outlive it."""
+    mark = f"{request.node.name}-{uuid.uuid4().hex[:8]}"
+    yield mark
+    deadline = time.monotonic() + 5
+    while processes_with(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = processes_with(mark)
+    assert not left, f"processes left running: {[(p.pid, p.name()) for p in left]}"

@@ -1,0 +1,207 @@
+"""End to end: the real CLI, real DataLoaders with real worker processes, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pandas as pd
+import pytest
+
+from loadtune.results import COLUMNS
+from tests.conftest import MARKER_VAR, run_cli, tiny_config
+
+pytestmark = pytest.mark.slow
+
+SPEC_COLUMNS = [
+    "rank", "trial", "changed", "value", "status", "reason",
+    "num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size",
+    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "throughput", "throughput_lo", "throughput_hi",
+    "wait_ms", "wait_p95_ms", "h2d_ms", "step_ms", "first_batch_s", "epoch_start_ms",
+    "speedup", "tied_with_best", "repeats", "batches",
+    "host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
+    "python_version", "loadtune_version", "config_name", "config_sha", "dataset_len", "scale", "started_at",
+]
+
+
+def test_columns_start_with_the_spec_columns_in_order():
+    assert list(COLUMNS[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
+
+
+def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
+    out = tmp_path / "out.csv"
+    result = run_cli("sweep", str(write_config(tiny_config())), "--out", str(out), "--json", marker=marker)
+    assert result.returncode == 0, result.stderr
+    info = json.loads(result.stdout)
+    df = pd.read_csv(out)
+    assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
+    status = dict(zip(df.trial, df.status))
+    assert status == {"baseline": "ok", "num_workers=0": "ok", "num_workers=2": "ok", "pin_memory=true": "skipped"}
+    skipped = df[df.status == "skipped"].iloc[0]
+    assert "no accelerator" in skipped.reason and pd.isna(skipped["rank"])
+    ok = df[df.status == "ok"]
+    assert list(ok.index) == [0, 1, 2], "rows that ran come first"
+    assert ok["rank"].is_monotonic_increasing and ok["rank"].iloc[0] == 1
+    assert list(ok.throughput) == sorted(ok.throughput, reverse=True) or ok["rank"].nunique() < 3
+    assert bool(ok.tied_with_best.iloc[0]) is True
+    assert (ok.wait_ratio_lo <= ok.wait_ratio).all() and (ok.wait_ratio <= ok.wait_ratio_hi).all()
+    base = df[df.trial == "baseline"].iloc[0]
+    assert base.speedup == pytest.approx(1.0)
+    assert base.repeats == 2 and base.batches == 10 and base.h2d_ms == 0
+    assert base.host == socket.gethostname() and base.cpu_count >= 1 and base.dataset_len == 400
+    assert base.config_name == "tiny" and len(base.config_sha) == 12 and base.scale == 1
+    assert base.torch_version and base.python_version and base.loadtune_version
+    assert info["output"] == str(out)
+    assert info["recommended"]["trial"] in set(ok.trial)
+    assert info["dataloader"].startswith("DataLoader(dataset, batch_size=8, num_workers=")
+    # Loose check against the analytical model (the tight one is benchmarks/accuracy.py).
+    model = {"num_workers=0": 24 / 29, "baseline": 1 - 5 / 24, "num_workers=2": 1 - 10 / 24}
+    for trial, expected in model.items():
+        assert df[df.trial == trial].wait_ratio.iloc[0] == pytest.approx(expected, abs=0.1), trial
+    assert "Paste: DataLoader(" in result.stderr
+
+
+def test_factory_in_a_file_next_to_the_config_and_iterable_datasets(write_config, tmp_path, marker):
+    (tmp_path / "my_data.py").write_text(textwrap.dedent("""
+        import torch
+        from torch.utils.data import Dataset
+
+        class Squares(Dataset):
+            def __init__(self, n):
+                self.n = n
+            def __len__(self):
+                return self.n
+            def __getitem__(self, i):
+                return {"x": torch.tensor([float(i * i)]), "y": i}
+
+        def make(n=40):
+            return Squares(n)
+    """))
+    config = tiny_config(dataset={"factory": "my_data.py:make", "kwargs": {"n": 40}},
+                         sweep={"num_workers": [0]}, measure={"warmup_batches": 1, "batches": 6, "repeats": 2})
+    out = tmp_path / "file.csv"
+    result = run_cli("sweep", str(write_config(config, "sub.yaml")), "--out", str(out), cwd="/", marker=marker)
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(out)
+    assert set(df.status) == {"ok"} and df.dataset_len.iloc[0] == 40
+
+    stream = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost_stream",
+                                  "kwargs": {"num_samples": 48, "cost_s": 0.001}},
+                         sweep={"num_workers": [0]}, measure={"warmup_batches": 1, "batches": 6, "repeats": 1})
+    result = run_cli("sweep", str(write_config(stream, "stream.yaml")), "--out", str(tmp_path / "s.csv"),
+                     marker=marker)
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(tmp_path / "s.csv")
+    assert set(df.status) == {"ok"} and df.dataset_len.isna().all()
+
+
+FAULTY = """
+import os, time
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+class Faulty(Dataset):
+    '''Fails without workers, hangs with two, works with one.'''
+    def __len__(self):
+        return 64
+    def __getitem__(self, i):
+        info = get_worker_info()
+        if info is None and i >= 0:
+            raise ValueError(f"bad sample {i}")
+        if info.num_workers == 2:
+            time.sleep(3600)
+        return torch.zeros(4)
+
+def make():
+    return Faulty()
+"""
+
+
+def test_failing_and_hanging_trials_become_rows_and_the_sweep_goes_on(write_config, tmp_path, marker):
+    (tmp_path / "faulty.py").write_text(FAULTY)
+    config = tiny_config(dataset={"factory": "faulty.py:make"},
+                         measure={"warmup_batches": 1, "batches": 5, "repeats": 1, "timeout_s": 8})
+    out = tmp_path / "f.csv"
+    start = time.monotonic()
+    result = run_cli("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - start < 60
+    rows = pd.read_csv(out).set_index("trial")
+    assert rows.loc["baseline", "status"] == "ok"
+    assert rows.loc["num_workers=0", "status"] == "failed"
+    assert "ValueError: bad sample" in rows.loc["num_workers=0", "reason"]
+    assert rows.loc["num_workers=2", "status"] == "timeout"
+    assert "timeout_s=8" in rows.loc["num_workers=2", "reason"]
+    assert rows.loc["baseline", "rank"] == 1
+
+
+@pytest.mark.parametrize(
+    ("config_changes", "expected"),
+    [
+        ({"loader": {"num_workers": -1}}, "loader.num_workers = -1"),
+        ({"dataset": {"factory": "no_such_module_xyz:make"}}, "'no_such_module_xyz:make': cannot import"),
+        ({"dataset": {"factory": "loadtune.synthetic:nope"}}, "has no attribute 'nope'"),
+        ({"dataset": {"factory": "loadtune.synthetic:sleep_cost", "kwargs": {"bogus": 1}}},
+         "dataset factory 'loadtune.synthetic:sleep_cost' raised TypeError"),
+        ({"dataset": {"factory": "missing_file.py:make"}}, "missing_file.py"),
+        ({"dataset": {"factory": "os:getcwd"}}, "returned str, not a torch Dataset"),
+    ],
+)
+def test_user_errors_exit_1_with_one_line(write_config, tmp_path, config_changes, expected, marker):
+    config = tiny_config(**config_changes)
+    out = tmp_path / "e.csv"
+    result = run_cli("sweep", str(write_config(config)), "--out", str(out), marker=marker, timeout=60)
+    assert result.returncode == 1, result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert lines[-1].startswith("Error: ") and expected in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_debug_shows_the_traceback(write_config, marker):
+    result = run_cli("sweep", str(write_config(tiny_config(dataset={"factory": "nope_mod:make"}))), "--debug",
+                     marker=marker, timeout=60)
+    assert result.returncode == 1 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("args", [["sweep"], ["sweep", "x.yaml", "--rank-by", "speed"], ["frobnicate"]])
+def test_wrong_usage_exits_2(args):
+    assert run_cli(*args, timeout=60).returncode == 2
+
+
+def test_scale_and_default_output_name(write_config, tmp_path, marker):
+    config = tiny_config(sweep={}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1})
+    result = run_cli("sweep", str(write_config(config)), "--scale", "2", "--set", "loader.batch_size=4",
+                     cwd=tmp_path, marker=marker)
+    assert result.returncode == 0, result.stderr
+    host = socket.gethostname().split(".")[0]
+    out = tmp_path / "results" / f"tiny-{host}-x2.csv"
+    df = pd.read_csv(out)
+    assert df.dataset_len.iloc[0] == 800 and df.scale.iloc[0] == 2 and df.batch_size.iloc[0] == 4
+
+
+def test_interrupt_keeps_measured_rows_and_exits_130(write_config, tmp_path, marker):
+    config = tiny_config(sweep={"num_workers": [0, 2, 3], "prefetch_factor": [1, 4]},
+                         measure={"warmup_batches": 1, "batches": 30, "repeats": 2, "timeout_s": 60})
+    out = tmp_path / "i.csv"
+    env = {**os.environ, MARKER_VAR: marker}
+    proc = subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(write_config(config)), "--out",
+                             str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if out.exists() and len(out.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr
+    df = pd.read_csv(out)
+    assert 2 <= len(df) < 6
+    assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
+    assert set(df.status) <= {"ok", "skipped"}

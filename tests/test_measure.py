@@ -1,0 +1,132 @@
+"""The measured loop, driven by a fake clock and a fake loader: exact numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtune.measure import EmptyLoaderError, batch_len, measure_loop
+from loadtune.stats import summarize
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeLoader:
+    """`length` batches of `batch` samples per epoch; next() costs `fetch_s`, iter() `start_s`."""
+
+    def __init__(self, clock: FakeClock, length: int, fetch_s: float, start_s: float = 0.0, batch: int = 4):
+        self.clock, self.length, self.fetch_s, self.start_s, self.batch = clock, length, fetch_s, start_s, batch
+        self.iterators = 0
+
+    def __iter__(self):
+        self.iterators += 1
+        self.clock.advance(self.start_s)
+        for _ in range(self.length):
+            self.clock.advance(self.fetch_s)
+            yield [0] * self.batch
+
+
+def stepper(clock: FakeClock, step_s: float):
+    def step(batch):
+        clock.advance(step_s)
+
+    return step
+
+
+def test_exact_wait_step_and_first_batch():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=1000, fetch_s=0.010, start_s=0.5)
+    m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=5, repeats=2, clock=clock)
+    assert m.first_batch_s == pytest.approx(0.510)
+    assert len(m.windows) == 2
+    for window in m.windows:
+        assert window.wait_s == pytest.approx((0.010,) * 5)
+        assert window.step_s == pytest.approx((0.030,) * 5)
+        assert window.h2d_s == (0.0,) * 5
+        assert window.samples == (4,) * 5
+        assert window.epoch_start == (False,) * 5
+    stats = summarize(m)
+    assert stats.wait_ratio.mean == pytest.approx(0.25)
+    assert stats.throughput.mean == pytest.approx(4 / 0.040)
+    assert stats.wait_ratio.lo == pytest.approx(0.25) and stats.wait_ratio.hi == pytest.approx(0.25)
+    assert stats.first_batch_s == pytest.approx(0.510)
+    assert stats.wait_ms == pytest.approx(10.0)
+    assert stats.step_ms == pytest.approx(30.0)
+
+
+def test_transfer_time_is_h2d_and_counts_as_waiting():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=100, fetch_s=0.010)
+
+    def transfer(batch):
+        clock.advance(0.005)
+        return batch
+
+    m = measure_loop(loader, stepper(clock, 0.035), warmup_batches=1, batches=4, repeats=1,
+                     transfer=transfer, clock=clock)
+    assert m.windows[0].h2d_s == pytest.approx((0.005,) * 4)
+    stats = summarize(m)
+    assert stats.wait_ratio.mean == pytest.approx(0.015 / 0.050)
+    assert stats.h2d_ms == pytest.approx(5.0)
+
+
+def test_epoch_batches_starts_new_iterators_and_counts_their_start():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=1000, fetch_s=0.010, start_s=0.2)
+    m = measure_loop(loader, stepper(clock, 0.010), warmup_batches=2, batches=6, repeats=1,
+                     epoch_batches=4, clock=clock)
+    # batches 1-2 warm-up (epoch 1), counted: 3, 4 | 5, 6, 7, 8 | ... epoch starts at batch 5
+    window = m.windows[0]
+    assert window.epoch_start == (False, False, True, False, False, False)
+    assert window.wait_s[2] == pytest.approx(0.210)
+    assert loader.iterators == 2
+    stats = summarize(m)
+    assert stats.epoch_start_ms == pytest.approx(210.0)
+    assert stats.wait_p95_ms > stats.wait_ms
+
+
+def test_dataset_end_starts_a_new_epoch():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=3, fetch_s=0.010, start_s=0.1)
+    m = measure_loop(loader, stepper(clock, 0.010), warmup_batches=1, batches=6, repeats=1, clock=clock)
+    assert m.windows[0].epoch_start == (False, False, True, False, False, True)
+    assert loader.iterators == 3
+
+
+def test_no_epoch_start_in_window_gives_nan():
+    clock = FakeClock()
+    stats = summarize(measure_loop(FakeLoader(clock, 100, 0.01), stepper(clock, 0.01), warmup_batches=1,
+                                   batches=3, repeats=1, clock=clock))
+    assert stats.epoch_start_ms != stats.epoch_start_ms  # NaN
+
+
+def test_empty_loader_is_an_error():
+    clock = FakeClock()
+    with pytest.raises(EmptyLoaderError, match="no batch"):
+        measure_loop(FakeLoader(clock, 0, 0.01), stepper(clock, 0.01), warmup_batches=1, batches=3,
+                     repeats=1, clock=clock)
+
+
+def test_warmup_zero_still_sets_first_batch_apart():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=100, fetch_s=0.010, start_s=1.0)
+    m = measure_loop(loader, stepper(clock, 0.01), warmup_batches=0, batches=2, repeats=1, clock=clock)
+    assert m.first_batch_s == pytest.approx(1.010)
+    assert m.windows[0].wait_s == pytest.approx((0.010, 0.010))
+
+
+def test_batch_len_finds_the_first_tensor_in_nested_batches():
+    torch = pytest.importorskip("torch")
+    assert batch_len((torch.zeros(7, 3), torch.zeros(7))) == 7
+    assert batch_len({"image": torch.zeros(5, 2), "label": [1] * 5}) == 5
+    assert batch_len([{"x": torch.zeros(3)}]) == 3
+    assert batch_len([1, 2, 3, 4]) == 4
+    assert batch_len(object(), default=9) == 9

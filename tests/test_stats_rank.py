@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from loadtune.measure import Measurement, Window
+from loadtune.rank import Scored, rank
+from loadtune.stats import Interval, summarize
+
+
+def window(wait, step, samples=8, starts=None):
+    n = len(wait)
+    return Window(tuple(wait), (0.0,) * n, tuple(step), (samples,) * n, tuple(starts or (False,) * n))
+
+
+def test_single_window_single_batch_has_a_point_interval():
+    stats = summarize(Measurement(0.1, (window([0.01], [0.03]),)))
+    assert stats.wait_ratio == Interval(0.25, 0.25, 0.25)
+    assert stats.throughput.mean == pytest.approx(200.0)
+    assert stats.repeats == 1 and stats.batches == 1
+
+
+def test_zero_spread_gives_zero_width():
+    windows = tuple(window([0.02] * 10, [0.02] * 10) for _ in range(6))
+    stats = summarize(Measurement(0.1, windows))
+    assert stats.wait_ratio.lo == pytest.approx(0.5) == stats.wait_ratio.hi
+    assert not stats.noisy
+
+
+def test_mean_over_repeats_and_a_covering_interval():
+    rng = np.random.default_rng(1)
+    windows = tuple(window(rng.uniform(0.005, 0.015, 20), [0.03] * 20) for _ in range(8))
+    stats = summarize(Measurement(0.1, windows))
+    per_repeat = [sum(w.wait_s) / (sum(w.wait_s) + sum(w.step_s)) for w in windows]
+    assert stats.wait_ratio.mean == pytest.approx(np.mean(per_repeat))
+    assert stats.wait_ratio.lo < stats.wait_ratio.mean < stats.wait_ratio.hi
+    assert stats.wait_ratio.lo >= min(per_repeat) - 1e-9
+    assert stats.wait_ratio.hi <= max(per_repeat) + 1e-9
+
+
+def test_p95_of_wait():
+    waits = [0.001] * 19 + [0.101]
+    stats = summarize(Measurement(0.1, (window(waits, [0.01] * 20),)))
+    assert stats.wait_p95_ms == pytest.approx(np.percentile(np.array(waits) * 1e3, 95))
+
+
+def scored(name, mean, half):
+    return Scored(name, Interval(mean, mean - half, mean + half), Interval(0.5, 0.5 - half / 1000, 0.5 + half / 1000))
+
+
+def test_ties_share_the_leaders_rank():
+    items = [scored("a", 100, 5), scored("b", 97, 5), scored("c", 80, 2), scored("d", 79, 2),
+             scored("e", 50, 1), Scored("skipped", None, None)]
+    placings = rank(items)
+    assert {k: v.rank for k, v in placings.items()} == {"a": 1, "b": 1, "c": 3, "d": 3, "e": 5}
+    assert [k for k, v in placings.items() if v.tied_with_best] == ["a", "b"]
+    assert "skipped" not in placings
+
+
+def test_overlap_is_measured_against_the_group_leader_not_a_chain():
+    # b overlaps a, c overlaps b but not a: c starts its own group.
+    items = [scored("a", 100, 3), scored("b", 95, 3), scored("c", 90, 3)]
+    assert {k: v.rank for k, v in rank(items).items()} == {"a": 1, "b": 1, "c": 3}
+
+
+def test_rank_by_wait_ratio():
+    items = [Scored("fast", Interval(100, 99, 101), Interval(0.3, 0.29, 0.31)),
+             Scored("lean", Interval(80, 79, 81), Interval(0.1, 0.09, 0.11))]
+    assert rank(items, "wait_ratio")["lean"].rank == 1
+    assert rank(items, "throughput")["fast"].rank == 1
+    with pytest.raises(ValueError):
+        rank(items, "speed")
