@@ -138,6 +138,7 @@ class RunSpec:
     config: Config
     path: Path
     scale: float = 1.0
+    sha: str = ""  # of the config as written and overridden, before scaling; see config_sha()
 
     @property
     def base_dir(self) -> Path:
@@ -147,13 +148,14 @@ class RunSpec:
     def name(self) -> str:
         return self.config.name or self.path.stem
 
-    @property
-    def sha(self) -> str:
-        """Hash of the resolved config, without the output path: same sha, same experiment."""
-        data = self.config.model_dump(mode="json", exclude={"output"})
-        data["scale"] = self.scale
-        blob = json.dumps(data, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def config_sha(config: Config) -> str:
+    """Hash of a config without its output path. Taken before --scale, so sweeps of one config
+    at several scales (or on several machines) share it and can be compared."""
+    data = config.model_dump(mode="json", exclude={"output"})
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
 
 
 def _short(value: Any) -> str:
@@ -245,9 +247,10 @@ def load_config(
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {_format_validation(exc)}") from None
+    sha = config_sha(config)
     if scale != 1.0:
         config = _scaled(config, path, scale)
-    return RunSpec(config=config, path=path.resolve(), scale=scale)
+    return RunSpec(config=config, path=path.resolve(), scale=scale, sha=sha)
 
 
 def _scaled(config: Config, path: Path, scale: float) -> Config:

@@ -111,7 +111,8 @@ def test_scale_multiplies_and_rounds(write_config):
     assert load_config(path, scale=4).config.dataset.kwargs["num_samples"] == 256
     assert load_config(path, scale=0.5).config.dataset.kwargs["num_samples"] == 32
     assert load_config(path, scale=0.001).config.dataset.kwargs["num_samples"] == 1
-    assert load_config(path, scale=4).sha != load_config(path).sha
+    assert load_config(path, scale=4).sha == load_config(path).sha, "scale is its own column"
+    assert load_config(path, ["loader.batch_size=2"]).sha != load_config(path).sha
 
 
 def test_scale_needs_scale_kwarg(write_config):
