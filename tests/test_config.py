@@ -108,8 +108,8 @@ def test_apply_override_creates_missing_levels():
 
 def test_scale_multiplies_and_rounds(write_config):
     path = write_config(tiny_config())
-    assert load_config(path, scale=4).config.dataset.kwargs["num_samples"] == 256
-    assert load_config(path, scale=0.5).config.dataset.kwargs["num_samples"] == 32
+    assert load_config(path, scale=4).config.dataset.kwargs["num_samples"] == 1600
+    assert load_config(path, scale=0.5).config.dataset.kwargs["num_samples"] == 200
     assert load_config(path, scale=0.001).config.dataset.kwargs["num_samples"] == 1
     assert load_config(path, scale=4).sha == load_config(path).sha, "scale is its own column"
     assert load_config(path, ["loader.batch_size=2"]).sha != load_config(path).sha
