@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from loadtune.errors import LoadtuneError
 
 EXIT_USER_ERROR = 1
+EXIT_FLIPPED = 3
 EXIT_INTERRUPTED = 130
 TABLE_WIDTH = 140  # when output is not a terminal (a file, a CI log)
 
@@ -55,7 +56,7 @@ def _overrides(sets: list[str], repeats: int | None, batches: int | None, warmup
 
 
 class _ProgressView:
-    """Renders sweep events: a bar over trials with the current trial's name and an ETA."""
+    """Renders sweep events: a bar over trial runs with the current trial's name and an ETA."""
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
@@ -65,19 +66,25 @@ class _ProgressView:
         self.console = console
 
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "plan":
+        if kind == "start":
+            self.console.print(f"Sweeping ({data['strategy']}) on {data['device']}, dataset length "
+                               f"{data['dataset_len']}; rows go to {data['out_path']}", highlight=False)
+            if data["resumed"]:
+                self.console.print(f"Resuming: {data['resumed']} trials kept from that file", highlight=False)
             self.progress.start()
-            self.task = self.progress.add_task("planning", total=len(data["trials"]) + 1)
-            self.console.print(f"Sweeping {len(data['trials'])} trials on {data['device']} "
-                               f"(dataset length {data['dataset_len']}); rows go to {data['out_path']}",
-                               highlight=False)
-        elif kind == "trial_start":
-            self.progress.update(self.task, description=f"[bold]{data['trial'].name}",
-                                 total=data["total"])
+            self.task = self.progress.add_task("starting", total=None)
+        elif kind == "planned":
+            self.progress.update(self.task, total=data["runs"])
+        elif kind == "run_start":
+            self.progress.update(self.task, description=f"[bold]{data['trial'].name}[/] "
+                                                        f"(repeat {data['repeat']}/{data['repeats']})")
+        elif kind == "run_done":
+            self.progress.advance(self.task)
         elif kind == "trial_done":
             row = data["row"]
-            self.progress.advance(self.task)
-            if row["status"] == "ok":
+            if data.get("resumed"):
+                text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f} (kept)"
+            elif row["status"] == "ok":
                 text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f}"
             else:
                 text = f"[yellow]{row['status']}[/]: {row['reason']}"
@@ -101,7 +108,11 @@ def sweep(
     batches: Optional[int] = typer.Option(None, "--batches", help="Shorthand for measure.batches."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Shorthand for measure.warmup_batches."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
+    strategy: str = typer.Option("ofat", "--strategy", help="ofat (one change at a time from the baseline), "
+                                 "greedy (coordinate descent) or grid (every combination)."),
     rank_by: str = typer.Option("throughput", "--rank-by", help="throughput or wait_ratio."),
+    resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
+                                "to this config and machine; run only the rest."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -109,10 +120,13 @@ def sweep(
     from loadtune.config import load_config
     from loadtune.rank import RANK_BY
     from loadtune.report import not_run_lines, results_table, summary, summary_lines
+    from loadtune.strategy import STRATEGIES
     from loadtune.sweep import default_output, recommended, run_sweep
 
     if rank_by not in RANK_BY:
         raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
+    if strategy not in STRATEGIES:
+        raise typer.BadParameter(f"expected one of {', '.join(STRATEGIES)}", param_hint="--strategy")
     out_console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     view = _ProgressView(err)
     out_path = out
@@ -120,23 +134,23 @@ def sweep(
     try:
         spec = load_config(config, _overrides(sets, repeats, batches, warmup, device), scale)
         out_path = out or default_output(spec)
-        result = run_sweep(spec, out_path, rank_by, view)
+        result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume)
     except LoadtuneError as exc:
         view.stop()
         _fail(str(exc), debug)
     except KeyboardInterrupt:
         view.stop()
         err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {out_path}; "
-                  f"run the same command again to measure them all.", highlight=False)
+                  f"add --resume to the same command to measure only the rest.", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
     chosen = recommended(result.rows)
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
-            "device": result.device, "rank_by": rank_by, "warnings": result.warnings}
+            "device": result.device, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
     info = summary(result.rows, chosen, result.trials, meta)
-    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, "
-                                                        f"{result.device}, ranked by {rank_by})"))
+    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}, "
+                                                        f"{strategy}, ranked by {rank_by})"))
     for line in not_run_lines(result.rows):
         out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
     for warning in result.warnings:
@@ -146,6 +160,34 @@ def sweep(
     out_console.print(f"CSV: {result.out_path}", highlight=False)
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+
+
+@app.command()
+def compare(
+    csvs: list[Path] = typer.Argument(..., help="Two or more results CSVs; the first is the reference."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the aligned table as CSV."),
+    fail_on_flip: bool = typer.Option(False, "--fail-on-flip", help="Exit 3 when the conclusion changed."),
+    force: bool = typer.Option(False, "--force", help="Compare files of different configs anyway."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Align sweeps from several machines or scales and say whether the conclusion holds."""
+    from loadtune.compare import compare as compare_results
+    from loadtune.compare import comparison_lines, comparison_table, load_results, write_aligned
+
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    try:
+        comparison = compare_results(load_results(csvs), force=force)
+        if out is not None:
+            write_aligned(comparison, out)
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    console.print(comparison_table(comparison))
+    for line in comparison_lines(comparison):
+        console.print(line, highlight=False, soft_wrap=True)
+    if out is not None:
+        console.print(f"Aligned CSV: {out}", highlight=False)
+    if fail_on_flip and comparison.changed:
+        raise typer.Exit(EXIT_FLIPPED)
 
 
 def main() -> None:

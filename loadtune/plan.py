@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -9,6 +10,9 @@ from loadtune.config import Config
 
 BASELINE = "baseline"
 COMBINED = "combined"
+IDEAL = "ideal"
+FEED_LOADER = "dataloader"
+FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost at all
 # Settings that only mean something with worker processes; dropped when num_workers becomes 0.
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
 
@@ -31,6 +35,7 @@ class Trial:
     value: Any
     settings: tuple[tuple[str, Any], ...]
     skip_reason: str | None = None
+    feed: str = FEED_LOADER
 
     @property
     def loader_kwargs(self) -> dict[str, Any]:
@@ -39,6 +44,15 @@ class Trial:
     @property
     def skipped(self) -> bool:
         return self.skip_reason is not None
+
+    @property
+    def value_text(self) -> str | None:
+        """The CSV's `value`: the new value of a single change; every change for combinations."""
+        if self.changed in (BASELINE, IDEAL):
+            return None
+        if self.changed == COMBINED or "+" in self.changed:
+            return str(self.value)
+        return format_value(self.value)
 
 
 def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -77,6 +91,43 @@ def _with_change(base: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[st
 
 def baseline_trial(config: Config) -> Trial:
     return Trial(BASELINE, BASELINE, None, _freeze(config.loader.model_dump()))
+
+
+def ideal_trial(config: Config) -> Trial:
+    """The reference: the baseline's step fed from one batch kept in memory on the device."""
+    return Trial(IDEAL, IDEAL, None, _freeze(config.loader.model_dump()), feed=FEED_MEMORY)
+
+
+def trial_for(config: Config, changes: Mapping[str, Any], accelerator: bool) -> Trial:
+    """The baseline with `changes` applied, named by what differs from the baseline."""
+    base = config.loader.model_dump()
+    kwargs = _with_change(base, changes)
+    if kwargs.get("num_workers") == 0:
+        kwargs.update(WORKER_ONLY)
+    diff = {k: v for k, v in kwargs.items() if not _same(v, base[k])}
+    keys = [k for k in config.sweep if k in diff] + [k for k in diff if k not in config.sweep]
+    if not keys:
+        return baseline_trial(config)
+    if len(keys) == 1:
+        key = keys[0]
+        return Trial(f"{key}={format_value(diff[key])}", key, diff[key], _freeze(kwargs),
+                     refusal(kwargs, accelerator))
+    label = ", ".join(f"{k}={format_value(diff[k])}" for k in keys)
+    return Trial(label, "+".join(keys), label, _freeze(kwargs), refusal(kwargs, accelerator))
+
+
+def grid_plan(config: Config, accelerator: bool) -> list[Trial]:
+    """Every combination of the swept values (settings that mean nothing without workers
+    collapse when num_workers is 0), baseline first."""
+    keys = list(config.sweep)
+    trials = [baseline_trial(config)]
+    seen = {trials[0].settings}
+    for values in itertools.product(*(config.sweep[k] for k in keys)):
+        trial = trial_for(config, dict(zip(keys, values)), accelerator)
+        if trial.settings not in seen:
+            seen.add(trial.settings)
+            trials.append(trial)
+    return trials
 
 
 def ofat_plan(config: Config, accelerator: bool) -> list[Trial]:

@@ -50,22 +50,23 @@ def _interval(row: Mapping[str, Any], key: str, digits: int) -> str:
 def results_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
     """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed."""
     table = Table(title=title or None, header_style="bold", caption_justify="left")
-    for name in ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup",
+    for name in ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup", "% of ideal",
                  "wait ms", "p95 ms", "step ms", "1st batch s", "epoch start ms"):
         table.add_column(name, justify="left" if name == "trial" else "right")
     for r in rows:
         status = r.get("status", "")
         if status != "ok":
             table.add_row("-", str(r["trial"]), Text(status, style=STATUS_STYLE.get(status, "")),
-                          *([""] * 7), style="dim")
+                          *([""] * 8), style="dim")
             continue
         mark = "=" if r.get("tied_with_best") else ""
         table.add_row(
-            f"{mark}{_fmt(r.get('rank'))}",
+            f"{mark}{_fmt(r.get('rank'))}" if r.get("rank") is not None else "ref",
             str(r["trial"]),
             _interval(r, "throughput", 1),
             _interval(r, "wait_ratio", 3),
             _fmt(r.get("speedup")),
+            _fmt(r.get("pct_of_ideal"), 1),
             _fmt(r.get("wait_ms"), 1),
             _fmt(r.get("wait_p95_ms"), 1),
             _fmt(r.get("step_ms"), 1),
@@ -86,7 +87,7 @@ def _brief(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     keys = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_hi", "wait_ratio",
             "wait_ratio_lo", "wait_ratio_hi", "speedup", "tied_with_best", "num_workers",
-            "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
+            "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal")
     return {k: row.get(k) for k in keys}
 
 
@@ -94,10 +95,12 @@ def summary(rows: Sequence[Mapping[str, Any]], chosen: Mapping[str, Any] | None,
             trials: Mapping[str, Trial], meta: Mapping[str, Any]) -> dict[str, Any]:
     """Plain data for --json and for the closing lines of the terminal output."""
     baseline = next((r for r in rows if r["trial"] == "baseline"), None)
+    ideal = next((r for r in rows if r["trial"] == "ideal" and r.get("status") == "ok"), None)
     best = next((r for r in rows if r.get("rank") == 1), None)
     return {
         **meta,
         "baseline": _brief(baseline),
+        "ideal_throughput": ideal.get("throughput") if ideal else None,
         "best": _brief(best),
         "recommended": _brief(chosen),
         "dataloader": dataloader_line(trials[chosen["trial"]]) if chosen else None,
@@ -112,6 +115,8 @@ def summary_lines(info: Mapping[str, Any]) -> list[str]:
     if chosen is None:
         return ["No trial ran successfully: see the reason column of the CSV."]
     gain = f" ({chosen['speedup']:.2f}x the baseline)" if chosen.get("speedup") else ""
+    if chosen.get("pct_of_ideal") is not None:
+        gain += f", {chosen['pct_of_ideal']:.0f}% of the ideal (the step fed from memory)"
     lines.append(f"Recommended: {chosen['trial']}: {chosen['throughput']:.1f} samples/s, "
                  f"wait ratio {chosen['wait_ratio']:.3f}{gain}")
     if best and best["trial"] != chosen["trial"]:

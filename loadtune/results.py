@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from loadtune.plan import BASELINE, COMBINED, Trial, format_value
+from loadtune.plan import Trial
 from loadtune.rank import Placing
 from loadtune.run import Outcome
 from loadtune.stats import TrialStats
@@ -29,9 +29,12 @@ COLUMNS = (
     *MACHINE,
     *RUN,
     # Beyond SPEC §4's columns, never before them.
-    "device", "pinned", "trial_wall_s",
+    "pct_of_ideal", "strategy", "round", "device", "pinned", "trial_wall_s",
 )
 DEFAULT_PREFETCH = 2
+BOOL_COLUMNS = ("persistent_workers", "pin_memory", "tied_with_best", "pinned")
+TEXT_COLUMNS = ("trial", "changed", "value", "status", "reason", *MACHINE, "config_name", "config_sha",
+                "started_at", "strategy", "device")
 
 
 def effective_settings(trial: Trial) -> dict[str, Any]:
@@ -67,13 +70,12 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
     row.update(
         trial=trial.name,
         changed=trial.changed,
-        value=None if trial.changed == BASELINE else (
-            trial.value if trial.changed == COMBINED else format_value(trial.value)),
+        value=trial.value_text,
         status=status,
         reason=reason,
         **effective_settings(trial),
     )
-    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device")})
+    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round")})
     if outcome is not None:
         row["trial_wall_s"] = _round(outcome.wall_s, 2)
         if outcome.measurement is not None:
@@ -99,20 +101,26 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
 
 
 def apply_ranking(rows: Sequence[dict[str, Any]], placings: Mapping[str, Placing],
-                  baseline_throughput: float | None) -> list[dict[str, Any]]:
-    """Rows with rank, tied_with_best and speedup filled in, best first, unranked rows last."""
+                  baseline_throughput: float | None, ideal_throughput: float | None = None,
+                  ) -> list[dict[str, Any]]:
+    """Rows with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked rows best
+    first, then the unranked reference rows that ran (the ideal), then rows that did not run."""
     out = []
     for row in rows:
         row = dict(row)
         placing = placings.get(row["trial"])
         row["rank"] = placing.rank if placing else None
         row["tied_with_best"] = placing.tied_with_best if placing else None
-        if placing and baseline_throughput and row["throughput"] is not None:
-            row["speedup"] = round(row["throughput"] / baseline_throughput, 3)
+        if row["throughput"] is not None:
+            if baseline_throughput:
+                row["speedup"] = round(row["throughput"] / baseline_throughput, 3)
+            if ideal_throughput:
+                row["pct_of_ideal"] = round(100 * row["throughput"] / ideal_throughput, 1)
         out.append(row)
     ranked = sorted((r for r in out if r["rank"] is not None),
                     key=lambda r: (r["rank"], -(r["throughput"] or 0)))
-    return ranked + [r for r in out if r["rank"] is None]
+    reference = [r for r in out if r["rank"] is None and r["status"] == "ok"]
+    return ranked + reference + [r for r in out if r["rank"] is None and r["status"] != "ok"]
 
 
 def _cell(value: Any) -> str:
@@ -132,10 +140,10 @@ class ResultsFile:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
-    def start(self) -> None:
+    def start(self, kept: Iterable[Mapping[str, Any]] = ()) -> None:
+        """A new file holding the header and any rows kept from an earlier run."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("w", newline="") as f:
-            csv.writer(f).writerow(COLUMNS)
+        self.replace(kept)
 
     def append(self, row: Mapping[str, Any]) -> None:
         with self.path.open("a", newline="") as f:
@@ -153,3 +161,31 @@ class ResultsFile:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+def _parse(column: str, text: str) -> Any:
+    if text == "":
+        return None
+    if column in BOOL_COLUMNS:
+        return {"true": True, "false": False}.get(text.lower())
+    if column in TEXT_COLUMNS:
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+
+
+def read_rows(path: Path | str) -> list[dict[str, Any]]:
+    """Rows of a results CSV as written by this module, typed; a missing file gives none, and a
+    last line cut short (a sweep killed while writing) is left out."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with path.open(newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if not header:
+            return []
+        return [{c: _parse(c, v) for c, v in zip(header, values)} for values in reader if len(values) == len(header)]

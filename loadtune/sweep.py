@@ -1,25 +1,28 @@
-"""A whole sweep: plan the trials, run each in isolation, rank, add `combined`, write the CSV."""
+"""A whole sweep: preflight, a strategy choosing trials, interleaved isolated runs, ranking, CSV."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from loadtune.config import RunSpec
 from loadtune.device import is_accelerator, resolve_device
 from loadtune.errors import ConfigError
 from loadtune.factory import build_dataset, dataset_length, load_callable
 from loadtune.machine import fingerprint, usable_cores
-from loadtune.plan import Trial, combined_trial, ofat_plan
-from loadtune.rank import Scored, rank
-from loadtune.results import ResultsFile, apply_ranking, make_row
+from loadtune.measure import Measurement
+from loadtune.plan import BASELINE, IDEAL, Trial, ideal_trial
+from loadtune.rank import Scored, order, rank
+from loadtune.results import ResultsFile, apply_ranking, make_row, read_rows
 from loadtune.run import Outcome, run_isolated
-from loadtune.stats import TrialStats, summarize
+from loadtune.stats import Interval, summarize
+from loadtune.strategy import run_strategy
 from loadtune.trial import TrialJob
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -31,6 +34,7 @@ class SweepResult:
     rows: list[dict[str, Any]]
     device: str
     rank_by: str
+    strategy: str
     warnings: list[str] = field(default_factory=list)
     trials: dict[str, Trial] = field(default_factory=dict)
 
@@ -64,17 +68,115 @@ def preflight(spec: RunSpec, device: str) -> int | None:
     return dataset_length(dataset)
 
 
-def _warnings_for(row: dict[str, Any], stats: TrialStats | None) -> list[str]:
-    notes = []
-    if stats is not None and stats.noisy:
-        spread = stats.throughput.relative_spread * 100
-        notes.append(f"{row['trial']}: unstable result, throughput ±{spread:.0f}%: use --repeats 5 or more, "
-                     "a longer --batches, or close other programs")
-    return notes
+def _merge(measurements: Sequence[Measurement]) -> Measurement:
+    """One trial's repeats, each from a process of its own, as one Measurement."""
+    windows = tuple(w for m in measurements for w in m.windows)
+    first = sum(m.first_batch_s for m in measurements) / len(measurements)
+    return Measurement(first, windows, measurements[0].pinned)
 
 
-def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput",
-              on_event: Event | None = None) -> SweepResult:
+class _Runner:
+    """Measures sets of trials with their repeats interleaved: round-robin over the trials in
+    a shuffled order, one process per repeat, so slow drift of the machine favours none."""
+
+    def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile,
+                 emit: Event, seed: int) -> None:
+        self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
+        self.rng = random.Random(seed)
+        self.rows: list[dict[str, Any]] = []
+        self.scores: dict[str, Scored] = {}
+        self.trials: dict[str, Trial] = {}
+        self.resumed: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.runs_done = 0
+        self.runs_planned = 0
+        self._partial: dict[str, list[Measurement]] = {}
+        self._pending: dict[str, tuple[Trial, int]] = {}
+
+    def _job(self, trial: Trial) -> TrialJob:
+        cfg = self.spec.config
+        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}), self.device,
+                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method())
+
+    def _finish(self, trial: Trial, round_no: int, outcome: Outcome | None, measurement: Measurement | None) -> None:
+        stats = None
+        if measurement is not None:
+            stats = summarize(measurement, self.spec.config.measure.epoch_batches)
+            self.scores[trial.name] = Scored(trial.name, stats.throughput, stats.wait_ratio)
+        row = make_row(trial, outcome, stats, {**self.context, "round": round_no})
+        self.rows.append(row)
+        self.results.append(row)
+        if stats is not None and stats.noisy:
+            spread = stats.throughput.relative_spread * 100
+            self.notes.append(f"{trial.name}: unstable result, throughput ±{spread:.0f}%: use --repeats 5 or "
+                              "more, a longer --batches, or close other programs")
+        self.emit("trial_done", {"trial": trial, "row": row})
+
+    def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
+        repeats = self.spec.config.measure.repeats
+        todo = [t for t in trials if t.name not in self.trials]
+        for t in todo:
+            self.trials[t.name] = t
+        for t in [t for t in todo if t.name in self.resumed]:
+            self.emit("trial_done", {"trial": t, "row": self.resumed[t.name], "resumed": True})
+        todo = [t for t in todo if t.name not in self.resumed]
+        runnable = [t for t in todo if not t.skipped]
+        for t in todo:
+            if t.skipped:
+                self._finish(t, round_no, None, None)
+        self.runs_planned += len(runnable) * repeats
+        self.emit("planned", {"runs": self.runs_planned})
+        outcomes: dict[str, Outcome] = {}
+        self._partial = {t.name: [] for t in runnable}
+        self._pending = {t.name: (t, round_no) for t in runnable}
+        for repeat in range(repeats):
+            batch = [t for t in runnable if t.name not in outcomes]
+            self.rng.shuffle(batch)
+            for trial in batch:
+                self.emit("run_start", {"trial": trial, "repeat": repeat + 1, "repeats": repeats})
+                outcome = run_isolated(self._job(trial), self.spec.config.measure.timeout_s)
+                self.runs_done += 1
+                self.emit("run_done", {"trial": trial})
+                if outcome.measurement is None:
+                    outcomes[trial.name] = outcome
+                    self.runs_done += repeats - repeat - 1  # its remaining repeats will not run
+                    self._pending.pop(trial.name)
+                    self._finish(trial, round_no, outcome, None)
+                    continue
+                self._partial[trial.name].append(outcome.measurement)
+                if repeat == repeats - 1:
+                    wall = Outcome("ok", "", None, outcome.wall_s)
+                    self._pending.pop(trial.name)
+                    self._finish(trial, round_no, wall, _merge(self._partial[trial.name]))
+        return {t.name: self.scored(t.name) for t in trials}
+
+    def flush_partial(self) -> None:
+        """On interruption: trials with some repeats measured keep a row with what they have."""
+        for name, (trial, round_no) in list(self._pending.items()):
+            done = self._partial.get(name)
+            if done:
+                self._finish(trial, round_no, Outcome("ok"), _merge(done))
+        self._pending.clear()
+
+    def resume(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Take rows measured earlier for this config and machine as already done."""
+        for row in rows:
+            self.resumed[row["trial"]] = row
+            self.rows.append(row)
+            self.scores[row["trial"]] = Scored(
+                row["trial"], Interval(row["throughput"], row["throughput_lo"], row["throughput_hi"]),
+                Interval(row["wait_ratio"], row["wait_ratio_lo"], row["wait_ratio_hi"]))
+
+    def scored(self, name: str) -> Scored:
+        return self.scores.get(name) or Scored(name, None, None)
+
+    def throughput(self, name: str) -> float | None:
+        score = self.scores.get(name)
+        return score.throughput.mean if score and score.throughput else None
+
+
+def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
+              on_event: Event | None = None, seed: int = 0, resume: bool = False) -> SweepResult:
     emit = on_event or (lambda kind, data: None)
     cfg = spec.config
     device = resolve_device(cfg.device)
@@ -89,54 +191,72 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput",
         "scale": spec.scale,
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
+        "strategy": strategy,
     }
-    trials = ofat_plan(cfg, accelerator)
     results = ResultsFile(out_path)
-    results.start()
-    result = SweepResult(out_path, [], device, rank_by)
-    if any(t.loader_kwargs.get("num_workers", 0) > cores for t in trials):
-        result.warnings.append(f"some trials use more workers than the {cores} usable cores: they compete "
-                               "with the training step; rank by throughput, not wait ratio")
-    stats_by_name: dict[str, TrialStats] = {}
-    rows: list[dict[str, Any]] = []
-    emit("plan", {"trials": trials, "out_path": out_path, "device": device, "dataset_len": dataset_len})
+    kept = resumable_rows(out_path, spec, context["host"]) if resume else []
+    results.start(kept)
+    runner = _Runner(spec, device, context, results, emit, seed)
+    runner.resume(kept)
+    result = SweepResult(out_path, [], device, rank_by, strategy)
+    emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,
+                   "resumed": len(kept)})
+    ideal = ideal_trial(cfg)
 
-    def measure(trial: Trial, index: int, total: int) -> None:
-        emit("trial_start", {"trial": trial, "index": index, "total": total})
-        result.trials[trial.name] = trial
-        outcome: Outcome | None = None
-        stats = None
-        if not trial.skipped:
-            job = TrialJob(trial, cfg.dataset, cfg.step, cfg.measure, device, str(spec.base_dir), os.getpid(),
-                           multiprocessing.get_start_method())
-            outcome = run_isolated(job, cfg.measure.timeout_s)
-            if outcome.measurement is not None:
-                stats = summarize(outcome.measurement, cfg.measure.epoch_batches)
-                stats_by_name[trial.name] = stats
-        row = make_row(trial, outcome, stats, context)
-        rows.append(row)
-        results.append(row)
-        result.warnings.extend(_warnings_for(row, stats))
-        emit("trial_done", {"trial": trial, "row": row, "index": index, "total": total})
+    def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
+        # The ideal reference joins the first set measured, interleaved with it.
+        extra = [ideal] if IDEAL not in runner.trials else []
+        return runner.measure([*extra, *trials], round_no)
 
-    def ranked_rows() -> list[dict[str, Any]]:
-        scored = [Scored(r["trial"], s.throughput, s.wait_ratio) if (s := stats_by_name.get(r["trial"])) else
-                  Scored(r["trial"], None, None) for r in rows]
-        placings = rank(scored, rank_by)
-        base = stats_by_name.get("baseline")
-        return apply_ranking(rows, placings, base.throughput.mean if base else None)
-
-    total = len(trials) + 1
-    for index, trial in enumerate(trials):
-        measure(trial, index, total)
-    placed = {r["trial"]: r["rank"] for r in ranked_rows()}
-    combined = combined_trial(cfg, [(t, placed.get(t.name)) for t in trials], accelerator)
-    if combined is not None:
-        measure(combined, len(trials), len(trials) + 1)
-    result.rows = ranked_rows()
+    try:
+        run_strategy(strategy, cfg, accelerator, measure, rank_by)
+    except KeyboardInterrupt:
+        runner.flush_partial()
+        raise
+    result.trials = runner.trials
+    result.rows = _ranked(runner, rank_by)
+    result.warnings = [*_machine_warnings(runner.trials.values(), cores), *runner.notes,
+                       *_disagreement(runner, result.rows)]
     results.replace(result.rows)
     emit("done", {"rows": result.rows})
     return result
+
+
+def resumable_rows(path: Path, spec: RunSpec, host: str) -> list[dict[str, Any]]:
+    """Rows of an earlier sweep at `path` that this one can keep: same config sha, scale and
+    host, measured in full (status ok, as many repeats and batches as asked now)."""
+    m = spec.config.measure
+    return [row for row in read_rows(path)
+            if row.get("config_sha") == spec.sha and row.get("host") == host and row.get("scale") == spec.scale
+            and row.get("status") == "ok" and row.get("repeats") == m.repeats and row.get("batches") == m.batches
+            and row.get("throughput") is not None and row.get("wait_ratio") is not None]
+
+
+def _ranked(runner: _Runner, rank_by: str) -> list[dict[str, Any]]:
+    scored = [runner.scored(r["trial"]) for r in runner.rows if r["trial"] != IDEAL]
+    placings = rank(scored, rank_by)
+    return apply_ranking(runner.rows, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
+
+
+def _machine_warnings(trials: Any, cores: int) -> list[str]:
+    most = max((t.loader_kwargs.get("num_workers", 0) for t in trials), default=0)
+    if most > cores:
+        return [f"trials with up to {most} workers on {cores} usable cores: workers beyond the cores compete "
+                "with the training step; trust throughput over wait ratio for those"]
+    return []
+
+
+def _disagreement(runner: _Runner, rows: list[dict[str, Any]]) -> list[str]:
+    """Say so when the lowest wait ratio is not among the fastest trials."""
+    scored = [runner.scored(r["trial"]) for r in rows if r["trial"] != IDEAL and r.get("rank") is not None]
+    if len(scored) < 2:
+        return []
+    lean = order(scored, "wait_ratio")[0].name
+    tied = {r["trial"] for r in rows if r.get("tied_with_best")}
+    if lean in tied:
+        return []
+    return [f"wait ratio and throughput disagree: {lean} waits least but is not among the fastest; "
+            "its workers probably slow the step itself (CPU contention). Throughput is what training feels"]
 
 
 def recommended(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -147,4 +267,3 @@ def recommended(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(tied, key=lambda r: (r["num_workers"], r["prefetch_factor"] or 0,
                                     bool(r["persistent_workers"]), bool(r["pin_memory"]),
                                     -(r["throughput"] or 0)))
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import itertools
 import multiprocessing
 import os
 import signal
@@ -15,7 +16,7 @@ from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
 from loadtune.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.factory import build_dataset, load_callable
 from loadtune.measure import Measurement, measure_loop
-from loadtune.plan import Trial
+from loadtune.plan import FEED_MEMORY, Trial
 
 PARENT_POLL_S = 0.5
 
@@ -58,10 +59,19 @@ def execute(job: TrialJob) -> Measurement:
 
     dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     kwargs = loader_kwargs(job.trial, job.base_dir)
-    loader = DataLoader(dataset, **kwargs)
     step = make_synced_step(build_step(job.step, job.base_dir, job.device), job.device)
     pin = bool(kwargs.get("pin_memory"))
     transfer = make_transfer(job.device, pin)
+    loader: Any
+    if job.trial.feed == FEED_MEMORY:
+        # The ideal: one batch, already on the device, handed over again and again.
+        in_process = {**kwargs, "num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
+                      "multiprocessing_context": None}
+        batch = next(iter(DataLoader(dataset, **in_process)))
+        loader = itertools.repeat(transfer(batch) if transfer is not None else batch)
+        transfer = None
+    else:
+        loader = DataLoader(dataset, **kwargs)
     seen_pinned: list[bool | None] = []
     if transfer is not None and pin:
         inner = transfer

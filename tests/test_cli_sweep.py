@@ -42,11 +42,16 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     df = pd.read_csv(out)
     assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
     status = dict(zip(df.trial, df.status))
-    assert status == {"baseline": "ok", "num_workers=0": "ok", "num_workers=2": "ok", "pin_memory=true": "skipped"}
+    assert status == {"baseline": "ok", "num_workers=0": "ok", "num_workers=2": "ok", "pin_memory=true": "skipped",
+                      "ideal": "ok"}
     skipped = df[df.status == "skipped"].iloc[0]
     assert "no accelerator" in skipped.reason and pd.isna(skipped["rank"])
-    ok = df[df.status == "ok"]
+    assert list(df.trial[3:]) == ["ideal", "pin_memory=true"], "ranked rows, then the reference, then not run"
+    ideal = df[df.trial == "ideal"].iloc[0]
+    assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.02 and ideal.pct_of_ideal == 100
+    ok = df[(df.status == "ok") & (df.trial != "ideal")]
     assert list(ok.index) == [0, 1, 2], "rows that ran come first"
+    assert (ok.pct_of_ideal < 100).all() and (ok.strategy == "ofat").all() and (ok["round"] == 1).all()
     assert ok["rank"].is_monotonic_increasing and ok["rank"].iloc[0] == 1
     assert list(ok.throughput) == sorted(ok.throughput, reverse=True) or ok["rank"].nunique() < 3
     assert bool(ok.tied_with_best.iloc[0]) is True
@@ -187,7 +192,7 @@ def test_scale_and_default_output_name(write_config, tmp_path, marker):
 
 def test_interrupt_keeps_measured_rows_and_exits_130(write_config, tmp_path, marker):
     config = tiny_config(sweep={"num_workers": [0, 2, 3], "prefetch_factor": [1, 4]},
-                         measure={"warmup_batches": 1, "batches": 30, "repeats": 2, "timeout_s": 60})
+                         measure={"warmup_batches": 1, "batches": 30, "repeats": 1, "timeout_s": 60})
     out = tmp_path / "i.csv"
     env = {**os.environ, MARKER_VAR: marker}
     proc = subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(write_config(config)), "--out",
@@ -202,6 +207,30 @@ def test_interrupt_keeps_measured_rows_and_exits_130(write_config, tmp_path, mar
     assert proc.returncode == 130, stderr
     assert "Interrupted" in stderr
     df = pd.read_csv(out)
-    assert 2 <= len(df) < 6
+    assert 2 <= len(df) < 7, "7 trials with the ideal: interrupted before the last"
     assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
     assert set(df.status) <= {"ok", "skipped"}
+
+
+def test_resume_keeps_finished_rows_and_runs_only_the_rest(write_config, tmp_path, marker):
+    config = write_config(tiny_config(sweep={"num_workers": [0, 2]},
+                                      measure={"warmup_batches": 1, "batches": 5, "repeats": 2}))
+    out = tmp_path / "r.csv"
+    assert run_cli("sweep", str(config), "--out", str(out), marker=marker).returncode == 0
+    first = pd.read_csv(out).set_index("trial")
+    # As a sweep killed after two trials would leave it: header and the rows appended so far.
+    lines = out.read_text().splitlines()
+    out.write_text("\n".join(line for line in lines if ",num_workers=2," not in line) + "\n")
+    result = run_cli("sweep", str(config), "--out", str(out), "--resume", marker=marker)
+    assert result.returncode == 0, result.stderr
+    assert "Resuming: 3 trials kept" in result.stderr
+    second = pd.read_csv(out).set_index("trial")
+    assert set(second.index) == {"baseline", "num_workers=0", "num_workers=2", "ideal"}
+    for trial in ("baseline", "num_workers=0", "ideal"):
+        assert second.loc[trial, "throughput"] == first.loc[trial, "throughput"]
+        assert second.loc[trial, "started_at"] == first.loc[trial, "started_at"]
+    # Another config (here: another batch size) keeps nothing.
+    result = run_cli("sweep", str(config), "--out", str(out), "--resume", "--set", "loader.batch_size=4",
+                     marker=marker)
+    assert result.returncode == 0 and "Resuming" not in result.stderr
+    assert (pd.read_csv(out).batch_size == 4).all()

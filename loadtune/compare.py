@@ -1,0 +1,464 @@
+"""Compare result CSVs of one config run on different machines, scales or days.
+
+Rows are aligned by trial, columns by file. For each file: its winner, Kendall's tau-b between
+its ranking and the first file's, and per trial the flags that say where the conclusion moved.
+Builds plain data and renderables; printing and exit codes are the CLI's job.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+from rich.text import Text
+
+from loadtune.errors import ResultsError
+from loadtune.plan import BASELINE
+from loadtune.results import MACHINE
+
+OK = "ok"
+ABSENT = "absent"  # status shown for a trial that has no row in a file
+LABEL_SEPARATOR = "@"  # flat column names: `throughput@<label>`
+
+# Columns a CSV must have to be compared; the others of SPEC §4 are read when present.
+REQUIRED_COLUMNS = (
+    "rank", "trial", "status",
+    "throughput", "throughput_lo", "throughput_hi",
+    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
+    "tied_with_best", "config_name", "config_sha",
+)
+OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale")
+NUMERIC_COLUMNS = ("rank", "throughput", "throughput_lo", "throughput_hi",
+                   "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "speedup")
+BOOL_TRUE = frozenset({"true", "1", "yes"})
+BOOL_FALSE = frozenset({"false", "0", "no"})
+
+CONFIG_COLUMNS = ("config_name", "config_sha")
+# What may differ between files without refusing them: the machine (loadtune_version aside) and scale.
+DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "scale", *CONFIG_COLUMNS)
+NUMERIC_DIFFERENCE_COLUMNS = frozenset({"cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "scale"})
+
+# Per file, in this order, in the aligned table (`<metric>@<label>`).
+PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
+                    "throughput", "throughput_lo", "throughput_hi",
+                    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
+                    "speedup", "reason")
+FLAGS_COLUMN = "flags"
+FLAG_SEPARATOR = "; "
+
+WINNER_CHANGED = "winner changed"
+WINNER_WITHIN_NOISE = "winner changed within noise"
+HELPS_TO_HURTS = "helps → hurts"
+HURTS_TO_HELPS = "hurts → helps"
+TIE_GROUP_CHANGED = "tie group changed"
+STATUS_CHANGED = "status changed"
+# Flags that mean the conclusion changed (`Comparison.changed`, `--fail-on-flip`).
+CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
+
+VERDICT_HOLDS = "conclusion holds"
+VERDICT_CHANGED = "conclusion changed"
+STATUS_STYLE = {OK: "", "skipped": "dim", "failed": "red", "timeout": "red", ABSENT: "dim"}
+
+
+@dataclass(frozen=True, eq=False)
+class ResultSet:
+    """One results CSV: its path, a short label unique among the compared files, its rows."""
+    path: Path
+    label: str
+    frame: pd.DataFrame
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    labels: tuple[str, ...]
+    paths: tuple[Path, ...]
+    table: pd.DataFrame  # one row per trial: `trial`, `<metric>@<label>` per file, `flags`
+    winners: dict[str, str | None]  # label -> trial (None: nothing ranked in that file)
+    differences: dict[str, dict[str, Any]]  # column -> label -> value, only columns that differ
+    tau: dict[str, float | None]  # label -> Kendall tau-b against the first file's ranking
+    flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
+    verdict: str
+    changed: bool
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+def _labels(paths: Sequence[Path]) -> list[str]:
+    """File stems; where stems collide, the parent folder is put in front, then a counter."""
+    stems = [p.stem or p.name for p in paths]
+    labels = [f"{p.parent.name}/{stem}" if stems.count(stem) > 1 and p.parent.name else stem
+              for p, stem in zip(paths, stems)]
+    out: list[str] = []
+    for base in labels:
+        label, count = base, 1
+        while label in out:
+            count += 1
+            label = f"{base}-{count}"
+        out.append(label)
+    return out
+
+
+def _parse_bool(value: str) -> bool | None:
+    text = value.strip().lower()
+    if text in BOOL_TRUE:
+        return True
+    if text in BOOL_FALSE:
+        return False
+    return None
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a folder, not a CSV") from None
+    except pd.errors.EmptyDataError:
+        raise ResultsError(f"{path}: empty file, not a results CSV") from None
+    except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ResultsError(f"{path}: cannot read as CSV: {first_line}") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV: missing columns {', '.join(missing)}")
+    frame = raw.copy()
+    for column in OPTIONAL_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = ""
+    for column in frame.columns:
+        frame[column] = frame[column].str.strip()
+    for column in NUMERIC_COLUMNS:
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        bad = frame[column][numbers.isna() & (frame[column] != "")]
+        if not bad.empty:
+            raise ResultsError(f"{path}: column {column}: not a number: {bad.iloc[0]!r}")
+        frame[column] = numbers.astype(float)
+    ranks = frame["rank"].dropna()
+    if not (ranks == ranks.round()).all():
+        raise ResultsError(f"{path}: column rank: not a whole number: {ranks[ranks != ranks.round()].iloc[0]!r}")
+    frame["status"] = frame["status"].str.lower()
+    frame["tied_with_best"] = frame["tied_with_best"].map(_parse_bool).astype(object)
+    empty_trial = frame["trial"] == ""
+    if empty_trial.any():
+        raise ResultsError(f"{path}: row {int(np.flatnonzero(empty_trial)[0]) + 2} has no trial name")
+    duplicated = frame["trial"][frame["trial"].duplicated()]
+    if not duplicated.empty:
+        raise ResultsError(f"{path}: trial {duplicated.iloc[0]!r} appears more than once")
+    return frame.reset_index(drop=True)
+
+
+def load_results(paths: Iterable[Path | str]) -> list[ResultSet]:
+    """Read each CSV (ResultsError naming the file when unreadable or missing columns)."""
+    paths = [Path(p) for p in paths]
+    frames = [_read_frame(p) for p in paths]
+    return [ResultSet(p, label, frame) for p, label, frame in zip(paths, _labels(paths), frames)]
+
+
+# --- statistics ------------------------------------------------------------------------------
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Kendall's tau-b of two paired samples, ties allowed (x tied, y tied, or both).
+
+    tau_b = (C - D) / sqrt((n0 - n1) (n0 - n2)), n0 = n(n-1)/2 pairs, n1 / n2 the pairs tied in
+    x / in y. None with fewer than two pairs or when one side is all ties (undefined).
+    """
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"kendall_tau_b needs two 1-d samples of one length, got {a.shape} and {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("kendall_tau_b: samples must be finite numbers")
+    n = a.size
+    if n < 2:
+        return None
+    upper = np.triu_indices(n, k=1)
+    sign_a = np.sign(a[:, None] - a[None, :])[upper]
+    sign_b = np.sign(b[:, None] - b[None, :])[upper]
+    pairs = n * (n - 1) // 2
+    tied_a = int(np.count_nonzero(sign_a == 0))
+    tied_b = int(np.count_nonzero(sign_b == 0))
+    denominator = math.sqrt((pairs - tied_a) * (pairs - tied_b))
+    if denominator == 0:
+        return None
+    return float(np.sum(sign_a * sign_b) / denominator)
+
+
+# --- comparing ----------------------------------------------------------------------------
+
+
+def _value(frame: pd.DataFrame, column: str) -> Any:
+    """A file-level column's value: None when empty; several distinct values joined by ','."""
+    values = [v for v in dict.fromkeys(frame[column]) if v != ""] if column in frame else []
+    if column in NUMERIC_DIFFERENCE_COLUMNS:
+        numbers = []
+        for v in values:
+            try:
+                numbers.append(float(v))
+            except ValueError:
+                numbers.append(v)
+        values = list(dict.fromkeys(numbers))
+    if not values:
+        return None
+    if len(values) == 1:
+        return values[0]
+    return ",".join(str(v) for v in values)
+
+
+def _check_same_config(results: Sequence[ResultSet]) -> None:
+    first = results[0]
+    for other in results[1:]:
+        differing = [(c, _value(first.frame, c), _value(other.frame, c)) for c in CONFIG_COLUMNS]
+        # An empty value (no rows, an older CSV) cannot be checked and is not a difference.
+        differing = [d for d in differing if d[1] is not None and d[2] is not None and d[1] != d[2]]
+        if differing:
+            what = ", ".join(f"{c} {a!r} vs {b!r}" for c, a, b in differing)
+            raise ResultsError(f"{first.path} and {other.path} come from different configs ({what}); "
+                               "use --force to compare them anyway")
+
+
+def _ranked(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame["status"] == OK) & frame["rank"].notna()]
+
+
+def winner_of(frame: pd.DataFrame) -> str | None:
+    """The rank-1 trial with the highest throughput (first in the file on equal throughput)."""
+    top = _ranked(frame)
+    top = top[top["rank"] == top["rank"].min()] if not top.empty else top
+    if top.empty:
+        return None
+    best = top["throughput"].fillna(-math.inf)
+    return str(top.loc[best.idxmax(), "trial"])
+
+
+def _tied(frame: pd.DataFrame, trial: str | None) -> bool:
+    """Whether `trial` ran and is tied with the best in this file."""
+    rows = frame[(frame["trial"] == trial) & (frame["status"] == OK)]
+    return not rows.empty and rows["tied_with_best"].iloc[0] is True
+
+
+def _speedup_sides(frame: pd.DataFrame) -> dict[str, int]:
+    """trial -> +1 (helps: throughput_lo / baseline > 1), -1 (hurts: throughput_hi / baseline < 1);
+    trials whose speedup interval holds 1, or cannot be told, are left out."""
+    base = frame[(frame["trial"] == BASELINE) & (frame["status"] == OK)]["throughput"]
+    if base.empty or not (base.iloc[0] > 0):
+        return {}
+    baseline = float(base.iloc[0])
+    sides = {}
+    for row in frame[frame["status"] == OK].itertuples(index=False):
+        if row.throughput_lo / baseline > 1:
+            sides[row.trial] = 1
+        elif row.throughput_hi / baseline < 1:
+            sides[row.trial] = -1
+    return sides
+
+
+def _aligned(results: Sequence[ResultSet], trials: Sequence[str]) -> pd.DataFrame:
+    table = pd.DataFrame({"trial": list(trials)})
+    for result in results:
+        rows = result.frame.set_index("trial").reindex(trials)
+        for column in PER_FILE_COLUMNS:
+            name = f"{column}{LABEL_SEPARATOR}{result.label}"
+            values = rows[column].to_numpy()
+            if column == "status":
+                values = [ABSENT if pd.isna(v) else v for v in values]
+            elif column == "reason":
+                values = ["" if pd.isna(v) else v for v in values]
+            elif column == "tied_with_best":
+                values = [v if isinstance(v, bool) else None for v in values]
+            table[name] = values
+        rank = f"rank{LABEL_SEPARATOR}{result.label}"
+        table[rank] = table[rank].astype("Int64")
+    return table
+
+
+def _trial_order(results: Sequence[ResultSet]) -> list[str]:
+    """The first file's order (best first), then trials only later files have, in their order."""
+    return list(dict.fromkeys(t for r in results for t in r.frame["trial"]))
+
+
+def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
+    """Align the files by trial and say whether the first file's conclusion holds in the others.
+
+    Files of different configs (config_name or config_sha) are refused unless `force`.
+    `changed` is true when a file's winner is not the first file's winner (unless each of the
+    two winners is tied with the best in the other's file: a swap within noise), when a trial helps
+    beyond its interval in one file and hurts beyond it in another, or when a file has no
+    ranked trial while the first has one. Tie-group and status changes are flagged only.
+    """
+    results = list(results)
+    if len(results) < 2:
+        raise ResultsError(f"compare needs at least two results CSVs, got {len(results)}")
+    if not force:
+        _check_same_config(results)
+    labels = [r.label for r in results]
+    first = results[0]
+    trials = _trial_order(results)
+
+    winners = {r.label: winner_of(r.frame) for r in results}
+    differences = {}
+    for column in DIFFERENCE_COLUMNS:
+        values = {r.label: _value(r.frame, column) for r in results}
+        if len(set(map(repr, values.values()))) > 1:
+            differences[column] = values
+
+    first_ranks = _ranked(first.frame).set_index("trial")["rank"]
+    tau: dict[str, float | None] = {}
+    for result in results:
+        ranks = _ranked(result.frame).set_index("trial")["rank"]
+        common = [t for t in first_ranks.index if t in ranks.index]
+        tau[result.label] = kendall_tau_b(first_ranks[common].to_numpy(), ranks[common].to_numpy())
+
+    flags: dict[str, list[str]] = {t: [] for t in trials}
+    reasons: list[str] = []
+    first_winner = winners[first.label]
+    for result in results[1:]:
+        new = winners[result.label]
+        if new is None and first_winner is not None:
+            reasons.append(f"no trial ran in {result.label}")
+        elif new is not None and new != first_winner and _tied(first.frame, new) and \
+                _tied(result.frame, first_winner):
+            # Each winner is within noise of the other in both files: the same conclusion.
+            if WINNER_WITHIN_NOISE not in flags[new]:
+                flags[new].append(WINNER_WITHIN_NOISE)
+        elif new is not None and new != first_winner:
+            if WINNER_CHANGED not in flags[new]:
+                flags[new].append(WINNER_CHANGED)
+            reasons.append(f"winner is {new} in {result.label} but "
+                           f"{first_winner if first_winner is not None else 'none'} in {first.label}")
+
+    sides = [_speedup_sides(r.frame) for r in results]
+    for trial in trials:
+        seen = [(label, s[trial]) for label, s in zip(labels, sides) if trial in s]
+        if len({side for _, side in seen}) > 1:
+            start_label, start = seen[0]
+            end_label = next(label for label, side in seen if side != start)
+            if start > 0:
+                flags[trial].append(HELPS_TO_HURTS)
+                reasons.append(f"{trial} helps in {start_label} but hurts in {end_label}")
+            else:
+                flags[trial].append(HURTS_TO_HELPS)
+                reasons.append(f"{trial} hurts in {start_label} but helps in {end_label}")
+
+    table = _aligned(results, trials)
+    for i, trial in enumerate(trials):
+        statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels}
+        if len(statuses) > 1:
+            flags[trial].append(STATUS_CHANGED)
+        ties = {table.at[i, f"tied_with_best{LABEL_SEPARATOR}{label}"] for label in labels
+                if table.at[i, f"status{LABEL_SEPARATOR}{label}"] == OK}
+        ties.discard(None)
+        if len(ties) > 1:
+            flags[trial].append(TIE_GROUP_CHANGED)
+
+    changed = bool(reasons)
+    if changed:
+        verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}"
+    else:
+        verdict = VERDICT_HOLDS
+    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]
+    return Comparison(
+        labels=tuple(labels),
+        paths=tuple(r.path for r in results),
+        table=table,
+        winners=winners,
+        differences=differences,
+        tau=tau,
+        flags={t: f for t, f in flags.items() if f},
+        verdict=verdict,
+        changed=changed,
+    )
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def _csv_cell(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None or value is pd.NA:
+        return ""
+    return value
+
+
+def aligned_frame(comparison: Comparison) -> pd.DataFrame:
+    """The aligned table as written by --out: booleans as true/false, missing cells empty."""
+    frame = comparison.table.copy()
+    for label in comparison.labels:
+        name = f"tied_with_best{LABEL_SEPARATOR}{label}"
+        frame[name] = frame[name].map(_csv_cell)
+    return frame
+
+
+def write_aligned(comparison: Comparison, path: Path | str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aligned_frame(comparison).to_csv(path, index=False)
+    return path
+
+
+def _fmt(value: Any, digits: int) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int) -> str:
+    key = f"{metric}{LABEL_SEPARATOR}{label}"
+    lo, hi = row[f"{metric}_lo{LABEL_SEPARATOR}{label}"], row[f"{metric}_hi{LABEL_SEPARATOR}{label}"]
+    text = _fmt(row[key], digits)
+    if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
+        text += f" [{_fmt(lo, digits)}-{_fmt(hi, digits)}]"
+    return text
+
+
+def comparison_table(comparison: Comparison, title: str = "") -> Table:
+    """Trials as rows; per file its rank (`=`: tied with best), samples/s and wait ratio with
+    their 95% intervals; rows that did not run show their status; then the trial's flags."""
+    table = Table(title=title or None, header_style="bold")
+    table.add_column("trial", justify="left")
+    for label in comparison.labels:
+        table.add_column(f"{label}\nrank", justify="right")
+        table.add_column(f"{label}\nsamples/s [95% CI]", justify="right")
+        table.add_column(f"{label}\nwait ratio [95% CI]", justify="right")
+    table.add_column("flags", justify="left")
+    for row in comparison.table.to_dict("records"):
+        cells: list[Any] = [str(row["trial"])]
+        for label in comparison.labels:
+            status = row[f"status{LABEL_SEPARATOR}{label}"]
+            if status != OK:
+                cells += [Text(status, style=STATUS_STYLE.get(status, "")), "", ""]
+                continue
+            rank = row[f"rank{LABEL_SEPARATOR}{label}"]
+            mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
+            winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
+            cells += [Text(f"{mark}{'-' if rank is pd.NA else rank}", style=winner_style),
+                      _with_interval(row, "throughput", label, 1),
+                      _with_interval(row, "wait_ratio", label, 3)]
+        flags = row[FLAGS_COLUMN]
+        cells.append(Text(flags, style="yellow") if flags else "")
+        table.add_row(*cells)
+    return table
+
+
+def comparison_lines(comparison: Comparison) -> list[str]:
+    """Plain lines to show under the table: winners, what differs, tau, the verdict (last)."""
+    first = comparison.labels[0]
+    lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}"
+                                    for label in comparison.labels)]
+    for column, values in comparison.differences.items():
+        shown = ", ".join(f"{label} {'-' if v is None else v}" for label, v in values.items())
+        lines.append(f"differs: {column}: {shown}")
+    taus = [f"{label} {'-' if comparison.tau[label] is None else format(comparison.tau[label], '.2f')}"
+            for label in comparison.labels[1:]]
+    lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
+    lines.append(comparison.verdict)
+    return lines

@@ -1,0 +1,394 @@
+"""Charts of results CSVs (SPEC §4): throughput with its interval and the wait ratio per trial.
+
+Drawn with matplotlib's Agg canvas on a Figure of its own, never through pyplot, so the
+user's global backend and pyplot state are left alone. Returns the file written; printing
+is the CLI's job.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+import pandas as pd
+
+from loadtune.errors import LoadtuneError, ResultsError
+
+IDEAL = "ideal"
+BASELINE = "baseline"
+# What a chart needs from a CSV; every CSV loadtune writes has these (SPEC §4).
+PLOT_COLUMNS = ("trial", "status", "reason", "throughput", "throughput_lo", "throughput_hi",
+                "wait_ratio", "wait_ratio_lo", "wait_ratio_hi")
+NUMERIC = ("rank", "throughput", "throughput_lo", "throughput_hi", "wait_ratio", "wait_ratio_lo",
+           "wait_ratio_hi", "speedup")
+TEXT = ("trial", "status", "reason", "config_name", "host", "device")
+META = ("config_name", "scale", "host", "device")
+
+DPI = 100
+MIN_WIDTH_IN, MAX_WIDTH_IN = 10.0, 16.0
+WIDTH_PER_CSV_IN = 7.5
+ROW_HEIGHT_IN = 0.36
+BASE_HEIGHT_IN = 2.3
+MAX_HEIGHT_IN = 40.0
+REASON_CHARS = 90
+
+BEST_COLOR = "#2f9e44"
+BASELINE_COLOR = "#4c6ef5"
+OTHER_COLOR = "#74a9cf"
+WAIT_COLOR = "#f08c00"
+GREY = "#9a9a9a"
+GREY_FILL = "#ececec"
+IDEAL_COLOR = "#c92a2a"
+WAIT_LABEL_OUTSIDE_BELOW = 0.85
+LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.6}
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_results_csv(path: Path | str) -> pd.DataFrame:
+    """A results CSV as a DataFrame with numeric columns as floats and text columns as str.
+
+    Raises ResultsError naming the file when it is missing, unreadable, empty or lacks a
+    column a chart needs.
+    """
+    path = Path(path)
+    try:
+        df = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: results CSV not found") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a folder, not a results CSV") from None
+    except pd.errors.EmptyDataError:
+        raise ResultsError(f"{path}: the file is empty, not a results CSV") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ResultsError(f"{path}: cannot parse as CSV: {first}") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    missing = [c for c in PLOT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV: missing column(s) {', '.join(missing)}")
+    return _normalised(df)
+
+
+def _normalised(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.copy()
+    for col in NUMERIC:
+        if col in df.columns:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
+    for col in TEXT:
+        if col in df.columns:
+            df[col] = df[col].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
+                                  else str(v))
+    return df.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _num(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _text(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return str(value)
+
+
+def _short(text: str, limit: int = REASON_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _meta_value(df: pd.DataFrame, col: str) -> str:
+    if col not in df.columns:
+        return ""
+    values = [_text(v) for v in df[col] if _text(v)]
+    if not values:
+        return ""
+    value = values[0]
+    if col == "scale":
+        number = _num(value)
+        if number is not None:
+            value = f"x{number:g}"
+    return value
+
+
+def trial_order(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[str]:
+    """Trials top to bottom: the first CSV's ranking (best first, rows that did not run last),
+    then trials only the other CSVs have, in their order. The `ideal` row is not a trial."""
+    order: list[str] = []
+    for i, (_, df) in enumerate(frames):
+        rows = df[df["trial"] != IDEAL]
+        if i == 0 and "rank" in rows.columns:
+            rows = rows.assign(_pos=range(len(rows)))
+            rows = rows.sort_values(["rank", "_pos"], na_position="last", kind="stable")
+        for name in rows["trial"]:
+            if name not in order:
+                order.append(name)
+    return order
+
+
+def _rows_by_trial(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for row in df.to_dict("records"):
+        out.setdefault(_text(row.get("trial")), row)
+    return out
+
+
+def _is_ok(row: dict[str, Any] | None, key: str = "throughput") -> bool:
+    return row is not None and _text(row.get("status")) == "ok" and _num(row.get(key)) is not None
+
+
+def _bar_color(row: dict[str, Any]) -> str:
+    if _num(row.get("rank")) == 1 or _text(row.get("tied_with_best")).lower() == "true" \
+            or row.get("tied_with_best") is True:
+        return BEST_COLOR
+    if row.get("trial") == BASELINE:
+        return BASELINE_COLOR
+    return OTHER_COLOR
+
+
+def _errors(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    below, above = [], []
+    for row in rows:
+        mean = _num(row[key])
+        lo, hi = _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
+        below.append(max(0.0, mean - lo) if lo is not None else 0.0)
+        above.append(max(0.0, hi - mean) if hi is not None else 0.0)
+    return below, above
+
+
+# --------------------------------------------------------------------------- drawing
+
+
+def _figure_size(n_frames: int, n_trials: int) -> tuple[float, float]:
+    width = min(MAX_WIDTH_IN, max(MIN_WIDTH_IN, WIDTH_PER_CSV_IN * n_frames))
+    height = min(MAX_HEIGHT_IN, BASE_HEIGHT_IN + ROW_HEIGHT_IN * max(n_trials, 3))
+    return width, height
+
+
+def _titles(frames: Sequence[tuple[str, pd.DataFrame]]) -> tuple[str, list[str]]:
+    """The figure title (what all CSVs share) and each column's title (label and what differs)."""
+    metas = [{c: _meta_value(df, c) for c in META} for _, df in frames]
+    shared = [c for c in META if len({m[c] for m in metas}) == 1 and metas[0][c]]
+
+    def describe(meta: dict[str, str], cols: Sequence[str]) -> str:
+        parts = []
+        for c in cols:
+            if not meta[c]:
+                continue
+            if c == "host":
+                parts.append(f"on {meta[c]}")
+            elif c == "device":
+                parts.append(f"device {meta[c]}")
+            else:
+                parts.append(meta[c])
+        return " · ".join(parts)
+
+    title = "loadtune"
+    if shared:
+        title += ": " + describe(metas[0], shared)
+    columns = []
+    for (label, _), meta in zip(frames, metas):
+        differing = describe(meta, [c for c in META if c not in shared])
+        columns.append(f"{label}\n{differing}" if differing else label)
+    return title, columns
+
+
+def _throughput_right(rows: dict[str, dict[str, Any]], n_frames: int) -> float:
+    """Where a throughput axis must end to show every bar, interval, line and label of a CSV
+    (narrower panels, with more CSVs side by side, need more room for the value labels)."""
+    ends = [1.0]
+    for row in rows.values():
+        if _is_ok(row):
+            ends.append(max(_num(row["throughput"]), _num(row.get("throughput_hi")) or 0.0))
+    return max(ends) * (1.22 if n_frames == 1 else 1.3 if n_frames == 2 else 1.45)
+
+
+def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]], ideal: dict | None,
+                     right: float) -> None:
+    from matplotlib.transforms import blended_transform_factory
+
+    ok = [(i, rows[name]) for i, name in enumerate(order) if _is_ok(rows.get(name))]
+    ys = [i for i, _ in ok]
+    data = [r for _, r in ok]
+    values = [_num(r["throughput"]) for r in data]
+    below, above = _errors(data, "throughput")
+    if ok:
+        ax.barh(ys, values, xerr=[below, above], color=[_bar_color(r) for r in data], height=0.62,
+                error_kw={"ecolor": "#333333", "elinewidth": 1.1, "capsize": 3}, zorder=2)
+    highs = [v + a for v, a in zip(values, above)]
+    base = rows.get(BASELINE)
+    base_value = _num(base["throughput"]) if _is_ok(base) else None
+    ideal_value = _num(ideal["throughput"]) if _is_ok(ideal) else None
+    ax.set_xlim(0, right)
+
+    for y, value, top, row in zip(ys, values, highs, data):
+        speedup = _num(row.get("speedup"))
+        label = f"{value:,.0f}"
+        if speedup is not None and row["trial"] != BASELINE:
+            label += f"  ({speedup:.2f}x)"
+        ax.text(top + right * 0.01, y, label, va="center", ha="left", fontsize=8, color="#222222",
+                clip_on=True, zorder=3, bbox=LABEL_BOX)
+
+    # Rows that did not run (or are missing from this CSV): greyed, with their reason.
+    to_axes_x = blended_transform_factory(ax.transAxes, ax.transData)
+    for i, name in enumerate(order):
+        row = rows.get(name)
+        if _is_ok(row):
+            continue
+        if row is None:
+            message = "not in this CSV"
+        else:
+            status = _text(row.get("status")) or "no result"
+            reason = _text(row.get("reason"))
+            message = f"{status}: {_short(reason)}" if reason else status
+        ax.axhspan(i - 0.31, i + 0.31, color=GREY_FILL, zorder=1, lw=0)
+        ax.text(0.01, i, message, transform=to_axes_x, va="center", ha="left", fontsize=7.5,
+                color="#777777", style="italic", clip_on=True, zorder=5,
+                bbox={**LABEL_BOX, "facecolor": GREY_FILL, "alpha": 1.0})
+
+    if base_value is not None:
+        ax.axvline(base_value, color=BASELINE_COLOR, ls="--", lw=1.2, zorder=2.5)
+    if ideal_value is not None:
+        ax.axvline(ideal_value, color=IDEAL_COLOR, ls=":", lw=1.6, zorder=2.5)
+        ax.text(ideal_value, 0.99, f"ideal {ideal_value:,.0f}/s ", transform=blended_transform_factory(
+            ax.transData, ax.transAxes), rotation=90, va="top", ha="right", fontsize=7.5,
+            color=IDEAL_COLOR, zorder=5)
+    ax.set_xlabel("throughput, samples/s (bars: 95% interval)")
+    ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
+
+
+def _draw_wait(ax: Any, order: list[str], rows: dict[str, dict[str, Any]], ideal: dict | None) -> None:
+    ok = [(i, rows[name]) for i, name in enumerate(order) if _is_ok(rows.get(name), "wait_ratio")]
+    ys = [i for i, _ in ok]
+    data = [r for _, r in ok]
+    values = [_num(r["wait_ratio"]) for r in data]
+    below, above = _errors(data, "wait_ratio")
+    if ok:
+        ax.barh(ys, values, xerr=[below, above], color=WAIT_COLOR, height=0.62,
+                error_kw={"ecolor": "#333333", "elinewidth": 1.1, "capsize": 3}, zorder=2)
+    for y, value, less, extra in zip(ys, values, below, above):
+        if value + extra <= WAIT_LABEL_OUTSIDE_BELOW:
+            ax.text(value + extra + 0.015, y, f"{value:.2f}", va="center", ha="left", fontsize=8,
+                    color="#222222", clip_on=True, zorder=3, bbox=LABEL_BOX)
+        else:  # no room right of the bar: write it inside, left of the interval
+            ax.text(max(value - less - 0.02, 0.02), y, f"{value:.2f}", va="center", ha="right",
+                    fontsize=8, color="white", fontweight="bold", clip_on=True, zorder=3)
+    for i, name in enumerate(order):
+        if not _is_ok(rows.get(name), "wait_ratio"):
+            ax.axhspan(i - 0.31, i + 0.31, color=GREY_FILL, zorder=1, lw=0)
+    ideal_value = _num(ideal["wait_ratio"]) if _is_ok(ideal, "wait_ratio") else None
+    if ideal_value is not None:
+        ax.axvline(ideal_value, color=IDEAL_COLOR, ls=":", lw=1.6, zorder=4)
+    ax.set_xlim(0, 1.15)
+    ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
+    ax.set_xlabel("wait ratio (lower is better)")
+    ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
+
+
+def _legend_handles(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[Any]:
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=BEST_COLOR, label="best / tied with best"),
+               Patch(color=BASELINE_COLOR, label="baseline"),
+               Patch(color=OTHER_COLOR, label="other trial"),
+               Line2D([], [], color=BASELINE_COLOR, ls="--", label="baseline throughput")]
+    if any((df["trial"] == IDEAL).any() for _, df in frames):
+        handles.append(Line2D([], [], color=IDEAL_COLOR, ls=":", label="ideal: the step fed from memory"))
+    handles.append(Patch(color=GREY_FILL, label="did not run (reason in grey)"))
+    return handles
+
+
+def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Any:
+    """The chart as a matplotlib Figure (with an Agg canvas), one column of panels per CSV."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    if not frames:
+        raise ResultsError("nothing to draw: give at least one results CSV")
+    frames = [(label, _normalised(df)) for label, df in frames]
+    for label, df in frames:
+        missing = [c for c in ("trial", "status", "throughput", "wait_ratio") if c not in df.columns]
+        if missing:
+            raise ResultsError(f"{label}: not a loadtune results table: missing column(s) {', '.join(missing)}")
+    order = trial_order(frames)
+    if not order:
+        raise ResultsError(f"{frames[0][0]}: no trials to draw")
+
+    n = len(frames)
+    fig = Figure(figsize=_figure_size(n, len(order)), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, 2 * n, sharey=True, squeeze=False,
+                        gridspec_kw={"width_ratios": [3.0, 1.25] * n})[0]
+    title, column_titles = _titles(frames)
+    fig.suptitle(title, fontsize=12, fontweight="bold")
+
+    all_rows = [_rows_by_trial(df) for _, df in frames]
+    right = max(_throughput_right(rows, n) for rows in all_rows)  # one scale, so CSVs compare by eye
+    for k, ((label, df), rows) in enumerate(zip(frames, all_rows)):
+        ideal = rows.get(IDEAL)
+        t_ax, w_ax = axes[2 * k], axes[2 * k + 1]
+        _draw_throughput(t_ax, order, rows, ideal, right)
+        _draw_wait(w_ax, order, rows, ideal)
+        if n > 2:  # narrow panels: fewer ticks, shorter labels
+            t_ax.xaxis.set_major_locator(MaxNLocator(nbins=4))
+            t_ax.set_xlabel("samples/s (95% interval)")
+            w_ax.set_xticks([0, 0.5, 1.0])
+            w_ax.set_xlabel("wait ratio")
+        t_ax.set_title(column_titles[k], fontsize=10, loc="left")
+        w_ax.tick_params(axis="y", left=False)
+        if k > 0:
+            t_ax.tick_params(axis="y", left=False)
+
+    handles = _legend_handles(frames)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+               fontsize=8, frameon=False)
+    first = axes[0]
+    first.set_yticks(range(len(order)))
+    first.set_yticklabels(order, fontsize=8.5)
+    first_rows = _rows_by_trial(frames[0][1])
+    for tick, name in zip(first.get_yticklabels(), order):
+        row = first_rows.get(name)
+        if not _is_ok(row):
+            tick.set_color(GREY)
+        elif _num(row.get("rank")) == 1:
+            tick.set_fontweight("bold")
+    first.set_ylim(len(order) - 0.5, -0.5)  # best at the top
+    return fig
+
+
+def draw_results(frames: Sequence[tuple[str, pd.DataFrame]], path: Path | str) -> Path:
+    """Draw one or more results tables (label, DataFrame) side by side and write the image.
+
+    The format follows the file's suffix when matplotlib knows it, else PNG. Returns the path.
+    """
+    path = Path(path)
+    fig = make_figure(frames)
+    supported = fig.canvas.get_supported_filetypes()
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in supported:
+        fmt = "png"
+    try:
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format=fmt, dpi=DPI)
+    except OSError as exc:
+        raise LoadtuneError(f"{path}: cannot write the chart: {exc.strerror or exc}") from None
+    return path
+
+
+def draw_csvs(paths: Sequence[Path | str], out: Path | str) -> Path:
+    """Read results CSVs and draw them side by side, each labelled by its file name."""
+    frames = [(Path(p).name, read_results_csv(p)) for p in paths]
+    return draw_results(frames, out)
