@@ -18,7 +18,7 @@ from loadtune.errors import LoadtuneError
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
 EXIT_INTERRUPTED = 130
-TABLE_WIDTH = 140  # when output is not a terminal (a file, a CI log)
+TABLE_WIDTH = 160  # when output is not a terminal (a file, a CI log)
 
 app = typer.Typer(
     add_completion=False,
@@ -111,6 +111,7 @@ def sweep(
     strategy: str = typer.Option("ofat", "--strategy", help="ofat (one change at a time from the baseline), "
                                  "greedy (coordinate descent) or grid (every combination)."),
     rank_by: str = typer.Option("throughput", "--rank-by", help="throughput or wait_ratio."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the result as a chart (PNG)."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
                                 "to this config and machine; run only the rest."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -158,6 +159,14 @@ def sweep(
     for line in summary_lines(info):
         out_console.print(line, highlight=False, soft_wrap=True)
     out_console.print(f"CSV: {result.out_path}", highlight=False)
+    if plot is not None:
+        try:
+            from loadtune.plot import draw_csvs
+
+            info["plot"] = str(draw_csvs([result.out_path], plot))
+            out_console.print(f"Chart: {plot}", highlight=False)
+        except LoadtuneError as exc:
+            _fail(str(exc), debug)
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
 
@@ -188,6 +197,80 @@ def compare(
         console.print(f"Aligned CSV: {out}", highlight=False)
     if fail_on_flip and comparison.changed:
         raise typer.Exit(EXIT_FLIPPED)
+
+
+@app.command()
+def report(
+    csvs: list[Path] = typer.Argument(..., help="One or more results CSVs."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Draw them as a chart (PNG), side by side."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Show results CSVs as ranked tables with a legend, and draw them."""
+    from loadtune.report import LEGEND, noise_warnings, not_run_lines, report_title, results_table
+    from loadtune.results import load_rows
+    from loadtune.stats import NOISY_RELATIVE_SPREAD
+
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    try:
+        tables = [(path, load_rows(path)) for path in csvs]
+        if plot is not None:
+            from loadtune.plot import draw_csvs
+
+            draw_csvs(csvs, plot)
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    for path, rows in tables:
+        console.print(results_table(rows, title=report_title(rows, path.name)))
+        for line in not_run_lines(rows):
+            console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
+        for line in noise_warnings(rows, NOISY_RELATIVE_SPREAD):
+            console.print(f"[yellow]Warning:[/] {line}", highlight=False, soft_wrap=True)
+    for line in LEGEND:
+        console.print(line, style="dim", highlight=False, soft_wrap=True)
+    if plot is not None:
+        console.print(f"Chart: {plot}", highlight=False)
+
+
+@app.command()
+def profile(
+    config: Path = typer.Argument(..., help="YAML config; the baseline loader (after --set) is profiled."),
+    sets: list[str] = typer.Option([], "--set", help="Override a config key: KEY=VALUE (VALUE is YAML)."),
+    batches: Optional[int] = typer.Option(None, "--batches", help="Profiled batches (default measure.batches)."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome/Perfetto trace (JSON)."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Run the baseline under torch.profiler with the loop's regions named, and show where time goes."""
+    from loadtune.config import load_config
+    from loadtune.profile import profile_run
+
+    try:
+        spec = load_config(config, _overrides(sets, None, None, None, device))
+        result = profile_run(spec, batches or spec.config.measure.batches, trace, spec.config.device)
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console.print(result.table, highlight=False, markup=False, soft_wrap=True)
+    for line in result.summary_lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    if result.trace_path:
+        console.print(f"Trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)",
+                      highlight=False)
+
+
+@app.command()
+def init(
+    path: Optional[Path] = typer.Argument(None, help="Where to write the starter config (default loadtune.yaml)."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Write a commented starter config that runs the demo dataset."""
+    from loadtune.starter import DEFAULT_STARTER_PATH, write_starter
+
+    try:
+        written = write_starter(path or DEFAULT_STARTER_PATH)
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    typer.echo(f"Wrote {written}; edit it, then run: loadtune sweep {written}")
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ LOADER_DEFAULTS = {"batch_size": 1, "shuffle": False, "num_workers": 0, "prefetc
                    "collate_fn": None, "worker_init_fn": None, "multiprocessing_context": None,
                    "in_order": True}
 ALWAYS_SHOWN = ("batch_size", "num_workers")
+TRIAL_WIDTH_MAX = 48
 STATUS_STYLE = {"ok": "", "skipped": "dim", "failed": "red", "timeout": "red"}
 
 
@@ -44,15 +45,21 @@ def dataloader_line(trial: Trial) -> str:
 
 
 def _interval(row: Mapping[str, Any], key: str, digits: int) -> str:
-    return f"{_fmt(row.get(key), digits)} [{_fmt(row.get(key + '_lo'), digits)}-{_fmt(row.get(key + '_hi'), digits)}]"
+    return f"{_fmt(row.get(key), digits)} [{_fmt(row.get(key + '_lo'), digits)}, {_fmt(row.get(key + '_hi'), digits)}]"
 
 
 def results_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
     """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed."""
     table = Table(title=title or None, header_style="bold", caption_justify="left")
+    longest = max((len(str(r["trial"])) for r in rows), default=5)
     for name in ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup", "% of ideal",
                  "wait ms", "p95 ms", "step ms", "1st batch s", "epoch start ms"):
-        table.add_column(name, justify="left" if name == "trial" else "right")
+        if name == "trial":
+            table.add_column(name, justify="left", no_wrap=True, min_width=min(longest, TRIAL_WIDTH_MAX))
+        elif "CI" in name:
+            table.add_column(name, justify="right", no_wrap=True)
+        else:
+            table.add_column(name, justify="right")
     for r in rows:
         status = r.get("status", "")
         if status != "ok":
@@ -126,3 +133,35 @@ def summary_lines(info: Mapping[str, Any]) -> list[str]:
         lines.append(f"Baseline: {base['throughput']:.1f} samples/s, wait ratio {base['wait_ratio']:.3f}")
     lines.append(f"Paste: {info['dataloader']}")
     return lines
+
+
+LEGEND = (
+    "rank: 1 = best by throughput; '=' marks trials within noise of the best (their 95% intervals "
+    "overlap the leader's); 'ref' is the ideal (the step fed from memory), not a setting.",
+    "wait ratio: share of the loop spent waiting for data and copying it to the device; "
+    "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",
+    "wait / p95 ms: mean and 95th percentile wait per counted batch; 1st batch s: worker start-up; "
+    "epoch start ms: mean wait at each new epoch (persistent_workers lowers it).",
+)
+
+
+def noise_warnings(rows: Sequence[Mapping[str, Any]], limit: float) -> list[str]:
+    """Trials whose throughput interval is wider than ±limit of its mean, with the remedy."""
+    notes = []
+    for r in rows:
+        mean, lo, hi = r.get("throughput"), r.get("throughput_lo"), r.get("throughput_hi")
+        if r.get("status") != "ok" or not mean or lo is None or hi is None:
+            continue
+        spread = (hi - lo) / 2 / mean
+        if spread > limit:
+            notes.append(f"{r['trial']}: unstable result, throughput ±{spread * 100:.0f}%: rerun with "
+                         "--repeats 5 or more, a longer --batches, or close other programs")
+    return notes
+
+
+def report_title(rows: Sequence[Mapping[str, Any]], source: str) -> str:
+    first = rows[0] if rows else {}
+    parts = [str(first.get(k)) for k in ("config_name", "host", "device") if first.get(k)]
+    if first.get("scale") is not None:
+        parts.append(f"scale x{first['scale']:g}")
+    return f"{source}: " + ", ".join(parts) if parts else source

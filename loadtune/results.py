@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from loadtune.errors import ResultsError
 from loadtune.plan import Trial
 from loadtune.rank import Placing
 from loadtune.run import Outcome
@@ -189,3 +190,23 @@ def read_rows(path: Path | str) -> list[dict[str, Any]]:
         if not header:
             return []
         return [{c: _parse(c, v) for c, v in zip(header, values)} for values in reader if len(values) == len(header)]
+
+
+REQUIRED_FOR_REPORT = ("trial", "status", "reason", "rank", "throughput", "throughput_lo", "throughput_hi",
+                       "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "tied_with_best")
+
+
+def load_rows(path: Path | str) -> list[dict[str, Any]]:
+    """Rows of a results CSV to show or compare; a missing, empty or foreign file is a ResultsError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ResultsError(f"{path}: results CSV not found")
+    try:
+        with path.open(newline="") as f:
+            header = next(csv.reader(f), [])
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from None
+    missing = [c for c in REQUIRED_FOR_REPORT if c not in header]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV (missing columns: {', '.join(missing)})")
+    return read_rows(path)

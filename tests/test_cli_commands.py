@@ -1,0 +1,84 @@
+"""report, compare, init and profile through the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from PIL import Image
+
+from tests.conftest import run_cli, tiny_config
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPORT_CSV = FIXTURES / "report" / "demo-vm-x1.csv"
+
+
+def test_report_table_matches_the_golden_text():
+    result = run_cli("report", str(REPORT_CSV))
+    assert result.returncode == 0, result.stderr
+    golden = (FIXTURES / "report" / "demo-vm-x1.report.txt").read_text()
+    assert result.stdout == golden
+
+
+def test_report_draws_several_csvs_side_by_side(tmp_path):
+    png = tmp_path / "cmp.png"
+    result = run_cli("report", str(REPORT_CSV), str(FIXTURES / "report" / "demo-box8-x1.csv"), "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    with Image.open(png) as image:
+        assert image.format == "PNG" and image.width > 1000 and image.height > 300
+
+
+def test_report_of_a_missing_or_foreign_file_is_a_user_error(tmp_path):
+    assert run_cli("report", str(tmp_path / "none.csv")).returncode == 1
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    result = run_cli("report", str(other))
+    assert result.returncode == 1 and "not a loadtune results CSV" in result.stderr
+
+
+def test_compare_verdicts_and_exit_codes(tmp_path):
+    base = FIXTURES / "compare" / "base.csv"
+    same = run_cli("compare", str(base), str(FIXTURES / "compare" / "same.csv"), "--fail-on-flip")
+    assert same.returncode == 0 and "conclusion holds" in same.stdout
+    out = tmp_path / "aligned.csv"
+    flipped = run_cli("compare", str(base), str(FIXTURES / "compare" / "flipped.csv"), "--out", str(out))
+    assert flipped.returncode == 0 and "conclusion changed" in flipped.stdout
+    assert "tau" in flipped.stdout.lower()
+    assert "trial" in pd.read_csv(out).columns
+    assert run_cli("compare", str(base), str(FIXTURES / "compare" / "flipped.csv"),
+                   "--fail-on-flip").returncode == 3
+    refused = run_cli("compare", str(base), str(FIXTURES / "compare" / "other_config.csv"))
+    assert refused.returncode == 1 and refused.stderr.strip().startswith("Error:")
+    assert run_cli("compare", str(base), str(FIXTURES / "compare" / "other_config.csv"), "--force").returncode == 0
+
+
+def test_init_writes_a_config_that_loads_and_refuses_to_overwrite(tmp_path):
+    path = tmp_path / "start.yaml"
+    assert run_cli("init", str(path)).returncode == 0
+    assert "dataset" in yaml.safe_load(path.read_text())
+    again = run_cli("init", str(path))
+    assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_profile_prints_grouped_regions_and_writes_a_trace(write_config, tmp_path):
+    trace = tmp_path / "trace.json"
+    config = write_config(tiny_config(measure={"warmup_batches": 1, "batches": 4, "repeats": 1}))
+    result = run_cli("profile", str(config), "--batches", "4", "--trace", str(trace))
+    assert result.returncode == 0, result.stderr
+    assert "loadtune.wait" in result.stdout and "loadtune.step" in result.stdout
+    text = trace.read_text()
+    json.loads(text)
+    for region in ("loadtune.wait", "loadtune.h2d", "loadtune.step"):
+        assert region in text
+
+
+def test_sweep_plot_writes_the_chart_next_to_the_csv(write_config, tmp_path):
+    config = tiny_config(sweep={"num_workers": [0]}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1})
+    png = tmp_path / "chart.png"
+    result = run_cli("sweep", str(write_config(config)), "--out", str(tmp_path / "c.csv"), "--plot", str(png))
+    assert result.returncode == 0, result.stderr
+    assert f"Chart: {png}" in result.stdout
+    with Image.open(png) as image:
+        assert image.width > 500
