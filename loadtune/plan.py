@@ -14,7 +14,8 @@ IDEAL = "ideal"
 FEED_LOADER = "dataloader"
 FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost at all
 # Settings that only mean something with worker processes; dropped when num_workers becomes 0.
-WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None}
+WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
+               "in_order": True}
 
 
 def format_value(value: Any) -> str:

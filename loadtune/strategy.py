@@ -57,9 +57,14 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
     current = baseline_trial(config)
     scores = dict(measure([current], 1))
     visits = [Visit(current, 1)]
+    swept_with: dict[str, tuple] = {}  # key -> the other settings when it was last swept
     for round_no in range(1, MAX_GREEDY_ROUNDS + 1):
         moved = False
         for key in config.sweep:
+            others = tuple((k, v) for k, v in current.settings if k != key)
+            if swept_with.get(key) == others:
+                continue  # nothing else moved since: sweeping it again would repeat the same answer
+            swept_with[key] = others
             base_settings = {k: v for k, v in current.settings}
             candidates: dict[str, Trial] = {current.name: current}
             for value in config.sweep[key]:

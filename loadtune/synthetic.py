@@ -2,7 +2,8 @@
 
 sleep_cost: each sample waits `cost_s` (I/O-like, uses no CPU).
 cpu_cost:   each sample burns `cost_s` of its thread's CPU time (decode-like).
-Both return small float tensors of `sample_shape`.
+mixed_cost: some CPU and some waiting, with every n-th sample much slower.
+All return small float tensors of `sample_shape`.
 """
 
 from __future__ import annotations
@@ -63,3 +64,28 @@ def cpu_cost(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequen
 def sleep_cost_stream(num_samples: int = 512, cost_s: float = 0.001,
                       sample_shape: Sequence[int] = (16,)) -> SleepCostStream:
     return SleepCostStream(num_samples, cost_s, sample_shape)
+
+
+class MixedCost(SleepCost):
+    """Each sample burns `cpu_s` of CPU and waits `sleep_s`; every `slow_every`-th sample
+    costs `slow_factor` times more, so batches vary in cost (where prefetch depth matters)."""
+
+    def __init__(self, num_samples: int, cpu_s: float, sleep_s: float, slow_every: int, slow_factor: float,
+                 sample_shape: Sequence[int]) -> None:
+        super().__init__(num_samples, 0.0, sample_shape)
+        self.cpu_s, self.sleep_s, self.slow_every, self.slow_factor = cpu_s, sleep_s, slow_every, slow_factor
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        factor = self.slow_factor if self.slow_every and index % self.slow_every == 0 else 1.0
+        end = time.thread_time() + self.cpu_s * factor
+        while time.thread_time() < end:
+            pass
+        time.sleep(self.sleep_s * factor)
+        return torch.full(self.sample_shape, float(index)), index
+
+
+def mixed_cost(num_samples: int = 512, cpu_s: float = 0.0005, sleep_s: float = 0.001, slow_every: int = 7,
+               slow_factor: float = 8.0, sample_shape: Sequence[int] = (16,)) -> MixedCost:
+    return MixedCost(num_samples, cpu_s, sleep_s, slow_every, slow_factor, sample_shape)

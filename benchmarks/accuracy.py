@@ -1,0 +1,90 @@
+"""Measured wait ratios against the analytical model of the facts note.
+
+Datasets whose per-sample cost is a known sleep (no CPU), over a grid of num_workers (W),
+batch size (B), per-sample cost (c) and step (s); points closer than 2x to the balance
+W*s = B*c are left out. Model: W = 0: r = B*c / (B*c + s); W >= 1: r = max(0, 1 - W*s / (B*c)).
+The per-sample cost c in the model is calibrated: the time one batch really takes to fetch
+and collate in one process, divided by B (a 1 ms sleep overshoots by tens of microseconds, and
+collate costs a little), so the figure checks the harness, not the sleep's precision.
+Prints each point and the largest absolute error. Goal: <= 0.03.
+
+    python benchmarks/accuracy.py [--quick]
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+
+from torch.utils.data import DataLoader
+
+from loadtune.synthetic import sleep_cost
+
+from _common import machine_line, run_baseline, spec_from
+
+GOAL_MAX_ABS_ERROR = 0.03
+BALANCE_MARGIN = 2.0
+
+
+def model(workers: int, batch: int, cost_s: float, step_s: float) -> float:
+    data_s = batch * cost_s
+    if workers == 0:
+        return data_s / (data_s + step_s)
+    return max(0.0, 1 - workers * step_s / data_s)
+
+
+def calibrated_cost_s(batch: int, cost_s: float, batches: int = 20) -> float:
+    """Per-sample cost as it really is: fetch + collate of whole batches in this process."""
+    loader = DataLoader(sleep_cost(batch * batches, cost_s), batch_size=batch)
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    return (time.perf_counter() - start) / (batch * batches)
+
+
+def points(quick: bool):
+    workers = (0, 1, 2, 4)
+    batches = (8, 32)
+    costs = (0.001, 0.004) if not quick else (0.002,)
+    steps = (0.005, 0.02)
+    for w, b, c, s in itertools.product(workers, batches, costs, steps):
+        if w:
+            ratio = (w * s) / (b * c)
+            if 1 / BALANCE_MARGIN < ratio < BALANCE_MARGIN:
+                continue
+        yield w, b, c, s
+
+
+def main() -> int:
+    quick = "--quick" in sys.argv
+    print(machine_line())
+    print(f"{'W':>2} {'B':>3} {'c ms':>5} {'c_eff':>6} {'s ms':>5} {'model':>7} {'measured':>9} {'error':>7}")
+    worst = 0.0
+    for w, b, c, s in points(quick):
+        batches = 30
+        config = {
+            "dataset": {"factory": "loadtune.synthetic:sleep_cost",
+                        "kwargs": {"num_samples": b * (batches + 10 + 4 * max(w, 1)), "cost_s": c}},
+            "loader": {"batch_size": b, "num_workers": w, **({"prefetch_factor": 2} if w else {})},
+            "step": {"sleep_s": s},
+            "measure": {"warmup_batches": 5, "batches": batches, "repeats": 1, "timeout_s": 120},
+            "device": "cpu",
+        }
+        outcome, stats = run_baseline(spec_from(config))
+        if stats is None:
+            print(f"{w:>2} {b:>3} {c * 1e3:>5.1f} {s * 1e3:>5.1f}  {outcome.status}: {outcome.reason}")
+            return 1
+        c_eff = calibrated_cost_s(b, c)
+        expected = model(w, b, c_eff, s)
+        error = stats.wait_ratio.mean - expected
+        worst = max(worst, abs(error))
+        print(f"{w:>2} {b:>3} {c * 1e3:>5.1f} {c_eff * 1e3:>6.3f} {s * 1e3:>5.1f} {expected:>7.3f} "
+              f"{stats.wait_ratio.mean:>9.3f} {error:>+7.3f}", flush=True)
+    verdict = "met" if worst <= GOAL_MAX_ABS_ERROR else "MISSED"
+    print(f"largest absolute error: {worst:.3f} (goal <= {GOAL_MAX_ABS_ERROR}: {verdict})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
