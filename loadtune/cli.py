@@ -147,7 +147,9 @@ def sweep(
     finally:
         signal.signal(signal.SIGTERM, previous)
     chosen = recommended(result.rows)
+    kwarg = spec.config.dataset.scale_kwarg
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
+            "scaled": f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
             "device": result.device, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
     info = summary(result.rows, chosen, result.trials, meta)
     out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}, "

@@ -32,7 +32,7 @@ REQUIRED_COLUMNS = (
     "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
     "tied_with_best", "config_name", "config_sha",
 )
-OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale")
+OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale", "start_method")
 NUMERIC_COLUMNS = ("rank", "throughput", "throughput_lo", "throughput_hi",
                    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "speedup")
 BOOL_TRUE = frozenset({"true", "1", "yes"})
@@ -40,7 +40,7 @@ BOOL_FALSE = frozenset({"false", "0", "no"})
 
 CONFIG_COLUMNS = ("config_name", "config_sha")
 # What may differ between files without refusing them: the machine (loadtune_version aside) and scale.
-DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "scale", *CONFIG_COLUMNS)
+DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_method", "scale", *CONFIG_COLUMNS)
 NUMERIC_DIFFERENCE_COLUMNS = frozenset({"cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "scale"})
 
 # Per file, in this order, in the aligned table (`<metric>@<label>`).

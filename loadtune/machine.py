@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
 import shutil
@@ -81,4 +82,5 @@ def fingerprint() -> dict[str, object]:
         "torch_version": torch.__version__,
         "python_version": platform.python_version(),
         "loadtune_version": __version__,
+        "start_method": multiprocessing.get_start_method(),
     }

@@ -132,6 +132,10 @@ def summary_lines(info: Mapping[str, Any]) -> list[str]:
     if base and base.get("wait_ratio") is not None:
         lines.append(f"Baseline: {base['throughput']:.1f} samples/s, wait ratio {base['wait_ratio']:.3f}")
     lines.append(f"Paste: {info['dataloader']}")
+    if info.get("scale") is not None:
+        scaled = f" ({info['scaled']})" if info.get("scaled") else ""
+        lines.append(f"Measured at scale x{info['scale']:g}{scaled}. The bottleneck moves with data, ranks and "
+                     "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
     return lines
 
 

@@ -30,12 +30,12 @@ COLUMNS = (
     *MACHINE,
     *RUN,
     # Beyond SPEC §4's columns, never before them.
-    "pct_of_ideal", "strategy", "round", "device", "pinned", "trial_wall_s",
+    "pct_of_ideal", "strategy", "round", "device", "pinned", "trial_wall_s", "start_method",
 )
 DEFAULT_PREFETCH = 2
 BOOL_COLUMNS = ("persistent_workers", "pin_memory", "tied_with_best", "pinned")
 TEXT_COLUMNS = ("trial", "changed", "value", "status", "reason", *MACHINE, "config_name", "config_sha",
-                "started_at", "strategy", "device")
+                "started_at", "strategy", "device", "start_method")
 
 
 def effective_settings(trial: Trial) -> dict[str, Any]:
@@ -76,7 +76,7 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
         reason=reason,
         **effective_settings(trial),
     )
-    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round")})
+    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round", "start_method")})
     if outcome is not None:
         row["trial_wall_s"] = _round(outcome.wall_s, 2)
         if outcome.measurement is not None:
