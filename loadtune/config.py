@@ -9,13 +9,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from loadtune.errors import ConfigError
 
@@ -26,7 +27,8 @@ MAX_VALUE_CHARS = 60
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # allow_inf_nan: a sleep, timeout or step of .inf / .nan is never meant; refuse it here.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class DatasetSpec(_Model):
@@ -99,12 +101,12 @@ def _check_sweep(sweep: dict[str, list[Any]]) -> None:
     for key, values in sweep.items():
         if key not in SWEEPABLE:
             hint = "a spec can be set in loader, not swept" if key in SPEC_KEYS else "not a DataLoader setting"
-            raise ValueError(f"sweep.{key}: unknown key ({hint}; sweepable: {', '.join(SWEEPABLE)})")
+            raise ValueError(f"sweep.{_key(key)}: unknown key ({hint}; sweepable: {', '.join(SWEEPABLE)})")
         if not values:
             raise ValueError(f"sweep.{key}: give at least one value to try")
         field = LoaderSpec.model_fields[key]
         annotated = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-        adapter = TypeAdapter(annotated, config=ConfigDict(strict=True))
+        adapter = TypeAdapter(annotated, config=ConfigDict(strict=True, allow_inf_nan=False))
         for i, value in enumerate(values):
             try:
                 adapter.validate_python(value)
@@ -122,6 +124,13 @@ class Config(_Model):
     measure: MeasureSpec = Field(default_factory=MeasureSpec)
     device: str = Field(default="auto", pattern=DEVICE_PATTERN.pattern)
     output: Optional[str] = None
+
+    @field_validator("output")
+    @classmethod
+    def _a_file_path(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and (not value.strip() or "\x00" in value):
+            raise ValueError("give a CSV file path (not empty, no NUL byte), or null")
+        return value
 
     @model_validator(mode="after")
     def _sweep_values(self) -> "Config":
@@ -153,8 +162,12 @@ class RunSpec:
 def config_sha(config: Config) -> str:
     """Hash of a config without its output path. Taken before --scale, so sweeps of one config
     at several scales (or on several machines) share it and can be compared."""
-    data = config.model_dump(mode="json", exclude={"output"})
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    try:
+        data = config.model_dump(mode="json", exclude={"output"})
+        blob = json.dumps(data, sort_keys=True, default=str).encode()
+    except (ValueError, TypeError):  # kwargs JSON cannot hold (e.g. YAML !!binary that is not UTF-8)
+        data = config.model_dump(mode="python", exclude={"output"})
+        blob = json.dumps(data, sort_keys=True, default=repr).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
 
@@ -163,10 +176,20 @@ def _short(value: Any) -> str:
     return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
 
 
+_PLAIN_KEY = re.compile(r"^[\w.\-]+$")
+
+
+def _key(part: Any) -> str:
+    """A key as the user wrote it when it is plain; quoted when it holds spaces, newlines or
+    other odd characters, so that a message stays one readable line."""
+    text = str(part)
+    return text if _PLAIN_KEY.match(text) else repr(part)
+
+
 def _dotted(loc: tuple) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += f"[{part}]" if isinstance(part, int) else (f".{_key(part)}" if out else _key(part))
     return out
 
 
@@ -188,20 +211,45 @@ def _format_validation(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _parse_yaml(text: str) -> Any:
+    """yaml.safe_load; RecursionError (brackets nested thousands deep) becomes a YAMLError."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or next(iter(str(exc).splitlines()), "") or type(exc).__name__
+    context = getattr(exc, "context", None)
+    if context:
+        mark, problem_mark = getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)
+        if mark is not None and (problem_mark is None or mark.line != problem_mark.line):
+            context = f"{context} that starts at line {mark.line + 1}, column {mark.column + 1}"
+        problem = f"{problem} ({context})"
+    return _one_line(problem)
+
+
 def _read_yaml(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: config file not found") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
+                          "is not UTF-8)") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = _parse_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{where}: could not parse YAML: {problem}") from None
+        raise ConfigError(f"{where}: could not parse YAML: {_yaml_problem(exc)}") from None
     if data is None:
         raise ConfigError(f"{path}: config file is empty")
     if not isinstance(data, dict):
@@ -209,25 +257,52 @@ def _read_yaml(path: Path) -> dict:
     return data
 
 
+def _refuse_cycles(data: Any, where: str) -> None:
+    """A YAML alias inside its own anchor (`a: &x [*x]`) makes a structure that contains
+    itself: nothing can validate, hash or pass it on. Iterative, linear in the nodes."""
+    done: set[int] = set()
+    on_path: set[int] = set()
+    stack: list[tuple[Any, tuple, bool]] = [(data, (), False)]
+    while stack:
+        node, loc, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if not isinstance(node, (dict, list)) or id(node) in done:
+            continue
+        if id(node) in on_path:
+            raise ConfigError(f"{where}: {_dotted(loc) or 'the document'}: refers to itself "
+                              "(a YAML alias used inside its own anchor)")
+        on_path.add(id(node))
+        stack.append((node, loc, True))
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
+            stack.append((child, (*loc, key), False))
+
+
 def apply_override(data: dict, assignment: str) -> dict:
     """Return a copy of `data` with one `KEY.PATH=VALUE` override applied (VALUE parsed as YAML)."""
     key, sep, raw = assignment.partition("=")
     key = key.strip()
     if not sep or not key:
-        raise ConfigError(f"--set expects KEY=VALUE, got {assignment!r}")
+        raise ConfigError(f"--set expects KEY=VALUE, got {_short(assignment)}")
+    parts = key.split(".")
+    if not all(parts):
+        raise ConfigError(f"--set {_key(key)}: a key path is names joined by dots, like loader.batch_size")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError:
-        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML") from None
+        value = _parse_yaml(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {_key(key)}: value {_short(raw)} is not valid YAML: {_yaml_problem(exc)}") from None
+    _refuse_cycles(value, f"--set {_key(key)}")
     out = copy.deepcopy(data)
     node = out
-    parts = key.split(".")
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
         if child is None:
             child = node[part] = {}
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}: {'.'.join(parts[: i + 1])} is not a mapping")
+            raise ConfigError(f"--set {_key(key)}: {_key('.'.join(parts[: i + 1]))} is not a mapping")
         node = child
     node[parts[-1]] = value
     return out
@@ -241,12 +316,15 @@ def load_config(
     """Load `path`, apply `--set` overrides and `--scale`, validate, and return a RunSpec."""
     path = Path(path)
     data = _read_yaml(path)
+    _refuse_cycles(data, str(path))
     for assignment in overrides:
         data = apply_override(data, assignment)
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(f"{path}: {_format_validation(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply") from None
     sha = config_sha(config)
     if scale != 1.0:
         config = _scaled(config, path, scale)
@@ -254,14 +332,18 @@ def load_config(
 
 
 def _scaled(config: Config, path: Path, scale: float) -> Config:
-    if not scale > 0:
-        raise ConfigError(f"--scale {scale}: must be greater than 0")
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ConfigError(f"--scale {scale}: must be a number greater than 0")
     kwarg = config.dataset.scale_kwarg
     if kwarg is None:
         raise ConfigError(f"{path}: --scale needs dataset.scale_kwarg (the dataset kwarg to multiply)")
     value = config.dataset.kwargs[kwarg]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{path}: dataset.kwargs.{kwarg} = {_short(value)}: --scale needs a number")
-    kwargs = {**config.dataset.kwargs, kwarg: max(1, round(value * scale))}
+    scaled = value * scale
+    if not math.isfinite(scaled):
+        raise ConfigError(f"{path}: dataset.kwargs.{kwarg} = {_short(value)} times --scale {scale:g} is not a "
+                          "finite number")
+    kwargs = {**config.dataset.kwargs, kwarg: max(1, round(scaled))}
     dataset = config.dataset.model_copy(update={"kwargs": kwargs})
     return config.model_copy(update={"dataset": dataset})

@@ -53,8 +53,11 @@ def load_callable(spec: str, base_dir: Path | str = ".", what: str = "factory") 
             module = importlib.import_module(module_part)
     except FactoryError:
         raise
+    except SystemExit as exc:  # a script that parses its command line (argparse) when imported
+        raise FactoryError(f"{what} {spec!r}: importing it called sys.exit({exc.code!r}); "
+                           "move what runs at import under `if __name__ == \"__main__\":`") from exc
     except Exception as exc:  # noqa: BLE001 - any import failure of user code is the user's to fix
-        raise FactoryError(f"{what} {spec!r}: cannot import: {type(exc).__name__}: {exc}") from exc
+        raise FactoryError(f"{what} {spec!r}: cannot import: {type(exc).__name__}: {_one_line(exc)}") from exc
     obj: Any = module
     for attr in attr_path.split("."):
         try:
@@ -70,8 +73,24 @@ def invoke(func: Callable[..., Any], kwargs: dict, spec: str, what: str) -> Any:
     """Call a loaded factory; anything it raises becomes a FactoryError naming the spec."""
     try:
         return func(**kwargs)
+    except SystemExit as exc:  # must not end the sweep silently with the user's exit code
+        raise FactoryError(f"{what} {spec!r} called sys.exit({exc.code!r})") from exc
     except Exception as exc:  # noqa: BLE001
-        raise FactoryError(f"{what} {spec!r} raised {type(exc).__name__}: {exc}") from exc
+        raise FactoryError(f"{what} {spec!r} raised {type(exc).__name__}: {_one_line(exc)}") from exc
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (the CLI prints one line)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a user exception whose __str__ fails
+        return ""
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
 
 
 def call_factory(spec: str, kwargs: dict, base_dir: Path | str, what: str) -> Any:
@@ -90,6 +109,17 @@ def build_dataset(spec: str, kwargs: dict, base_dir: Path | str) -> Any:
             f"dataset factory {spec!r} returned {type(dataset).__name__}, not a torch Dataset "
             "(map-style with __getitem__/__len__, or an IterableDataset)"
         )
+    if not isinstance(dataset, IterableDataset):
+        # A map-style dataset is sampled by index over range(len(dataset)): without a length,
+        # or with none to sample, every trial would fail the same way; say so once, up front.
+        try:
+            length = len(dataset)
+        except Exception as exc:  # noqa: BLE001 - the user's __len__
+            raise FactoryError(f"dataset factory {spec!r} returned a {type(dataset).__name__} whose len() "
+                               f"fails: {type(exc).__name__}: {_one_line(exc)}") from exc
+        if length == 0:
+            raise FactoryError(f"dataset factory {spec!r} returned an empty dataset (len 0) with kwargs "
+                               f"{_short(kwargs)}: nothing to load")
     return dataset
 
 
@@ -97,7 +127,7 @@ def dataset_length(dataset: Any) -> int | None:
     """len() of a map-style dataset; None for an iterable one without a length."""
     try:
         return len(dataset)
-    except TypeError:
+    except Exception:  # noqa: BLE001 - no length (TypeError), or an iterable's __len__ that fails
         return None
 
 

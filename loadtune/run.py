@@ -8,11 +8,14 @@ import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from typing import Any
 
 from loadtune.measure import Measurement
-from loadtune.trial import TrialJob, trial_main
+from loadtune.trial import TrialJob, signal_text, trial_main
 
 EXIT_GRACE_S = 10.0
+MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
@@ -30,18 +33,40 @@ class Outcome:
     wall_s: float = 0.0
 
 
-def _kill_group(pgid: int) -> None:
+def _kill_group(pgid: int | None) -> None:
+    if pgid is None:
+        return
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _signal_name(code: int) -> str:
+def _descendants(pid: int) -> list[Any]:
+    """The trial's process tree, taken while it is whole: a worker's own child that left the
+    group (a new session) is still found here, not by the group kill."""
     try:
-        return signal.Signals(code).name
-    except ValueError:
-        return f"signal {code}"
+        import psutil
+
+        return psutil.Process(pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - gone already, or no /proc: the group kill still runs
+        return []
+
+
+def _kill_tree(process: Any) -> None:
+    """SIGKILL the trial, its process group and every process of its tree."""
+    tree = _descendants(process.pid) if process.pid is not None and process.exitcode is None else []
+    if process.pid is not None and process.exitcode is None:
+        try:
+            process.kill()  # first, so that it cannot start a new process (or group) meanwhile
+        except (OSError, ValueError):
+            pass
+    _kill_group(process.pid)  # the group outlives its leader while a member lives
+    for child in tree:
+        try:
+            child.kill()  # psutil checks that the pid was not reused
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
 
 def run_isolated(job: TrialJob, timeout_s: float) -> Outcome:
@@ -50,10 +75,15 @@ def run_isolated(job: TrialJob, timeout_s: float) -> Outcome:
     receiver, sender = _context.Pipe(duplex=False)
     process = _context.Process(target=trial_main, args=(job, sender), daemon=False,
                                name=f"loadtune-trial {job.trial.name}")
-    process.start()
-    sender.close()
     try:
-        ready = wait([receiver, process.sentinel], timeout=timeout_s)
+        try:
+            process.start()
+        except Exception as exc:  # noqa: BLE001 - e.g. no processes or file descriptors left
+            return Outcome("failed", f"could not start the trial process: {type(exc).__name__}: {exc}",
+                           None, time.perf_counter() - start)
+        finally:
+            sender.close()
+        ready = wait([receiver, process.sentinel], timeout=min(timeout_s, MAX_WAIT_S))
         message = None
         if receiver in ready:
             try:
@@ -73,11 +103,17 @@ def run_isolated(job: TrialJob, timeout_s: float) -> Outcome:
         process.join(EXIT_GRACE_S)
         code = process.exitcode
         if code is not None and code < 0:
-            why = f"trial process killed by {_signal_name(-code)}"
+            why = f"trial process killed by {signal_text(-code)}"
         else:
             why = f"trial process exited with code {code} without a result"
         return Outcome("failed", why, None, wall_s)
     finally:
-        _kill_group(process.pid)
-        process.join(EXIT_GRACE_S)
-        receiver.close()
+        # A second Ctrl-C (or SIGTERM) must not cut the cleanup short: held until it is done.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            _kill_tree(process)
+            if process.pid is not None:
+                process.join(EXIT_GRACE_S)
+            receiver.close()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import multiprocessing
 import os
+import re
 import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
 from loadtune.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.factory import build_dataset, load_callable
-from loadtune.measure import Measurement, measure_loop
+from loadtune.measure import EmptyLoaderError, Measurement, measure_loop
 from loadtune.plan import FEED_MEMORY, Trial
 
 PARENT_POLL_S = 0.5
+# Prefix of the note added to an exception raised while loading a sample or collating a batch;
+# it travels inside the traceback text of an error re-raised from a DataLoader worker.
+NOTE_PREFIX = "[loadtune] "
+# What a death by these signals usually means.
+SIGNAL_HINTS = {
+    "SIGKILL": "out of memory? the kernel's OOM killer sends SIGKILL",
+    "SIGBUS": "/dev/shm may be too small for the batches workers share (Docker's default is 64 MB)",
+}
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,9 @@ class TrialJob:
     start_method: str  # how DataLoader starts workers in the user's own process
 
 
+_NO_BATCH = object()
+
+
 def loader_kwargs(trial: Trial, base_dir: str) -> dict[str, Any]:
     """DataLoader keywords for a trial: specs turned into callables, unsupported defaults dropped."""
     from torch.utils.data import DataLoader
@@ -49,16 +62,107 @@ def loader_kwargs(trial: Trial, base_dir: str) -> dict[str, Any]:
                 continue  # older torch: always in order
             raise ValueError(f"this torch's DataLoader has no keyword {key!r}")
         kwargs[key] = value
+    if kwargs.get("num_workers"):
+        # Workers started with spawn or forkserver do not inherit the annotated fetch.
+        kwargs["worker_init_fn"] = functools.partial(_init_worker, kwargs.get("worker_init_fn"))
     return kwargs
 
 
+def _init_worker(user_init: Callable[[int], Any] | None, worker_id: int) -> None:
+    install_fetch_notes()
+    if user_init is not None:
+        user_init(worker_id)
+
+
+def _indices_text(indices: Sequence[Any]) -> str:
+    items = list(indices)
+    if len(items) <= 4:
+        return f"[{', '.join(map(str, items))}]"
+    return f"[{items[0]}, {items[1]}, ..., {items[-1]}] ({len(items)} indices)"
+
+
+def _note(exc: BaseException, text: str) -> None:
+    note = NOTE_PREFIX + text
+    if hasattr(exc, "add_note"):  # Python 3.11+: the note is printed with the traceback
+        exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+
+
+def _annotated_fetch(self: Any, possibly_batched_index: Any) -> Any:
+    """torch's _MapDatasetFetcher.fetch, the same steps, with the failing index noted on the
+    error. A `try` costs nothing until it raises; the loop runs as many calls as before."""
+    dataset = self.dataset
+    if self.auto_collation:
+        if hasattr(dataset, "__getitems__") and dataset.__getitems__:
+            try:
+                data = dataset.__getitems__(possibly_batched_index)
+            except Exception as exc:
+                _note(exc, f"at dataset indices {_indices_text(possibly_batched_index)} (__getitems__)")
+                raise
+        else:
+            data = []
+            for idx in possibly_batched_index:
+                try:
+                    data.append(dataset[idx])
+                except Exception as exc:
+                    _note(exc, f"at dataset index {idx}")
+                    raise
+    else:
+        try:
+            data = dataset[possibly_batched_index]
+        except Exception as exc:
+            _note(exc, f"at dataset index {possibly_batched_index}")
+            raise
+    try:
+        return self.collate_fn(data)
+    except Exception as exc:
+        what = _indices_text(possibly_batched_index) if self.auto_collation else possibly_batched_index
+        _note(exc, f"in collate_fn, batch of dataset indices {what}")
+        raise
+
+
+def install_fetch_notes() -> None:
+    """Make map-style fetches in this process name the index at which the dataset failed."""
+    try:
+        from torch.utils.data._utils import fetch
+    except ImportError:  # a torch without this private module: errors just lack the index
+        return
+    fetcher = getattr(fetch, "_MapDatasetFetcher", None)
+    if fetcher is not None and fetcher.fetch is not _annotated_fetch:
+        fetcher.fetch = _annotated_fetch
+
+
 def execute(job: TrialJob) -> Measurement:
+    install_fetch_notes()
+    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    kwargs = loader_kwargs(job.trial, job.base_dir)
+    try:
+        return _execute(job, dataset, kwargs)
+    except EmptyLoaderError as exc:
+        raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc))) from None
+
+
+def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str) -> str:
+    """Why a DataLoader yielded nothing, in the trial's own numbers when they are known."""
+    try:
+        length = len(dataset)
+    except Exception:  # noqa: BLE001 - an iterable dataset without a length
+        return fallback
+    batch_size = kwargs.get("batch_size", 1)
+    if length == 0:
+        return "the dataset is empty (len 0): the DataLoader yields no batch"
+    if kwargs.get("drop_last") and batch_size is not None and batch_size > length:
+        return (f"batch_size={batch_size} is larger than the dataset (len {length}) and drop_last=true "
+                "drops the only, incomplete batch: the DataLoader yields no batch")
+    return fallback
+
+
+def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement:
     from torch.utils.data import DataLoader
 
     from loadtune.steps import build_step
 
-    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
-    kwargs = loader_kwargs(job.trial, job.base_dir)
     step = make_synced_step(build_step(job.step, job.base_dir, job.device), job.device)
     pin = bool(kwargs.get("pin_memory"))
     transfer = make_transfer(job.device, pin)
@@ -67,7 +171,10 @@ def execute(job: TrialJob) -> Measurement:
         # The ideal: one batch, already on the device, handed over again and again.
         in_process = {**kwargs, "num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
                       "multiprocessing_context": None}
-        batch = next(iter(DataLoader(dataset, **in_process)))
+        in_process.pop("worker_init_fn", None)
+        batch = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
+        if batch is _NO_BATCH:
+            raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch")
         loader = itertools.repeat(transfer(batch) if transfer is not None else batch)
         transfer = None
     else:
@@ -98,28 +205,155 @@ def execute(job: TrialJob) -> Measurement:
     return measurement
 
 
+_WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
+_CAUGHT = re.compile(r"^Caught \S+ ")
+
+
+def signal_text(signum: int) -> str:
+    """A signal as a reason: 'SIGSEGV (Segmentation fault)', with what it usually means."""
+    try:
+        sig = signal.Signals(signum)
+    except ValueError:
+        return f"signal {signum}"
+    text = f"{sig.name} ({signal.strsignal(sig)})" if signal.strsignal(sig) else sig.name
+    hint = SIGNAL_HINTS.get(sig.name)
+    return f"{text}; {hint}" if hint else text
+
+
+def _signal_named(description: str) -> int | None:
+    for sig in signal.Signals:
+        if signal.strsignal(sig) == description:
+            return int(sig)
+    return None
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 - a user exception whose __str__ fails
+        return ""
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    out: list[BaseException] = []
+    while exc is not None and all(exc is not seen for seen in out):
+        out.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return out
+
+
+def _worker_death(exc: BaseException) -> str | None:
+    """'DataLoader worker (pid N) killed by SIGSEGV (...)' when a worker died of a signal.
+
+    torch's SIGCHLD handler names the signal in an error that its "worker exited unexpectedly"
+    error chains; without it, the dead workers' exit codes are read off the traceback."""
+    chain = _chain(exc)
+    for link in chain:
+        found = _WORKER_KILLED.search(_text(link))
+        if found:
+            pid, description = found.group(1), found.group(2).strip()
+            signum = _signal_named(description)
+            what = signal_text(signum) if signum is not None else description
+            return f"DataLoader worker (pid {pid}) killed by {what}"
+    for link in chain:
+        tb = link.__traceback__
+        while tb is not None:
+            failed = tb.tb_frame.f_locals.get("failed_workers")
+            codes = [(w.pid, w.exitcode) for w in failed or ()
+                     if isinstance(getattr(w, "exitcode", None), int)]
+            if codes:
+                how = [f"pid {pid} killed by {signal_text(-code)}" if code < 0 else f"pid {pid} exit code {code}"
+                       for pid, code in codes]
+                first = next((ln.strip() for ln in _text(exc).splitlines() if ln.strip()), "")
+                return f"{type(exc).__name__}: {first} ({'; '.join(how)})"
+            tb = tb.tb_next
+    return None
+
+
+def _from_worker(text: str) -> tuple[str, list[str], str]:
+    """An error re-raised from a worker ('Caught X in DataLoader worker process N.' and the
+    worker's traceback): the original error line, loadtune's notes, and where it happened."""
+    lines = text.splitlines()
+    where = _CAUGHT.sub("", lines[0].strip().rstrip("."))
+    body = lines[1:]
+    frames = [i for i, ln in enumerate(body) if ln.startswith('  File "')]
+    i = frames[-1] + 1 if frames else 0
+    while i < len(body) and body[i].startswith("    "):  # the frame's source line and ^^^ marks
+        i += 1
+    rest = [ln.strip() for ln in body[i:] if ln.strip()]
+    notes = [ln[len(NOTE_PREFIX):] for ln in rest if ln.startswith(NOTE_PREFIX)]
+    error = next((ln for ln in rest if not ln.startswith(NOTE_PREFIX)), lines[0].strip())
+    return error, notes, where
+
+
 def describe(exc: BaseException) -> str:
-    """One line for the CSV: the exception type and its most telling message line."""
-    text = str(exc)
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if "Original Traceback" in text and lines:
-        # An error re-raised from a DataLoader worker: the original error is the last line.
-        worker = lines[0].rstrip(".")
-        return f"{lines[-1]} ({worker[0].lower() + worker[1:]})"
-    first = lines[0] if lines else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    """One line for the CSV: the exception type, its most telling message line, and where it
+    happened when known (the dataset index, the worker); a worker's death names the signal."""
+    try:
+        death = _worker_death(exc)
+        if death:
+            return death
+        text = _text(exc)
+        if "Original Traceback" in text:
+            error, notes, where = _from_worker(text)
+            extra = [*notes, where]
+        else:
+            first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+            error = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+            extra = [n[len(NOTE_PREFIX):] for n in getattr(exc, "__notes__", None) or ()
+                     if isinstance(n, str) and n.startswith(NOTE_PREFIX)]
+        return f"{error} ({', '.join(extra)})" if extra else error
+    except Exception:  # noqa: BLE001 - describing a failure must not fail
+        return type(exc).__name__
+
+
+def _proc_stat(pid: int) -> tuple[str, str] | None:
+    """State and start time of a process from /proc, None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return fields[0], fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _parent_alive(parent_pid: int, started: str | None) -> bool:
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # that pid now belongs to another user's process
+    stat = _proc_stat(parent_pid)
+    if stat is None:
+        return True
+    state, start = stat
+    # A dead sweep not yet reaped by its own parent is a zombie; a reused pid starts later.
+    return state not in ("Z", "X") and (started is None or start == started)
+
+
+def _kill_own_tree() -> None:
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):  # also those in other groups
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+    except Exception:  # noqa: BLE001 - the group kill below is what matters
+        pass
+    os.killpg(0, signal.SIGKILL)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
     """If the sweep itself dies, take this trial and its workers down too."""
+    stat = _proc_stat(parent_pid)
+    started = stat[1] if stat else None
     while True:
         time.sleep(PARENT_POLL_S)
-        try:
-            os.kill(parent_pid, 0)
-        except ProcessLookupError:
-            os.killpg(0, signal.SIGKILL)
-        except PermissionError:
-            pass
+        if not _parent_alive(parent_pid, started):
+            _kill_own_tree()
 
 
 def trial_main(job: TrialJob, conn: Any) -> None:

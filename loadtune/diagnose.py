@@ -1,0 +1,83 @@
+"""Why a trial waits: its resource figures (averaged over its repeats) and a verdict with advice."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from loadtune.measure import Measurement
+from loadtune.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.stats import TrialStats
+from loadtune.verdict import Evidence, epoch_starts_per_batch, epoch_wait_share, oversubscription_warning, verdict
+
+COLUMNS = ("cpu_util", "main_cpu_util", "workers_cpu_util", "peak_pss_mb", "worker_pss_mb", "pss_growth_mb",
+           "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice")
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    columns: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _max(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def resource_figures(measurement: Measurement, usable_cores: float) -> list[ResourceFigures]:
+    """One set of figures per repeat that sampled its process tree (two samples at least)."""
+    return [summarize_resources(s, usable_cores) for s in measurement.resources if len(s.samples) >= 2]
+
+
+def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats: TrialStats,
+             usable_cores: float) -> Diagnosis:
+    """Resource columns, the verdict and its advice, and warnings for one trial that ran."""
+    figures = resource_figures(measurement, usable_cores)
+    workers = kwargs.get("num_workers", 0)
+    prefetch = kwargs.get("prefetch_factor")
+    need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
+    columns: dict[str, Any] = {c: None for c in COLUMNS}
+    columns["shm_need_mb"] = _round(need_mb, 1)
+    if not figures:
+        return Diagnosis(columns)
+    cpu_util = statistics.fmean(f.cpu_util for f in figures)
+    threads = _mean([f.threads_per_worker for f in figures])
+    columns.update(
+        cpu_util=round(cpu_util, 3),
+        main_cpu_util=round(statistics.fmean(f.main_cpu_util for f in figures), 3),
+        workers_cpu_util=round(statistics.fmean(f.workers_cpu_util for f in figures), 3),
+        peak_pss_mb=_round(_max([f.peak_pss_mb for f in figures]), 1),
+        worker_pss_mb=_round(_mean([f.worker_pss_mb for f in figures]), 1),
+        pss_growth_mb=_round(_mean([f.pss_growth_mb for f in figures]), 1),
+        read_mb=_round(_mean([f.read_mb for f in figures]), 2),
+        threads_per_worker=_round(threads, 1),
+        memory_metric=figures[0].memory_metric,
+    )
+    evidence = Evidence(
+        wait_ratio=stats.wait_ratio.mean,
+        cpu_util=cpu_util,
+        usable_cores=usable_cores,
+        num_workers=workers,
+        wait_ms=stats.wait_ms,
+        epoch_start_ms=stats.epoch_start_ms,
+        epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms, epoch_starts_per_batch(measurement)),
+        worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
+        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+        threads_per_worker=threads,
+        persistent_workers=kwargs.get("persistent_workers"),
+        inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
+    )
+    columns["verdict"], columns["advice"] = verdict(evidence)
+    warning = oversubscription_warning(workers, threads, usable_cores)
+    return Diagnosis(columns, (f"{name}: {warning}",) if warning else ())
