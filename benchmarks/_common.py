@@ -33,7 +33,7 @@ def run_baseline(spec: RunSpec) -> tuple[Outcome, TrialStats | None]:
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
                    os.getpid(), multiprocessing.get_start_method())
     outcome = run_isolated(job, cfg.measure.timeout_s)
-    stats = summarize(outcome.measurement, cfg.measure.epoch_batches) if outcome.measurement else None
+    stats = summarize(outcome.result) if outcome.result else None
     return outcome, stats
 
 

@@ -132,6 +132,7 @@ def sweep(
     view = _ProgressView(err)
     out_path = out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     try:
         spec = load_config(config, _overrides(sets, repeats, batches, warmup, device), scale)
         out_path = out or default_output(spec)
@@ -146,6 +147,7 @@ def sweep(
         raise typer.Exit(EXIT_INTERRUPTED)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGHUP, previous_hup)
     chosen = recommended(result.rows)
     kwarg = spec.config.dataset.scale_kwarg
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,

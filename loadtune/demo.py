@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
+from torchvision import transforms as T
+from torchvision.datasets import ImageFolder
 
 DEFAULT_CACHE = Path(os.environ.get("LOADTUNE_CACHE", Path.home() / ".cache" / "loadtune"))
 CLASSES = 10
@@ -21,8 +24,6 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def _make_image(index: int, seed: int, min_px: int, max_px: int) -> Any:
-    from PIL import Image
-
     rng = np.random.default_rng((seed, index))
     width, height = (int(v) for v in rng.integers(min_px, max_px + 1, size=2))
     coarse = rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)
@@ -44,8 +45,6 @@ def ensure_images(num_images: int, folder: Path, seed: int = 0, min_px: int = 30
 
 
 def image_transform(crop_px: int = 224, train: bool = True) -> Any:
-    from torchvision import transforms as T
-
     augment = [T.RandomResizedCrop(crop_px), T.RandomHorizontalFlip()] if train else \
         [T.Resize(crop_px), T.CenterCrop(crop_px)]
     return T.Compose([*augment, T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
@@ -66,8 +65,6 @@ class JpegFiles:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        from PIL import Image
-
         with Image.open(self.paths[index]) as image:
             sample = self.transform(image.convert("RGB"))
         return sample, index % CLASSES
@@ -87,8 +84,6 @@ def synthetic_images(num_images: int = 1000, crop_px: int = 224, min_px: int = 3
 
 def image_folder(root: str, crop_px: int = 224) -> Any:
     """A user's own ImageFolder tree (root/<class>/<image>), with the same augmentation."""
-    from torchvision.datasets import ImageFolder
-
     path = Path(root).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(f"image folder {root!r} does not exist")

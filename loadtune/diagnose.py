@@ -53,10 +53,14 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         return Diagnosis(columns)
     cpu_util = statistics.fmean(f.cpu_util for f in figures)
     threads = _mean([f.threads_per_worker for f in figures])
+    main_util = statistics.fmean(f.main_cpu_util for f in figures)
+    workers_util = statistics.fmean(f.workers_cpu_util for f in figures)
+    # Share of one core each loading process used: the workers' mean, or the main process.
+    loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores
     columns.update(
         cpu_util=round(cpu_util, 3),
-        main_cpu_util=round(statistics.fmean(f.main_cpu_util for f in figures), 3),
-        workers_cpu_util=round(statistics.fmean(f.workers_cpu_util for f in figures), 3),
+        main_cpu_util=round(main_util, 3),
+        workers_cpu_util=round(workers_util, 3),
         peak_pss_mb=_round(_max([f.peak_pss_mb for f in figures]), 1),
         worker_pss_mb=_round(_mean([f.worker_pss_mb for f in figures]), 1),
         pss_growth_mb=_round(_mean([f.pss_growth_mb for f in figures]), 1),
@@ -77,6 +81,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         threads_per_worker=threads,
         persistent_workers=kwargs.get("persistent_workers"),
         inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
+        loader_busy=loader_busy,
     )
     columns["verdict"], columns["advice"] = verdict(evidence)
     warning = oversubscription_warning(workers, threads, usable_cores)

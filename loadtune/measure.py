@@ -42,6 +42,8 @@ class Measurement:
     first_batch_s: float
     windows: tuple[Window, ...]
     pinned: bool | None = None
+    batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
+    resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
 
 
 def batch_len(batch: Any, default: int = 1) -> int:
@@ -110,6 +112,8 @@ def measure_loop(
     transfer: Transfer | None = None,
     clock: Clock = time.perf_counter,
     default_batch_size: int = 1,
+    on_counted_start: Callable[[], None] | None = None,
+    on_counted_end: Callable[[], None] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -118,18 +122,24 @@ def measure_loop(
     `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
     the time blocked in next() (a new epoch's iterator creation included), h2d the
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
-    the parts of a window add up to its wall time.
+    the parts of a window add up to its wall time. `on_counted_start` / `on_counted_end` run
+    just before the first counted batch and just after the last one (a resource sampler, say).
     """
+    from loadtune.resources import batch_bytes
+
     feed = _Feed(loader, epoch_batches)
     try:
         t0 = clock()
         batch, _ = feed.next()
         first_batch_s = clock() - t0
+        first_batch_bytes = batch_bytes(batch)
         for i in range(max(warmup_batches, 1)):
             if i > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
         windows = []
+        if on_counted_start is not None:
+            on_counted_start()
         for _ in range(repeats):
             wait, h2d, stepped, samples, starts = [], [], [], [], []
             t0 = clock()
@@ -150,6 +160,8 @@ def measure_loop(
                 starts.append(new_epoch)
                 t0 = t3
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts)))
-        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows))
+        if on_counted_end is not None:
+            on_counted_end()
+        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes)
     finally:
         feed.close()

@@ -94,7 +94,7 @@ def _brief(row: Mapping[str, Any] | None) -> dict[str, Any] | None:
         return None
     keys = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_hi", "wait_ratio",
             "wait_ratio_lo", "wait_ratio_hi", "speedup", "tied_with_best", "num_workers",
-            "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal")
+            "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal", "verdict", "advice")
     return {k: row.get(k) for k in keys}
 
 
@@ -132,6 +132,11 @@ def summary_lines(info: Mapping[str, Any]) -> list[str]:
     if base and base.get("wait_ratio") is not None:
         lines.append(f"Baseline: {base['throughput']:.1f} samples/s, wait ratio {base['wait_ratio']:.3f}")
     lines.append(f"Paste: {info['dataloader']}")
+    for label, row in (("baseline", base), ("recommended", chosen)):
+        if row and row.get("verdict"):
+            lines.append(f"Bottleneck ({label}, {row['trial']}): {row['verdict']}. {row.get('advice') or ''}".rstrip())
+        if base and chosen and base["trial"] == chosen["trial"]:
+            break
     if info.get("scale") is not None:
         scaled = f" ({info['scaled']})" if info.get("scaled") else ""
         lines.append(f"Measured at scale x{info['scale']:g}{scaled}. The bottleneck moves with data, ranks and "

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from loadtune.diagnose import COLUMNS as DIAGNOSIS
 from loadtune.errors import ResultsError
+from loadtune.measure import Measurement
 from loadtune.plan import Trial
 from loadtune.rank import Placing
 from loadtune.run import Outcome
@@ -30,12 +32,12 @@ COLUMNS = (
     *MACHINE,
     *RUN,
     # Beyond SPEC §4's columns, never before them.
-    "pct_of_ideal", "strategy", "round", "device", "pinned", "trial_wall_s", "start_method",
+    "pct_of_ideal", *DIAGNOSIS, "strategy", "round", "device", "pinned", "trial_wall_s", "start_method",
 )
 DEFAULT_PREFETCH = 2
 BOOL_COLUMNS = ("persistent_workers", "pin_memory", "tied_with_best", "pinned")
 TEXT_COLUMNS = ("trial", "changed", "value", "status", "reason", *MACHINE, "config_name", "config_sha",
-                "started_at", "strategy", "device", "start_method")
+                "started_at", "strategy", "device", "start_method", "memory_metric", "verdict", "advice")
 
 
 def effective_settings(trial: Trial) -> dict[str, Any]:
@@ -60,9 +62,10 @@ def _round(value: float | None, digits: int) -> float | None:
     return round(value, digits)
 
 
-def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
-             context: Mapping[str, Any]) -> dict[str, Any]:
-    """One CSV row for a trial; `context` holds the machine and run columns and `device`."""
+def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None, context: Mapping[str, Any],
+             measurement: Measurement | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """One CSV row for a trial; `context` holds the machine and run columns and `device`;
+    `extra` more columns of COLUMNS (the resource figures and verdict)."""
     if outcome is None:  # planned but refused before it ran
         status, reason = "skipped", trial.skip_reason or ""
     else:
@@ -79,8 +82,10 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None,
     row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round", "start_method")})
     if outcome is not None:
         row["trial_wall_s"] = _round(outcome.wall_s, 2)
-        if outcome.measurement is not None:
-            row["pinned"] = outcome.measurement.pinned
+    if measurement is not None:
+        row["pinned"] = measurement.pinned
+    if extra:
+        row.update({k: v for k, v in extra.items() if k in row})
     if stats is not None:
         row.update(
             wait_ratio=_round(stats.wait_ratio.mean, 4),

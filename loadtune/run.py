@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
+from pathlib import Path
 import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from loadtune.measure import Measurement
-from loadtune.trial import TrialJob, signal_text, trial_main
+from loadtune.trial import PreflightJob, TrialJob, signal_text, trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -20,7 +21,27 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-_context.set_forkserver_preload(["loadtune.trial"])
+_context.set_forkserver_preload(["torch", "torch.utils.data", "loadtune.trial"])
+
+
+def preload(specs: list[str], base_dir: str) -> None:
+    """Have the trial server import the user's factory modules too (torchvision, say), once,
+    instead of every trial process importing them again. Only before the server's first start;
+    a module that fails to import there is simply imported by each trial, as without this."""
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
+        return
+    modules = ["torch", "torch.utils.data", "loadtune.trial"]
+    for spec in specs:
+        module = spec.rpartition(":")[0]
+        if module.endswith(".py") or "/" in module:
+            path = (Path(base_dir) / module).resolve()
+            if str(path.parent) not in sys.path:
+                sys.path.append(str(path.parent))  # the server takes its sys.path from here
+            module = path.stem
+        modules.append(module)
+    _context.set_forkserver_preload(list(dict.fromkeys(modules)))
 
 
 @dataclass(frozen=True)
@@ -29,7 +50,7 @@ class Outcome:
 
     status: str
     reason: str = ""
-    measurement: Measurement | None = None
+    result: Any = None  # what the job returned: a Measurement for a trial
     wall_s: float = 0.0
 
 
@@ -69,12 +90,12 @@ def _kill_tree(process: Any) -> None:
             pass
 
 
-def run_isolated(job: TrialJob, timeout_s: float) -> Outcome:
+def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
     """Run `job` in a new process (and process group) and wait at most `timeout_s` for it."""
     start = time.perf_counter()
     receiver, sender = _context.Pipe(duplex=False)
     process = _context.Process(target=trial_main, args=(job, sender), daemon=False,
-                               name=f"loadtune-trial {job.trial.name}")
+                               name=f"loadtune {job.name}")
     try:
         try:
             process.start()

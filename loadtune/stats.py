@@ -59,15 +59,32 @@ def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.nda
     return float(fed / total), float(samples.sum() / total)
 
 
-def _bootstrap(groups: list[tuple[np.ndarray, ...]], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Resample whole groups (repeats or blocks) with replacement; the figures of each resample."""
-    sums = np.array([[g.sum() for g in group] for group in groups])  # (groups, 4)
-    picks = rng.integers(0, len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups)))
-    totals = sums[picks].sum(axis=1)  # (resamples, 4): wait, h2d, step, samples
+Group = tuple[np.ndarray, ...]  # wait, h2d, step, samples of some consecutive batches
+
+
+def _bootstrap(strata: list[list[Group]], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Resample the groups of each stratum with replacement, as many as it has; the wait ratio
+    and throughput of each resample."""
+    totals = np.zeros((BOOTSTRAP_RESAMPLES, 4))
+    for groups in strata:
+        sums = np.array([[g.sum() for g in group] for group in groups])  # (groups, 4)
+        picks = rng.integers(0, len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups)))
+        totals += sums[picks].sum(axis=1)  # (resamples, 4): wait, h2d, step, samples
     fed = totals[:, 0] + totals[:, 1]
     whole = fed + totals[:, 2]
     whole = np.where(whole > 0, whole, np.nan)
     return fed / whole, totals[:, 3] / whole
+
+
+def _strata(arrays: list[Group], starts: list[np.ndarray]) -> list[list[Group]]:
+    """Epoch-start batches and steady-state blocks of BLOCK_BATCHES, resampled apart: how many
+    epoch starts a window holds is fixed by the settings, not chance, and must stay so."""
+    first, steady = [], []
+    for arr, start in zip(arrays, starts):
+        first.extend(tuple(a[i:i + 1] for a in arr) for i in np.flatnonzero(start))
+        rest = tuple(a[~start] for a in arr)
+        steady.extend(tuple(a[i:i + BLOCK_BATCHES] for a in rest) for i in range(0, len(rest[0]), BLOCK_BATCHES))
+    return [s for s in (first, steady) if s]
 
 
 def _interval(mean: float, draws: np.ndarray) -> Interval:
@@ -79,13 +96,13 @@ def _interval(mean: float, draws: np.ndarray) -> Interval:
     return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
 
 
-def summarize(measurement: Measurement, epoch_batches: int | None = None, seed: int = SEED) -> TrialStats:
+def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
     """Means over repeats and 95% intervals for wait ratio and throughput, plus per-batch figures.
 
     With at least MIN_REPEATS_FOR_REPEAT_BOOTSTRAP repeats the interval resamples whole
     repeats; with fewer it resamples blocks of BLOCK_BATCHES consecutive batches, which keeps
-    the short-range correlation of a DataLoader's queue inside each block. When epochs are
-    shorter than a window, a block is one epoch, so each block holds one epoch start.
+    the short-range correlation of a DataLoader's queue inside each block, with the epoch-start
+    batches resampled apart from the rest (a stratified bootstrap).
     """
     windows = measurement.windows
     arrays = [tuple(np.asarray(a, dtype=float) for a in (w.wait_s, w.h2d_s, w.step_s, w.samples))
@@ -94,20 +111,20 @@ def summarize(measurement: Measurement, epoch_batches: int | None = None, seed: 
     wait_ratio = float(np.mean([r for r, _ in per_window]))
     throughput = float(np.mean([t for _, t in per_window]))
     rng = np.random.default_rng(seed)
+    starts_by_window = [np.asarray(w.epoch_start, dtype=bool) for w in windows]
     if len(windows) >= MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
-        groups = arrays
+        strata = [list(arrays)]
     else:
-        size = epoch_batches if epoch_batches and 2 * epoch_batches <= len(windows[0]) else BLOCK_BATCHES
-        groups = [tuple(a[i:i + size] for a in arr) for arr in arrays for i in range(0, len(arr[0]), size)]
-    if len(groups) >= 2:
-        wr_draws, tp_draws = _bootstrap(groups, rng)
+        strata = _strata(arrays, starts_by_window)
+    if sum(len(s) for s in strata) >= 2:
+        wr_draws, tp_draws = _bootstrap(strata, rng)
         wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
     else:
         wr, tp = Interval(wait_ratio, wait_ratio, wait_ratio), Interval(throughput, throughput, throughput)
     wait = np.concatenate([a[0] for a in arrays])
     h2d = np.concatenate([a[1] for a in arrays])
     step = np.concatenate([a[2] for a in arrays])
-    starts = np.concatenate([np.asarray(w.epoch_start, dtype=bool) for w in windows])
+    starts = np.concatenate(starts_by_window)
     epoch_start_ms = float(wait[starts].mean() * 1e3) if starts.any() else math.nan
     return TrialStats(
         wait_ratio=wr,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import random
@@ -13,17 +14,18 @@ from typing import Any, Callable, Sequence
 
 from loadtune.config import RunSpec
 from loadtune.device import is_accelerator, resolve_device
-from loadtune.errors import ConfigError
-from loadtune.factory import build_dataset, dataset_length, load_callable
-from loadtune.machine import fingerprint, usable_cores
+from loadtune.diagnose import diagnose
+from loadtune.errors import ConfigError, FactoryError
+from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measure import Measurement
-from loadtune.plan import BASELINE, IDEAL, Trial, ideal_trial
+from loadtune.plan import BASELINE, FEED_MEMORY, IDEAL, Trial, baseline_trial, ideal_trial
+from loadtune.resources import shm_fits, shm_need_mb
 from loadtune.rank import Scored, order, rank
 from loadtune.results import ResultsFile, apply_ranking, make_row, read_rows
-from loadtune.run import Outcome, run_isolated
+from loadtune.run import Outcome, preload, run_isolated
 from loadtune.stats import Interval, summarize
 from loadtune.strategy import run_strategy
-from loadtune.trial import TrialJob
+from loadtune.trial import PreflightInfo, PreflightJob, TrialJob
 
 Event = Callable[[str, dict[str, Any]], None]
 
@@ -48,31 +50,44 @@ def default_output(spec: RunSpec) -> Path:
     return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}.csv"
 
 
-def preflight(spec: RunSpec, device: str) -> int | None:
-    """Build every user part once here, so a broken factory fails before any trial with a
-    clear error, not as a row per trial. Returns the dataset's length (None if iterable)."""
-    from torch.utils.data import IterableDataset
-
-    from loadtune.steps import build_step
-
+def preflight(spec: RunSpec, device: str) -> PreflightInfo:
+    """Build every user part once, in a process of its own with measure.timeout_s, so a broken
+    factory stops the sweep with a clear error before any trial, not as a failed row per trial."""
     cfg = spec.config
-    dataset = build_dataset(cfg.dataset.factory, cfg.dataset.kwargs, spec.base_dir)
-    if isinstance(dataset, IterableDataset) and cfg.loader.shuffle:
-        raise ConfigError(f"{spec.path}: loader.shuffle = True: DataLoader cannot shuffle an "
-                          f"IterableDataset ({cfg.dataset.factory}); set shuffle: false")
-    for key in ("collate_fn", "worker_init_fn"):
-        value = getattr(cfg.loader, key)
-        if value is not None:
-            load_callable(value, spec.base_dir, f"loader.{key}")
-    build_step(cfg.step, spec.base_dir, device)
-    return dataset_length(dataset)
+    job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
+                       os.getpid(), multiprocessing.get_start_method())
+    outcome = run_isolated(job, cfg.measure.timeout_s)
+    where = f"dataset factory {cfg.dataset.factory!r}"
+    if outcome.status == "timeout":
+        raise FactoryError(f"{where}: building the dataset and step took longer than "
+                           f"measure.timeout_s={cfg.measure.timeout_s:g}s")
+    if outcome.result is None:
+        raise FactoryError(f"{where}: {outcome.reason}")
+    info: PreflightInfo = outcome.result
+    if info.error is not None:
+        raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
+    return info
+
+
+def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None) -> str | None:
+    """Why a trial would not fit in /dev/shm (its workers would die of SIGBUS), or None."""
+    if trial.skipped or not batch_bytes or free_mb is None:
+        return None
+    kwargs = trial.loader_kwargs
+    need = shm_need_mb(batch_bytes, kwargs.get("num_workers", 0), kwargs.get("prefetch_factor"))
+    if shm_fits(need, free_mb):
+        return None
+    return (f"/dev/shm too small: batches in flight need about {need:.0f} MB "
+            f"({batch_bytes / 2**20:.1f} MB per batch) and {free_mb:.0f} MB is free; "
+            "give the container more (docker --shm-size) or use fewer workers or a smaller prefetch_factor")
 
 
 def _merge(measurements: Sequence[Measurement]) -> Measurement:
     """One trial's repeats, each from a process of its own, as one Measurement."""
     windows = tuple(w for m in measurements for w in m.windows)
     first = sum(m.first_batch_s for m in measurements) / len(measurements)
-    return Measurement(first, windows, measurements[0].pinned)
+    resources = tuple(r for m in measurements for r in m.resources)
+    return Measurement(first, windows, measurements[0].pinned, measurements[0].batch_bytes, resources)
 
 
 class _Runner:
@@ -80,8 +95,10 @@ class _Runner:
     a shuffled order, one process per repeat, so slow drift of the machine favours none."""
 
     def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile,
-                 emit: Event, seed: int) -> None:
+                 emit: Event, seed: int, cores: float, shm_check: Callable[[Trial], str | None]) -> None:
         self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
+        self.cores, self.shm_check = cores, shm_check
+        self.verdicts: dict[str, tuple[str, str]] = {}
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
         self.scores: dict[str, Scored] = {}
@@ -100,10 +117,15 @@ class _Runner:
 
     def _finish(self, trial: Trial, round_no: int, outcome: Outcome | None, measurement: Measurement | None) -> None:
         stats = None
+        extra: dict[str, Any] = {}
         if measurement is not None:
-            stats = summarize(measurement, self.spec.config.measure.epoch_batches)
+            stats = summarize(measurement)
             self.scores[trial.name] = Scored(trial.name, stats.throughput, stats.wait_ratio)
-        row = make_row(trial, outcome, stats, {**self.context, "round": round_no})
+            if trial.feed != FEED_MEMORY:
+                diagnosis = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores)
+                extra = diagnosis.columns
+                self.notes.extend(w for w in diagnosis.warnings if w not in self.notes)
+        row = make_row(trial, outcome, stats, {**self.context, "round": round_no}, measurement, extra)
         self.rows.append(row)
         self.results.append(row)
         if stats is not None and stats.noisy:
@@ -120,6 +142,7 @@ class _Runner:
         for t in [t for t in todo if t.name in self.resumed]:
             self.emit("trial_done", {"trial": t, "row": self.resumed[t.name], "resumed": True})
         todo = [t for t in todo if t.name not in self.resumed]
+        todo = [dataclasses.replace(t, skip_reason=why) if (why := self.shm_check(t)) else t for t in todo]
         runnable = [t for t in todo if not t.skipped]
         for t in todo:
             if t.skipped:
@@ -137,13 +160,13 @@ class _Runner:
                 outcome = run_isolated(self._job(trial), self.spec.config.measure.timeout_s)
                 self.runs_done += 1
                 self.emit("run_done", {"trial": trial})
-                if outcome.measurement is None:
+                if outcome.result is None:
                     outcomes[trial.name] = outcome
                     self.runs_done += repeats - repeat - 1  # its remaining repeats will not run
                     self._pending.pop(trial.name)
                     self._finish(trial, round_no, outcome, None)
                     continue
-                self._partial[trial.name].append(outcome.measurement)
+                self._partial[trial.name].append(outcome.result)
                 if repeat == repeats - 1:
                     wall = Outcome("ok", "", None, outcome.wall_s)
                     self._pending.pop(trial.name)
@@ -176,13 +199,23 @@ class _Runner:
 
 
 def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
-              on_event: Event | None = None, seed: int = 0, resume: bool = False) -> SweepResult:
+              on_event: Event | None = None, seed: int = 0, resume: bool = False,
+              shm_free_mb: float | None | str = "measure") -> SweepResult:
+    """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
+    checked against ("measure": read it now; None: do not check)."""
     emit = on_event or (lambda kind, data: None)
     cfg = spec.config
     device = resolve_device(cfg.device)
     accelerator = is_accelerator(device)
-    dataset_len = preflight(spec, device)
+    preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
+    info = preflight(spec, device)
+    dataset_len = info.dataset_len
     cores = usable_cores()
+    quota = cpu_quota()
+    effective_cores = min(cores, quota) if quota else cores
+    if shm_free_mb == "measure":
+        free_gb = shm_free_gb()
+        shm_free_mb = free_gb * 1024 if free_gb is not None else None
     context = {
         **fingerprint(),
         "config_name": spec.name,
@@ -196,7 +229,8 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     results = ResultsFile(out_path)
     kept = resumable_rows(out_path, spec, context["host"]) if resume else []
     results.start(kept)
-    runner = _Runner(spec, device, context, results, emit, seed)
+    runner = _Runner(spec, device, context, results, emit, seed, effective_cores,
+                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb))
     runner.resume(kept)
     result = SweepResult(out_path, [], device, rank_by, strategy)
     emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import itertools
@@ -11,14 +12,17 @@ import re
 import signal
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
+from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.factory import build_dataset, load_callable
 from loadtune.measure import EmptyLoaderError, Measurement, measure_loop
 from loadtune.plan import FEED_MEMORY, Trial
+from loadtune.resources import TreeSampler
 
 PARENT_POLL_S = 0.5
 # Prefix of the note added to an exception raised while loading a sample or collating a batch;
@@ -43,6 +47,76 @@ class TrialJob:
     base_dir: str
     parent_pid: int
     start_method: str  # how DataLoader starts workers in the user's own process
+
+    @property
+    def name(self) -> str:
+        return f"trial {self.trial.name}"
+
+    def run(self) -> Measurement:
+        return execute(self)
+
+
+@dataclass(frozen=True)
+class PreflightInfo:
+    """What the sweep learns by building the user's parts once: or the error that stops it."""
+
+    dataset_len: int | None = None
+    batch_bytes: int | None = None
+    error: str | None = None
+    error_kind: str | None = None  # "config" or "factory"
+
+
+@dataclass(frozen=True)
+class PreflightJob:
+    """Build every user part once, in a process of its own, before any trial: a factory that
+    raises, hangs or crashes stops the sweep with a clear error instead of failing every row."""
+
+    dataset: DatasetSpec
+    baseline: Trial
+    step: StepSpec
+    device: str
+    base_dir: str
+    config_path: str
+    parent_pid: int
+    start_method: str
+
+    @property
+    def name(self) -> str:
+        return "preflight"
+
+    def run(self) -> PreflightInfo:
+        try:
+            return preflight(self)
+        except ConfigError as exc:
+            return PreflightInfo(error=str(exc), error_kind="config")
+        except LoadtuneError as exc:
+            return PreflightInfo(error=str(exc), error_kind="factory")
+
+
+def preflight(job: PreflightJob) -> PreflightInfo:
+    """Dataset, loader specs and step built as a trial builds them; one batch fetched in this
+    process, to know what a batch weighs in shared memory."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from loadtune.factory import dataset_length
+    from loadtune.resources import batch_bytes
+    from loadtune.steps import build_step
+
+    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    kwargs = job.baseline.loader_kwargs
+    if isinstance(dataset, IterableDataset) and kwargs.get("shuffle"):
+        raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
+                          f"IterableDataset ({job.dataset.factory}); set shuffle: false")
+    loaded = loader_kwargs(job.baseline, job.base_dir)
+    build_step(job.step, job.base_dir, job.device)
+    in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
+    in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
+    try:
+        first = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
+    except Exception:  # noqa: BLE001 - a failing sample is each trial's row to report, with its index
+        first = _NO_BATCH
+    return PreflightInfo(dataset_len=dataset_length(dataset),
+                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first))
 
 
 _NO_BATCH = object()
@@ -189,6 +263,9 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement
             return inner(batch)
 
     m = job.measure
+    # The trial's process tree (this process with its pin-memory thread, and the workers),
+    # sampled at a low rate while the counted batches run; not for the ideal, which has none.
+    sampler = TreeSampler(os.getpid()) if job.trial.feed != FEED_MEMORY else None
     measurement = measure_loop(
         loader,
         step,
@@ -198,10 +275,14 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement
         epoch_batches=m.epoch_batches,
         transfer=transfer,
         default_batch_size=kwargs.get("batch_size") or 1,
+        on_counted_start=sampler.start if sampler else None,
+        on_counted_end=sampler.stop if sampler else None,
     )
+    if sampler is not None:
+        measurement = dataclasses.replace(measurement, resources=(sampler.stop(),))
     del loader  # shut persistent workers down cleanly before the process ends
     if seen_pinned:
-        measurement = Measurement(measurement.first_batch_s, measurement.windows, seen_pinned[0])
+        measurement = dataclasses.replace(measurement, pinned=seen_pinned[0])
     return measurement
 
 
@@ -356,16 +437,19 @@ def _exit_with_parent(parent_pid: int) -> None:
             _kill_own_tree()
 
 
-def trial_main(job: TrialJob, conn: Any) -> None:
-    """Entry point of the trial process: one message back, ('ok', Measurement) or ('failed', why)."""
+def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
+    """Entry point of the trial process: one message back, ('ok', result) or ('failed', why)."""
     os.setpgrp()  # the trial and its DataLoader workers form one group, killed as one
     # This process came from the trial server; its workers must start the way they would in
     # the user's training script (fork on Linux before Python 3.14), not from that server.
     multiprocessing.set_start_method(job.start_method, force=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep decides what happens on Ctrl-C
+    # The sweep warns once about workers beyond the cores; DataLoader's own warning would
+    # repeat in every trial process.
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     threading.Thread(target=_exit_with_parent, args=(job.parent_pid,), daemon=True).start()
     try:
-        result: tuple[str, Any] = ("ok", execute(job))
+        result: tuple[str, Any] = ("ok", job.run())
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
         result = ("failed", describe(exc))
     conn.send(result)

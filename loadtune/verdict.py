@@ -53,6 +53,9 @@ class Evidence:
     threads_per_worker: float | None = None
     persistent_workers: bool | None = None  # sharpens the start-up advice when known
     inflight_mb_per_worker: float = 0.0  # batches a worker may hold: shm_need_mb(...) / num_workers
+    # How busy each loading process is, as a share of one core: the mean worker (or, without
+    # workers, the main process). Near 1, loading is CPU work even when cores are left idle.
+    loader_busy: float | None = None
 
 
 def epoch_starts_per_batch(measurement: Measurement) -> float:
@@ -118,7 +121,21 @@ def verdict(e: Evidence) -> tuple[str, str]:
             )
         return DATA_BOUND_START_UP, (
             f"{where}: set persistent_workers=True so the {e.num_workers} workers are not started "
-            f"again every epoch."
+            f"again every epoch (the queue still refills at each start; the persistent_workers trial "
+            f"shows whether it pays here), or use longer epochs."
+        )
+    if e.cpu_util < CPU_SATURATED_UTIL and e.loader_busy is not None and e.loader_busy >= CPU_SATURATED_UTIL:
+        target = max(1, int(e.usable_cores))
+        if e.num_workers <= 0:
+            return DATA_BOUND_CPU, (
+                f"{waiting}: loading runs in the training process, which is {e.loader_busy:.0%} busy, while "
+                f"the {_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: use workers (num_workers={target}) "
+                f"so decoding runs beside the step."
+            )
+        return DATA_BOUND_CPU, (
+            f"{waiting}: each of the {e.num_workers} workers is {e.loader_busy:.0%} busy decoding while the "
+            f"{_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: add workers up to the cores "
+            f"(num_workers={target}); beyond them, only cheaper transforms or more cores help."
         )
     if e.cpu_util >= CPU_SATURATED_UTIL:
         return DATA_BOUND_CPU, (

@@ -173,3 +173,24 @@ def init_raises(worker_id: int) -> None:
 
 def collate_raises(batch: Any) -> Any:
     raise RuntimeError("collate_fn: cannot pad a batch of nothing")
+
+
+class PythonObjects(Dataset):
+    """Holds a big Python list of ints and sums a slice of it per sample: every worker that reads
+    the list writes reference counts and so copies its pages (pytorch issue 13246)."""
+
+    def __init__(self, num_items: int, num_samples: int):
+        self.items = list(range(num_items))
+        self.num_samples = num_samples
+        self.slice = num_items // num_samples
+
+    def __len__(self):
+        return self.num_samples
+
+    def __getitem__(self, index):
+        start = index * self.slice
+        return torch.tensor([float(sum(self.items[start:start + self.slice]))])
+
+
+def make_python_objects(num_items: int = 8_000_000, num_samples: int = 160):
+    return PythonObjects(num_items, num_samples)

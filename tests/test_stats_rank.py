@@ -70,3 +70,14 @@ def test_rank_by_wait_ratio():
     assert rank(items, "throughput")["fast"].rank == 1
     with pytest.raises(ValueError):
         rank(items, "speed")
+
+
+def test_epoch_starts_are_resampled_apart_from_steady_batches():
+    """Each window has exactly one slow epoch start: a fact of the settings, not noise. With
+    identical starts and identical steady batches the interval has no width."""
+    starts = [True] + [False] * 15
+    windows = tuple(window([0.3] + [0.01] * 15, [0.05] * 16, starts=starts) for _ in range(3))
+    stats = summarize(Measurement(0.1, windows))
+    assert stats.throughput.lo == pytest.approx(stats.throughput.mean)
+    assert stats.throughput.hi == pytest.approx(stats.throughput.mean)
+    assert stats.epoch_start_ms == pytest.approx(300.0)

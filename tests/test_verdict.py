@@ -171,3 +171,21 @@ def test_no_oversubscription_warning_cases():
     assert oversubscription_warning(2, BASE_WORKER_THREADS + 1, 3) is not None
     assert oversubscription_warning(0, 20, 2) is None
     assert oversubscription_warning(2, None, 2) is None
+
+
+def test_busy_workers_with_idle_cores_are_cpu_bound_and_asked_for_more_workers():
+    e = replace(BASE, wait_ratio=0.6, cpu_util=0.5, usable_cores=4, num_workers=2, loader_busy=0.97)
+    name, advice = verdict(e)
+    assert name == DATA_BOUND_CPU
+    assert "97% busy" in advice and "num_workers=4" in advice
+
+
+def test_loading_in_the_training_process_is_cpu_bound_and_asked_for_workers():
+    e = replace(BASE, wait_ratio=0.6, cpu_util=0.45, usable_cores=2, num_workers=0, loader_busy=0.9)
+    name, advice = verdict(e)
+    assert name == DATA_BOUND_CPU and "use workers (num_workers=2)" in advice
+
+
+def test_idle_workers_stay_io_bound():
+    e = replace(BASE, wait_ratio=0.6, cpu_util=0.2, usable_cores=2, num_workers=2, loader_busy=0.2)
+    assert verdict(e)[0] == DATA_BOUND_IO
