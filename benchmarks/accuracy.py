@@ -3,10 +3,15 @@
 Datasets whose per-sample cost is a known sleep (no CPU), over a grid of num_workers (W),
 batch size (B), per-sample cost (c) and step (s); points closer than 2x to the balance
 W*s = B*c are left out. Model: W = 0: r = B*c / (B*c + s); W >= 1: r = max(0, 1 - W*s / (B*c)).
-The per-sample cost c in the model is calibrated: the time one batch really takes to fetch
-and collate in one process, divided by B (a 1 ms sleep overshoots by tens of microseconds, and
-collate costs a little), so the figure checks the harness, not the sleep's precision.
-Prints each point and the largest absolute error. Goal: <= 0.03.
+Two costs the model leaves out are calibrated on this machine first, so the figure checks the
+harness and not the model's idealisations:
+  c_eff: the time one batch really takes to fetch and collate in one process, divided by B
+         (a 1 ms sleep overshoots by tens of microseconds, and collate costs a little);
+  o:     the time next() takes to hand over a batch a worker has already finished (the queue
+         read and the tensors' shared-memory hand-over), measured with a cost-free dataset.
+With workers the model's wait per batch becomes max(o, B*c_eff/W - s): when workers keep up,
+what is left is the hand-over. Prints each point with the plain model and the calibrated one,
+and the largest absolute error of each. Goal: <= 0.03 (calibrated).
 
     python benchmarks/accuracy.py [--quick]
 """
@@ -14,6 +19,7 @@ Prints each point and the largest absolute error. Goal: <= 0.03.
 from __future__ import annotations
 
 import itertools
+import statistics
 import sys
 import time
 
@@ -27,11 +33,12 @@ GOAL_MAX_ABS_ERROR = 0.03
 BALANCE_MARGIN = 2.0
 
 
-def model(workers: int, batch: int, cost_s: float, step_s: float) -> float:
+def model(workers: int, batch: int, cost_s: float, step_s: float, handover: float = 0.0) -> float:
     data_s = batch * cost_s
     if workers == 0:
         return data_s / (data_s + step_s)
-    return max(0.0, 1 - workers * step_s / data_s)
+    wait = max(handover, data_s / workers - step_s)
+    return wait / (wait + step_s)
 
 
 def calibrated_cost_s(batch: int, cost_s: float, batches: int = 20) -> float:
@@ -41,6 +48,20 @@ def calibrated_cost_s(batch: int, cost_s: float, batches: int = 20) -> float:
     for _ in loader:
         pass
     return (time.perf_counter() - start) / (batch * batches)
+
+
+def handover_s(batch: int, workers: int, step_s: float = 0.02, batches: int = 80) -> float:
+    """Median time next() takes when the batch is already waiting in the workers' queue."""
+    loader = DataLoader(sleep_cost(batch * (batches + 10), 0.0), batch_size=batch, num_workers=workers)
+    it = iter(loader)
+    times = []
+    for _ in range(batches):
+        time.sleep(step_s)  # the workers finish the next batches meanwhile
+        start = time.perf_counter()
+        next(it)
+        times.append(time.perf_counter() - start)
+    del it
+    return statistics.median(times[5:])
 
 
 def points(quick: bool):
@@ -59,16 +80,18 @@ def points(quick: bool):
 def main() -> int:
     quick = "--quick" in sys.argv
     print(machine_line())
-    print(f"{'W':>2} {'B':>3} {'c ms':>5} {'c_eff':>6} {'s ms':>5} {'model':>7} {'measured':>9} {'error':>7}")
-    worst = 0.0
+    print(f"{'W':>2} {'B':>3} {'c ms':>5} {'c_eff':>6} {'o ms':>5} {'s ms':>5} {'plain':>6} {'model':>6} "
+          f"{'measured':>9} {'error':>7}")
+    worst = worst_plain = 0.0
+    handovers: dict[tuple[int, int, float], float] = {}
     for w, b, c, s in points(quick):
-        batches = 30
+        batches = 60
         config = {
             "dataset": {"factory": "loadtune.synthetic:sleep_cost",
-                        "kwargs": {"num_samples": b * (batches + 10 + 4 * max(w, 1)), "cost_s": c}},
+                        "kwargs": {"num_samples": b * (2 * batches + 40), "cost_s": c}},  # no epoch end
             "loader": {"batch_size": b, "num_workers": w, **({"prefetch_factor": 2} if w else {})},
             "step": {"sleep_s": s},
-            "measure": {"warmup_batches": 5, "batches": batches, "repeats": 1, "timeout_s": 120},
+            "measure": {"warmup_batches": 5, "batches": batches, "repeats": 2, "timeout_s": 120},
             "device": "cpu",
         }
         outcome, stats = run_baseline(spec_from(config))
@@ -76,13 +99,17 @@ def main() -> int:
             print(f"{w:>2} {b:>3} {c * 1e3:>5.1f} {s * 1e3:>5.1f}  {outcome.status}: {outcome.reason}")
             return 1
         c_eff = calibrated_cost_s(b, c)
-        expected = model(w, b, c_eff, s)
+        o = handovers.setdefault((b, w, s), handover_s(b, w, s)) if w else 0.0
+        plain = model(w, b, c, s)
+        expected = model(w, b, c_eff, s, o)
         error = stats.wait_ratio.mean - expected
         worst = max(worst, abs(error))
-        print(f"{w:>2} {b:>3} {c * 1e3:>5.1f} {c_eff * 1e3:>6.3f} {s * 1e3:>5.1f} {expected:>7.3f} "
-              f"{stats.wait_ratio.mean:>9.3f} {error:>+7.3f}", flush=True)
+        worst_plain = max(worst_plain, abs(stats.wait_ratio.mean - plain))
+        print(f"{w:>2} {b:>3} {c * 1e3:>5.1f} {c_eff * 1e3:>6.3f} {o * 1e3:>5.2f} {s * 1e3:>5.1f} {plain:>6.3f} "
+              f"{expected:>6.3f} {stats.wait_ratio.mean:>9.3f} {error:>+7.3f}", flush=True)
     verdict = "met" if worst <= GOAL_MAX_ABS_ERROR else "MISSED"
-    print(f"largest absolute error: {worst:.3f} (goal <= {GOAL_MAX_ABS_ERROR}: {verdict})")
+    print(f"largest absolute error against the plain model: {worst_plain:.3f}")
+    print(f"largest absolute error against the calibrated model: {worst:.3f} (goal <= {GOAL_MAX_ABS_ERROR}: {verdict})")
     return 0
 
 

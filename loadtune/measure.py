@@ -44,6 +44,8 @@ class Measurement:
     pinned: bool | None = None
     batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
     resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
+    warmup_s: float = 0.0  # after the first batch, until the counted windows start
+    setup_s: float = 0.0  # building the dataset, loader and step before the first batch
 
 
 def batch_len(batch: Any, default: int = 1) -> int:
@@ -138,6 +140,7 @@ def measure_loop(
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
         windows = []
+        warmup_s = clock() - t0 - first_batch_s
         if on_counted_start is not None:
             on_counted_start()
         for _ in range(repeats):
@@ -162,6 +165,7 @@ def measure_loop(
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts)))
         if on_counted_end is not None:
             on_counted_end()
-        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes)
+        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
+                           warmup_s=warmup_s)
     finally:
         feed.close()

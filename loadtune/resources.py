@@ -29,8 +29,10 @@ DEFAULT_INTERVAL_S = 0.2
 # Reading PSS makes the kernel walk a process's page tables: about 10 ms for a process that
 # has imported torch, against 0.1 ms for its CPU, threads and reads. So memory is read at
 # start(), at stop(), and in between only as often as keeps that reading under this share
-# of one core (3 processes that imported torch: about every 3 s).
-MEMORY_CPU_BUDGET = 0.01
+# of one core (3 processes that imported torch: about every 15 s). Reading a process's
+# memory map also holds its mmap lock for those milliseconds, which delays the shared-memory
+# hand-over of a batch: so rarely, and growth is taken from the first and last readings.
+MEMORY_CPU_BUDGET = 0.002
 BYTES_PER_MB = 1024**2
 DEFAULT_PREFETCH_FACTOR = 2  # DataLoader's default when workers are used
 # /dev/shm needed must fit this many times over in the free space: batch sizes vary,
@@ -84,6 +86,7 @@ class ResourceSamples:
     interval_s: float
     sampler_cpu_s: float  # CPU the sampling itself used (all samples, the first and last included)
     memory_cpu_budget: float = MEMORY_CPU_BUDGET
+    in_root: bool = True  # the sampler ran as a thread of the root process (its CPU counted there)
 
 
 @dataclass(frozen=True)
@@ -203,13 +206,16 @@ class TreeSampler:
 
     # -- life cycle --
 
-    def start(self) -> "TreeSampler":
-        """Take the first sample (CPU, threads, reads: well under a millisecond) and start the
-        thread, whose first act is to read memory: the caller is not held up by it."""
+    def start(self, memory: bool = False) -> "TreeSampler":
+        """Take the first sample and start the thread. Without `memory` the first sample is
+        CPU, threads and reads (well under a millisecond) and the thread's first act is to read
+        memory, so the caller is not held up; with it, the first sample reads memory too (tens
+        of ms), for a caller that samples another process before that process starts its work."""
         if self._thread is not None or self.result is not None:
             raise RuntimeError("a TreeSampler runs once")
-        self._sample(memory=False)
-        self._thread = threading.Thread(target=self._run, name="loadtune-tree-sampler", daemon=True)
+        self._sample(memory=memory)  # with memory, it also sets when memory is read next
+        self._thread = threading.Thread(target=self._run, args=(not memory,), name="loadtune-tree-sampler",
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -230,6 +236,7 @@ class TreeSampler:
             interval_s=self.interval_s,
             sampler_cpu_s=self._cost_s,
             memory_cpu_budget=self.memory_cpu_budget,
+            in_root=self.root_pid == os.getpid(),
         )
         return self.result
 
@@ -239,9 +246,9 @@ class TreeSampler:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _run(self) -> None:
+    def _run(self, memory_first: bool = True) -> None:
         next_t = self._clock() + self.interval_s
-        if not self._sample(memory=True):
+        if memory_first and not self._sample(memory=True):
             return
         while not self._halt.wait(max(0.0, next_t - self._clock())):
             if not self._sample(memory=self._clock() >= self._memory_due):
@@ -443,7 +450,8 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
     root = samples.root_pid
     wall_s = taken[-1].t_s - taken[0].t_s
     main_cpu_s, workers_cpu_s, read = _cumulative_use(taken, root)
-    main_cpu_s = max(0.0, main_cpu_s - samples.sampler_cpu_s)  # the sampler is a thread of the root
+    if samples.in_root:
+        main_cpu_s = max(0.0, main_cpu_s - samples.sampler_cpu_s)  # the sampler is a thread of the root
 
     def util(cpu_s: float) -> float:
         return cpu_s / wall_s / usable_cores

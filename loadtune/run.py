@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import sys
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any
 
-from loadtune.trial import PreflightJob, TrialJob, signal_text, trial_main
+from loadtune.measure import Measurement
+from loadtune.resources import ResourceSamples, TreeSampler
+from loadtune.trial import COUNTED_END, COUNTED_START, PreflightJob, TrialJob, signal_text, trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -90,12 +93,50 @@ def _kill_tree(process: Any) -> None:
             pass
 
 
+def _receive(receiver: Any, process: Any, deadline: float) -> tuple[Any, bool]:
+    """The next message from the trial process, or None; and whether the deadline passed."""
+    left = deadline - time.perf_counter()
+    if left <= 0:
+        return None, True
+    ready = wait([receiver, process.sentinel], timeout=min(left, MAX_WAIT_S))
+    if not ready:
+        return None, True
+    if receiver in ready:
+        try:
+            return receiver.recv(), False
+        except (EOFError, OSError):
+            pass
+    return None, False
+
+
+def _start_sampler(pid: int | None) -> TreeSampler | None:
+    try:
+        return TreeSampler(pid).start(memory=True)
+    except Exception:  # noqa: BLE001 - gone already: the trial's own result says why
+        return None
+
+
+def _send(conn: Any, message: Any) -> None:
+    try:
+        conn.send(message)
+    except (OSError, ValueError):
+        pass
+
+
 def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
-    """Run `job` in a new process (and process group) and wait at most `timeout_s` for it."""
+    """Run `job` in a new process (and process group) and wait at most `timeout_s` for it.
+
+    While the trial runs its counted windows, this process samples the trial's process tree
+    (CPU, memory, reads): from outside, so the sampling takes nothing from the measured loop.
+    The trial says when its windows start and end; the result carries the samples.
+    """
     start = time.perf_counter()
-    receiver, sender = _context.Pipe(duplex=False)
+    deadline = start + timeout_s
+    receiver, sender = _context.Pipe(duplex=True)
     process = _context.Process(target=trial_main, args=(job, sender), daemon=False,
                                name=f"loadtune {job.name}")
+    sampler: TreeSampler | None = None
+    samples: ResourceSamples | None = None
     try:
         try:
             process.start()
@@ -104,21 +145,30 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
                            None, time.perf_counter() - start)
         finally:
             sender.close()
-        ready = wait([receiver, process.sentinel], timeout=min(timeout_s, MAX_WAIT_S))
-        message = None
-        if receiver in ready:
-            try:
-                message = receiver.recv()
-            except (EOFError, OSError):
-                message = None
+        while True:
+            message, late = _receive(receiver, process, deadline)
+            if message == COUNTED_START:
+                # The first sample, memory included, is taken before the trial's windows start:
+                # reading a process's memory map briefly holds its mmap lock.
+                sampler = _start_sampler(process.pid)
+                _send(receiver, COUNTED_START)
+                continue
+            if message == COUNTED_END:
+                samples = sampler.stop() if sampler is not None else None
+                sampler = None
+                _send(receiver, COUNTED_END)  # the trial may now tear its workers down
+                continue
+            break
         wall_s = time.perf_counter() - start
         if message is not None:
             process.join(EXIT_GRACE_S)
             status, payload = message
             if status == "ok":
+                if samples is not None and isinstance(payload, Measurement):
+                    payload = dataclasses.replace(payload, resources=(samples,))
                 return Outcome("ok", "", payload, wall_s)
             return Outcome("failed", payload, None, wall_s)
-        if not ready:
+        if late:
             return Outcome("timeout", f"no result after measure.timeout_s={timeout_s:g}s "
                                       "(the trial and its workers were killed)", None, wall_s)
         process.join(EXIT_GRACE_S)
@@ -132,6 +182,8 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
         # A second Ctrl-C (or SIGTERM) must not cut the cleanup short: held until it is done.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         try:
+            if sampler is not None:
+                sampler.stop()
             _kill_tree(process)
             if process.pid is not None:
                 process.join(EXIT_GRACE_S)

@@ -87,7 +87,9 @@ def _merge(measurements: Sequence[Measurement]) -> Measurement:
     windows = tuple(w for m in measurements for w in m.windows)
     first = sum(m.first_batch_s for m in measurements) / len(measurements)
     resources = tuple(r for m in measurements for r in m.resources)
-    return Measurement(first, windows, measurements[0].pinned, measurements[0].batch_bytes, resources)
+    return Measurement(first, windows, measurements[0].pinned, measurements[0].batch_bytes, resources,
+                       warmup_s=sum(m.warmup_s for m in measurements) / len(measurements),
+                       setup_s=sum(m.setup_s for m in measurements) / len(measurements))
 
 
 class _Runner:
@@ -159,7 +161,7 @@ class _Runner:
                 self.emit("run_start", {"trial": trial, "repeat": repeat + 1, "repeats": repeats})
                 outcome = run_isolated(self._job(trial), self.spec.config.measure.timeout_s)
                 self.runs_done += 1
-                self.emit("run_done", {"trial": trial})
+                self.emit("run_done", {"trial": trial, "outcome": outcome})
                 if outcome.result is None:
                     outcomes[trial.name] = outcome
                     self.runs_done += repeats - repeat - 1  # its remaining repeats will not run

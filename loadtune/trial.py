@@ -22,9 +22,27 @@ from loadtune.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.factory import build_dataset, load_callable
 from loadtune.measure import EmptyLoaderError, Measurement, measure_loop
 from loadtune.plan import FEED_MEMORY, Trial
-from loadtune.resources import TreeSampler
 
 PARENT_POLL_S = 0.5
+# Told to the sweep process, which samples this process tree meanwhile (see run.run_isolated).
+COUNTED_START = "counted-start"
+COUNTED_END = "counted-end"
+ACK_TIMEOUT_S = 10.0
+_channel: Any = None  # the pipe to the sweep process, in a trial process
+
+
+def _tell(message: str, wait_for_ack: bool = True) -> None:
+    """Tell the sweep that the counted windows start or end (nothing outside a trial process),
+    and wait until it has sampled: at the start before the windows run, at the end before the
+    workers are torn down."""
+    if _channel is None:
+        return
+    try:
+        _channel.send(message)
+        if wait_for_ack and _channel.poll(ACK_TIMEOUT_S):
+            _channel.recv()
+    except (OSError, EOFError, ValueError):
+        pass
 # Prefix of the note added to an exception raised while loading a sample or collating a batch;
 # it travels inside the traceback text of an error re-raised from a DataLoader worker.
 NOTE_PREFIX = "[loadtune] "
@@ -208,11 +226,12 @@ def install_fetch_notes() -> None:
 
 
 def execute(job: TrialJob) -> Measurement:
+    started = time.perf_counter()
     install_fetch_notes()
     dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     kwargs = loader_kwargs(job.trial, job.base_dir)
     try:
-        return _execute(job, dataset, kwargs)
+        return _execute(job, dataset, kwargs, started)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc))) from None
 
@@ -232,7 +251,7 @@ def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str) -> str:
     return fallback
 
 
-def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement:
+def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float) -> Measurement:
     from torch.utils.data import DataLoader
 
     from loadtune.steps import build_step
@@ -263,9 +282,10 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement
             return inner(batch)
 
     m = job.measure
-    # The trial's process tree (this process with its pin-memory thread, and the workers),
-    # sampled at a low rate while the counted batches run; not for the ideal, which has none.
-    sampler = TreeSampler(os.getpid()) if job.trial.feed != FEED_MEMORY else None
+    # The sweep process samples this process tree (this process with its pin-memory thread,
+    # and the workers) while the counted batches run; not for the ideal, which has no workers.
+    sampled = job.trial.feed != FEED_MEMORY
+    setup_s = time.perf_counter() - started
     measurement = measure_loop(
         loader,
         step,
@@ -275,11 +295,10 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any]) -> Measurement
         epoch_batches=m.epoch_batches,
         transfer=transfer,
         default_batch_size=kwargs.get("batch_size") or 1,
-        on_counted_start=sampler.start if sampler else None,
-        on_counted_end=sampler.stop if sampler else None,
+        on_counted_start=(lambda: _tell(COUNTED_START)) if sampled else None,
+        on_counted_end=(lambda: _tell(COUNTED_END)) if sampled else None,
     )
-    if sampler is not None:
-        measurement = dataclasses.replace(measurement, resources=(sampler.stop(),))
+    measurement = dataclasses.replace(measurement, setup_s=setup_s)
     del loader  # shut persistent workers down cleanly before the process ends
     if seen_pinned:
         measurement = dataclasses.replace(measurement, pinned=seen_pinned[0])
@@ -438,7 +457,10 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
-    """Entry point of the trial process: one message back, ('ok', result) or ('failed', why)."""
+    """Entry point of the trial process: one message back, ('ok', result) or ('failed', why),
+    after COUNTED_START / COUNTED_END notes for the sampler."""
+    global _channel
+    _channel = conn
     os.setpgrp()  # the trial and its DataLoader workers form one group, killed as one
     # This process came from the trial server; its workers must start the way they would in
     # the user's training script (fork on Linux before Python 3.14), not from that server.
