@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/loadtune sweep configs/demo.yaml
+	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

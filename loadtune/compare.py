@@ -19,7 +19,7 @@ from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.plan import BASELINE
-from loadtune.results import MACHINE
+from loadtune.results import MACHINE, read_frame
 
 OK = "ok"
 ABSENT = "absent"  # status shown for a trial that has no row in a file
@@ -114,21 +114,7 @@ def _parse_bool(value: str) -> bool | None:
 
 
 def _read_frame(path: Path) -> pd.DataFrame:
-    try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{path}: is a folder, not a CSV") from None
-    except pd.errors.EmptyDataError:
-        raise ResultsError(f"{path}: empty file, not a results CSV") from None
-    except (OSError, UnicodeDecodeError, pd.errors.ParserError, ValueError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ResultsError(f"{path}: cannot read as CSV: {first_line}") from None
-    raw.columns = [str(c).strip() for c in raw.columns]
-    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise ResultsError(f"{path}: not a loadtune results CSV: missing columns {', '.join(missing)}")
+    raw = read_frame(path, REQUIRED_COLUMNS, dtype=str, keep_default_na=False)
     frame = raw.copy()
     for column in OPTIONAL_COLUMNS:
         if column not in frame.columns:

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from loadtune.errors import LoadtuneError, ResultsError
+from loadtune.results import read_frame
 
 IDEAL = "ideal"
 BASELINE = "baseline"
@@ -53,23 +54,7 @@ def read_results_csv(path: Path | str) -> pd.DataFrame:
     Raises ResultsError naming the file when it is missing, unreadable, empty or lacks a
     column a chart needs.
     """
-    path = Path(path)
-    try:
-        df = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    except FileNotFoundError:
-        raise ResultsError(f"{path}: results CSV not found") from None
-    except IsADirectoryError:
-        raise ResultsError(f"{path}: is a folder, not a results CSV") from None
-    except pd.errors.EmptyDataError:
-        raise ResultsError(f"{path}: the file is empty, not a results CSV") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ResultsError(f"{path}: cannot parse as CSV: {first}") from None
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    missing = [c for c in PLOT_COLUMNS if c not in df.columns]
-    if missing:
-        raise ResultsError(f"{path}: not a loadtune results CSV: missing column(s) {', '.join(missing)}")
+    df = read_frame(path, PLOT_COLUMNS, keep_default_na=False, na_values=[""])
     return _normalised(df)
 
 

@@ -215,3 +215,29 @@ def load_rows(path: Path | str) -> list[dict[str, Any]]:
     if missing:
         raise ResultsError(f"{path}: not a loadtune results CSV (missing columns: {', '.join(missing)})")
     return read_rows(path)
+
+
+def read_frame(path: Path | str, required: Sequence[str], **read_csv: Any) -> Any:
+    """A results CSV as a pandas DataFrame (`read_csv` passed to pandas.read_csv); a missing,
+    unreadable or empty file, or one without the `required` columns, is a ResultsError."""
+    import pandas as pd
+
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path, **read_csv)
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: results CSV not found") from None
+    except IsADirectoryError:
+        raise ResultsError(f"{path}: is a folder, not a results CSV") from None
+    except pd.errors.EmptyDataError:
+        raise ResultsError(f"{path}: the file is empty, not a results CSV") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ResultsError(f"{path}: cannot parse as CSV: {first}") from None
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    frame.columns = [str(c).strip() for c in frame.columns]
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV: missing column(s) {', '.join(missing)}")
+    return frame
