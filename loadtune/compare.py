@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.errors import ResultsError
-from loadtune.plan import BASELINE
+from loadtune.plan import BASELINE, IDEAL
 from loadtune.results import MACHINE, read_frame
 
 OK = "ok"
@@ -426,7 +426,8 @@ def comparison_table(comparison: Comparison, title: str = "") -> Table:
             rank = row[f"rank{LABEL_SEPARATOR}{label}"]
             mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
             winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
-            cells += [Text(f"{mark}{'-' if rank is pd.NA else rank}", style=winner_style),
+            shown = "ref" if row["trial"] == IDEAL else "-" if rank is None or rank is pd.NA else rank
+            cells += [Text(f"{mark}{shown}", style=winner_style),
                       _with_interval(row, "throughput", label, 1),
                       _with_interval(row, "wait_ratio", label, 3)]
         flags = row[FLAGS_COLUMN]

@@ -114,8 +114,8 @@ def measure_loop(
     transfer: Transfer | None = None,
     clock: Clock = time.perf_counter,
     default_batch_size: int = 1,
-    on_counted_start: Callable[[], None] | None = None,
-    on_counted_end: Callable[[], None] | None = None,
+    on_sampling_start: Callable[[], None] | None = None,
+    on_sampling_end: Callable[[], None] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -124,8 +124,9 @@ def measure_loop(
     `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
     the time blocked in next() (a new epoch's iterator creation included), h2d the
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
-    the parts of a window add up to its wall time. `on_counted_start` / `on_counted_end` run
-    just before the first counted batch and just after the last one (a resource sampler, say).
+    the parts of a window add up to its wall time. `on_sampling_start` runs once the first
+    batch is in, before the warm-up batches (a resource sampler started there has settled by
+    the counted windows), and `on_sampling_end` just after the last counted batch.
     """
     from loadtune.resources import batch_bytes
 
@@ -135,14 +136,14 @@ def measure_loop(
         batch, _ = feed.next()
         first_batch_s = clock() - t0
         first_batch_bytes = batch_bytes(batch)
+        if on_sampling_start is not None:
+            on_sampling_start()
         for i in range(max(warmup_batches, 1)):
             if i > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
         windows = []
         warmup_s = clock() - t0 - first_batch_s
-        if on_counted_start is not None:
-            on_counted_start()
         for _ in range(repeats):
             wait, h2d, stepped, samples, starts = [], [], [], [], []
             t0 = clock()
@@ -163,8 +164,8 @@ def measure_loop(
                 starts.append(new_epoch)
                 t0 = t3
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts)))
-        if on_counted_end is not None:
-            on_counted_end()
+        if on_sampling_end is not None:
+            on_sampling_end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
                            warmup_s=warmup_s)
     finally:

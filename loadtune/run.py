@@ -148,10 +148,9 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
         while True:
             message, late = _receive(receiver, process, deadline)
             if message == COUNTED_START:
-                # The first sample, memory included, is taken before the trial's windows start:
-                # reading a process's memory map briefly holds its mmap lock.
+                # Sent at the warm-up: the first sample, memory included (reading a memory map
+                # briefly holds the process's mmap lock), is over before the counted windows.
                 sampler = _start_sampler(process.pid)
-                _send(receiver, COUNTED_START)
                 continue
             if message == COUNTED_END:
                 samples = sampler.stop() if sampler is not None else None

@@ -28,6 +28,9 @@ from loadtune.strategy import run_strategy
 from loadtune.trial import PreflightInfo, PreflightJob, TrialJob
 
 Event = Callable[[str, dict[str, Any]], None]
+# The first build of a dataset may fill a cache (download, decode, generate): allowed this long
+# at least, whatever measure.timeout_s says about a trial.
+PREFLIGHT_MIN_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -56,11 +59,12 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     cfg = spec.config
     job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
                        os.getpid(), multiprocessing.get_start_method())
-    outcome = run_isolated(job, cfg.measure.timeout_s)
+    timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
+    outcome = run_isolated(job, timeout_s)
     where = f"dataset factory {cfg.dataset.factory!r}"
     if outcome.status == "timeout":
-        raise FactoryError(f"{where}: building the dataset and step took longer than "
-                           f"measure.timeout_s={cfg.measure.timeout_s:g}s")
+        raise FactoryError(f"{where}: building the dataset and step took longer than {timeout_s:g}s "
+                           "(the longer of measure.timeout_s and the time allowed to fill caches)")
     if outcome.result is None:
         raise FactoryError(f"{where}: {outcome.reason}")
     info: PreflightInfo = outcome.result
@@ -100,16 +104,15 @@ class _Runner:
                  emit: Event, seed: int, cores: float, shm_check: Callable[[Trial], str | None]) -> None:
         self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
         self.cores, self.shm_check = cores, shm_check
-        self.verdicts: dict[str, tuple[str, str]] = {}
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
         self.scores: dict[str, Scored] = {}
         self.trials: dict[str, Trial] = {}
         self.resumed: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
-        self.runs_done = 0
         self.runs_planned = 0
         self._partial: dict[str, list[Measurement]] = {}
+        self._walls: dict[str, list[float]] = {}
         self._pending: dict[str, tuple[Trial, int]] = {}
 
     def _job(self, trial: Trial) -> TrialJob:
@@ -153,6 +156,7 @@ class _Runner:
         self.emit("planned", {"runs": self.runs_planned})
         outcomes: dict[str, Outcome] = {}
         self._partial = {t.name: [] for t in runnable}
+        self._walls = {t.name: [] for t in runnable}
         self._pending = {t.name: (t, round_no) for t in runnable}
         for repeat in range(repeats):
             batch = [t for t in runnable if t.name not in outcomes]
@@ -160,19 +164,19 @@ class _Runner:
             for trial in batch:
                 self.emit("run_start", {"trial": trial, "repeat": repeat + 1, "repeats": repeats})
                 outcome = run_isolated(self._job(trial), self.spec.config.measure.timeout_s)
-                self.runs_done += 1
                 self.emit("run_done", {"trial": trial, "outcome": outcome})
                 if outcome.result is None:
-                    outcomes[trial.name] = outcome
-                    self.runs_done += repeats - repeat - 1  # its remaining repeats will not run
+                    outcomes[trial.name] = outcome  # its remaining repeats will not run
+                    self.emit("planned", {"runs": self.runs_planned - (repeats - repeat - 1)})
+                    self.runs_planned -= repeats - repeat - 1
                     self._pending.pop(trial.name)
                     self._finish(trial, round_no, outcome, None)
                     continue
                 self._partial[trial.name].append(outcome.result)
+                self._walls[trial.name].append(outcome.wall_s)
                 if repeat == repeats - 1:
-                    wall = Outcome("ok", "", None, outcome.wall_s)
                     self._pending.pop(trial.name)
-                    self._finish(trial, round_no, wall, _merge(self._partial[trial.name]))
+                    self._finish(trial, round_no, self._mean_wall(trial.name), _merge(self._partial[trial.name]))
         return {t.name: self.scored(t.name) for t in trials}
 
     def flush_partial(self) -> None:
@@ -180,8 +184,13 @@ class _Runner:
         for name, (trial, round_no) in list(self._pending.items()):
             done = self._partial.get(name)
             if done:
-                self._finish(trial, round_no, Outcome("ok"), _merge(done))
+                self._finish(trial, round_no, self._mean_wall(name), _merge(done))
         self._pending.clear()
+
+    def _mean_wall(self, name: str) -> Outcome:
+        """A trial that ran: ok, with the mean wall time of its processes."""
+        walls = self._walls.get(name) or [0.0]
+        return Outcome("ok", "", None, sum(walls) / len(walls))
 
     def resume(self, rows: Sequence[dict[str, Any]]) -> None:
         """Take rows measured earlier for this config and machine as already done."""

@@ -32,9 +32,10 @@ _channel: Any = None  # the pipe to the sweep process, in a trial process
 
 
 def _tell(message: str, wait_for_ack: bool = True) -> None:
-    """Tell the sweep that the counted windows start or end (nothing outside a trial process),
-    and wait until it has sampled: at the start before the windows run, at the end before the
-    workers are torn down."""
+    """Tell the sweep that sampling should start (at the warm-up) or end (after the counted
+    windows; nothing outside a trial process). At the end, wait until it has taken its last
+    sample, before the workers are torn down; at the start, never: a pause there would let
+    the workers fill the queue and flatter the window."""
     if _channel is None:
         return
     try:
@@ -295,8 +296,8 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
         epoch_batches=m.epoch_batches,
         transfer=transfer,
         default_batch_size=kwargs.get("batch_size") or 1,
-        on_counted_start=(lambda: _tell(COUNTED_START)) if sampled else None,
-        on_counted_end=(lambda: _tell(COUNTED_END)) if sampled else None,
+        on_sampling_start=(lambda: _tell(COUNTED_START, wait_for_ack=False)) if sampled else None,
+        on_sampling_end=(lambda: _tell(COUNTED_END)) if sampled else None,
     )
     measurement = dataclasses.replace(measurement, setup_s=setup_s)
     del loader  # shut persistent workers down cleanly before the process ends

@@ -132,8 +132,9 @@ def verdict(e: Evidence) -> tuple[str, str]:
                 f"the {_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: use workers (num_workers={target}) "
                 f"so decoding runs beside the step."
             )
+        who = "the one worker is" if e.num_workers == 1 else f"each of the {e.num_workers} workers is"
         return DATA_BOUND_CPU, (
-            f"{waiting}: each of the {e.num_workers} workers is {e.loader_busy:.0%} busy decoding while the "
+            f"{waiting}: {who} {e.loader_busy:.0%} busy decoding while the "
             f"{_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: add workers up to the cores "
             f"(num_workers={target}); beyond them, only cheaper transforms or more cores help."
         )
