@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
 
@@ -180,6 +180,3 @@ def combined_trial(
     value = ", ".join(f"{k}={format_value(v)}" for k, v in best.items())
     return Trial(COMBINED, COMBINED, value, frozen, refusal(kwargs, accelerator))
 
-
-def names(trials: Iterable[Trial]) -> list[str]:
-    return [t.name for t in trials]
