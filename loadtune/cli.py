@@ -212,7 +212,6 @@ def report(
     """Show results CSVs as ranked tables with a legend, and draw them."""
     from loadtune.report import LEGEND, noise_warnings, not_run_lines, report_title, results_table
     from loadtune.results import load_rows
-    from loadtune.stats import NOISY_RELATIVE_SPREAD
 
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     try:
@@ -227,7 +226,7 @@ def report(
         console.print(results_table(rows, title=report_title(rows, path.name)))
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
-        for line in noise_warnings(rows, NOISY_RELATIVE_SPREAD):
+        for line in noise_warnings(rows):
             console.print(f"[yellow]Warning:[/] {line}", highlight=False, soft_wrap=True)
     for line in LEGEND:
         console.print(line, style="dim", highlight=False, soft_wrap=True)

@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.plan import Trial
+from loadtune.stats import Interval, unstable_note
 
 # DataLoader's own defaults: a keyword left at its default is not written in the line.
 LOADER_DEFAULTS = {"batch_size": 1, "shuffle": False, "num_workers": 0, "prefetch_factor": None,
@@ -154,17 +155,15 @@ LEGEND = (
 )
 
 
-def noise_warnings(rows: Sequence[Mapping[str, Any]], limit: float) -> list[str]:
-    """Trials whose throughput interval is wider than ±limit of its mean, with the remedy."""
+def noise_warnings(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The unstable-result warnings of a CSV's rows that ran, as the sweep gave them."""
     notes = []
     for r in rows:
         mean, lo, hi = r.get("throughput"), r.get("throughput_lo"), r.get("throughput_hi")
-        if r.get("status") != "ok" or not mean or lo is None or hi is None:
-            continue
-        spread = (hi - lo) / 2 / mean
-        if spread > limit:
-            notes.append(f"{r['trial']}: unstable result, throughput ±{spread * 100:.0f}%: rerun with "
-                         "--repeats 5 or more, a longer --batches, or close other programs")
+        if r.get("status") == "ok" and mean and lo is not None and hi is not None:
+            note = unstable_note(str(r["trial"]), Interval(mean, lo, hi))
+            if note:
+                notes.append(note)
     return notes
 
 

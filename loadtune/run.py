@@ -24,7 +24,8 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-_context.set_forkserver_preload(["torch", "torch.utils.data", "loadtune.trial"])
+SERVER_MODULES = ["torch", "torch.utils.data", "loadtune.trial"]  # what every trial needs
+_context.set_forkserver_preload(SERVER_MODULES)
 
 
 def preload(specs: list[str], base_dir: str) -> None:
@@ -35,7 +36,7 @@ def preload(specs: list[str], base_dir: str) -> None:
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return
-    modules = ["torch", "torch.utils.data", "loadtune.trial"]
+    modules = list(SERVER_MODULES)
     for spec in specs:
         module = spec.rpartition(":")[0]
         if module.endswith(".py") or "/" in module:

@@ -51,6 +51,16 @@ class TrialStats:
         return self.throughput.relative_spread > NOISY_RELATIVE_SPREAD
 
 
+def unstable_note(name: str, throughput: Interval) -> str | None:
+    """A warning with its remedy when a trial's throughput interval is wider than
+    ±NOISY_RELATIVE_SPREAD of its mean, else None."""
+    spread = throughput.relative_spread
+    if spread <= NOISY_RELATIVE_SPREAD:
+        return None
+    return (f"{name}: unstable result, throughput ±{spread * 100:.0f}%: rerun with --repeats 5 or more, "
+            "a longer --batches, or close other programs")
+
+
 def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
     fed = wait.sum() + h2d.sum()
     total = fed + step.sum()

@@ -23,7 +23,7 @@ from loadtune.resources import shm_fits, shm_need_mb
 from loadtune.rank import Scored, order, rank
 from loadtune.results import ResultsFile, apply_ranking, make_row, read_rows
 from loadtune.run import Outcome, preload, run_isolated
-from loadtune.stats import Interval, summarize
+from loadtune.stats import Interval, summarize, unstable_note
 from loadtune.strategy import run_strategy
 from loadtune.trial import PreflightInfo, PreflightJob, TrialJob
 
@@ -54,8 +54,9 @@ def default_output(spec: RunSpec) -> Path:
 
 
 def preflight(spec: RunSpec, device: str) -> PreflightInfo:
-    """Build every user part once, in a process of its own with measure.timeout_s, so a broken
-    factory stops the sweep with a clear error before any trial, not as a failed row per trial."""
+    """Build every user part once, in a process of its own with a timeout (the longer of
+    measure.timeout_s and PREFLIGHT_MIN_TIMEOUT_S), so a broken factory stops the sweep with a
+    clear error before any trial, not as a failed row per trial."""
     cfg = spec.config
     job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
                        os.getpid(), multiprocessing.get_start_method())
@@ -133,10 +134,9 @@ class _Runner:
         row = make_row(trial, outcome, stats, {**self.context, "round": round_no}, measurement, extra)
         self.rows.append(row)
         self.results.append(row)
-        if stats is not None and stats.noisy:
-            spread = stats.throughput.relative_spread * 100
-            self.notes.append(f"{trial.name}: unstable result, throughput ±{spread:.0f}%: use --repeats 5 or "
-                              "more, a longer --batches, or close other programs")
+        note = unstable_note(trial.name, stats.throughput) if stats is not None else None
+        if note:
+            self.notes.append(note)
         self.emit("trial_done", {"trial": trial, "row": row})
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
