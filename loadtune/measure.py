@@ -116,6 +116,7 @@ def measure_loop(
     default_batch_size: int = 1,
     on_sampling_start: Callable[[], None] | None = None,
     on_sampling_end: Callable[[], None] | None = None,
+    sampling_ready: Callable[[], bool] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -125,8 +126,10 @@ def measure_loop(
     the time blocked in next() (a new epoch's iterator creation included), h2d the
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
     the parts of a window add up to its wall time. `on_sampling_start` runs once the first
-    batch is in, before the warm-up batches (a resource sampler started there has settled by
-    the counted windows), and `on_sampling_end` just after the last counted batch.
+    batch is in, before the warm-up batches, and `on_sampling_end` just after the last counted
+    batch. When `sampling_ready` is given, the warm-up goes on past `warmup_batches`, batch
+    after batch as before (never pausing, which would let the queue fill), until it returns
+    True: a sampler's first reading then never overlaps a counted window.
     """
     from loadtune.resources import batch_bytes
 
@@ -138,10 +141,14 @@ def measure_loop(
         first_batch_bytes = batch_bytes(batch)
         if on_sampling_start is not None:
             on_sampling_start()
-        for i in range(max(warmup_batches, 1)):
-            if i > 0:
+        done = 0
+        while True:
+            if done > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
+            done += 1
+            if done >= max(warmup_batches, 1) and (sampling_ready is None or sampling_ready()):
+                break
         windows = []
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):

@@ -15,7 +15,7 @@ from typing import Any
 
 from loadtune.measure import Measurement
 from loadtune.resources import ResourceSamples, TreeSampler
-from loadtune.trial import COUNTED_END, COUNTED_START, PreflightJob, TrialJob, signal_text, trial_main
+from loadtune.trial import COUNTED_END, COUNTED_START, SAMPLING, PreflightJob, TrialJob, signal_text, trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -129,7 +129,9 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
 
     While the trial runs its counted windows, this process samples the trial's process tree
     (CPU, memory, reads): from outside, so the sampling takes nothing from the measured loop.
-    The trial says when its windows start and end; the result carries the samples.
+    The trial says when its warm-up starts (answered once the first reading is taken, so that
+    reading never falls in a counted window) and when its windows end (answered once the last
+    one is taken); the result carries the samples.
     """
     start = time.perf_counter()
     deadline = start + timeout_s
@@ -149,9 +151,11 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
         while True:
             message, late = _receive(receiver, process, deadline)
             if message == COUNTED_START:
-                # Sent at the warm-up: the first sample, memory included (reading a memory map
-                # briefly holds the process's mmap lock), is over before the counted windows.
+                # Sent at the warm-up. The first sample reads memory too, and reading a memory
+                # map holds the process's mmap lock for milliseconds (the shared-memory hand-over
+                # of a batch waits on it); the trial goes on warming up until told it is done.
                 sampler = _start_sampler(process.pid)
+                _send(receiver, SAMPLING)
                 continue
             if message == COUNTED_END:
                 samples = sampler.stop() if sampler is not None else None

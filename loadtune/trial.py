@@ -25,25 +25,53 @@ from loadtune.plan import FEED_MEMORY, Trial
 
 PARENT_POLL_S = 0.5
 # Told to the sweep process, which samples this process tree meanwhile (see run.run_isolated).
-COUNTED_START = "counted-start"
-COUNTED_END = "counted-end"
+COUNTED_START = "counted-start"  # at the warm-up: start sampling
+SAMPLING = "sampling"  # the answer: the first reading is taken, the counted windows may start
+COUNTED_END = "counted-end"  # after the counted windows; answered with the same once sampling stopped
 ACK_TIMEOUT_S = 10.0
 _channel: Any = None  # the pipe to the sweep process, in a trial process
 
 
-def _tell(message: str, wait_for_ack: bool = True) -> None:
-    """Tell the sweep that sampling should start (at the warm-up) or end (after the counted
-    windows; nothing outside a trial process). At the end, wait until it has taken its last
-    sample, before the workers are torn down; at the start, never: a pause there would let
-    the workers fill the queue and flatter the window."""
+def _send_start() -> float:
+    """Tell the sweep to start sampling, without waiting: the warm-up runs on meanwhile (a
+    pause would let the workers fill the queue and flatter the window). Returns when."""
+    if _channel is not None:
+        try:
+            _channel.send(COUNTED_START)
+        except (OSError, ValueError):
+            pass
+    return time.monotonic()
+
+
+def _sampling_ready(asked_at: float) -> bool:
+    """Whether the sweep's first reading is done (or it is not answering), checked between
+    warm-up batches without blocking."""
+    if _channel is None or time.monotonic() - asked_at > ACK_TIMEOUT_S:
+        return True
+    try:
+        if _channel.poll(0):
+            _channel.recv()  # SAMPLING: the only message sent before COUNTED_END's answer
+            return True
+    except (OSError, EOFError, ValueError):
+        return True
+    return False
+
+
+def _tell_end() -> None:
+    """Tell the sweep the counted windows are over and wait until it has taken its last
+    sample, before the workers are torn down."""
     if _channel is None:
         return
     try:
-        _channel.send(message)
-        if wait_for_ack and _channel.poll(ACK_TIMEOUT_S):
-            _channel.recv()
+        _channel.send(COUNTED_END)
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        while _channel.poll(max(0.0, deadline - time.monotonic())):
+            if _channel.recv() == COUNTED_END:  # a late SAMPLING answer is passed over
+                return
     except (OSError, EOFError, ValueError):
         pass
+
+
 # Prefix of the note added to an exception raised while loading a sample or collating a batch;
 # it travels inside the traceback text of an error re-raised from a DataLoader worker.
 NOTE_PREFIX = "[loadtune] "
@@ -286,6 +314,7 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
     # The sweep process samples this process tree (this process with its pin-memory thread,
     # and the workers) while the counted batches run; not for the ideal, which has no workers.
     sampled = job.trial.feed != FEED_MEMORY
+    asked: list[float] = []
     setup_s = time.perf_counter() - started
     measurement = measure_loop(
         loader,
@@ -296,8 +325,9 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
         epoch_batches=m.epoch_batches,
         transfer=transfer,
         default_batch_size=kwargs.get("batch_size") or 1,
-        on_sampling_start=(lambda: _tell(COUNTED_START, wait_for_ack=False)) if sampled else None,
-        on_sampling_end=(lambda: _tell(COUNTED_END)) if sampled else None,
+        on_sampling_start=(lambda: asked.append(_send_start())) if sampled else None,
+        on_sampling_end=_tell_end if sampled else None,
+        sampling_ready=(lambda: _sampling_ready(asked[0])) if sampled else None,
     )
     measurement = dataclasses.replace(measurement, setup_s=setup_s)
     del loader  # shut persistent workers down cleanly before the process ends

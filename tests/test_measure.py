@@ -130,3 +130,32 @@ def test_batch_len_finds_the_first_tensor_in_nested_batches():
     assert batch_len([{"x": torch.zeros(3)}]) == 3
     assert batch_len([1, 2, 3, 4]) == 4
     assert batch_len(object(), default=9) == 9
+
+
+def test_warmup_runs_on_until_sampling_is_ready_and_order_of_hooks():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=1000, fetch_s=0.010)
+    events: list[str] = []
+    answers = iter([False, False, False, True])  # asked after each warm-up batch from the 2nd on
+
+    def ready() -> bool:
+        events.append("asked")
+        return next(answers)
+
+    m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=2, batches=5, repeats=1, clock=clock,
+                     on_sampling_start=lambda: events.append("start"),
+                     on_sampling_end=lambda: events.append("end"), sampling_ready=ready)
+    assert events == ["start", "asked", "asked", "asked", "asked", "end"]
+    # 5 warm-up batches in all (2 asked for, 3 more until ready), the first set apart.
+    assert loader.iterators == 1
+    assert m.first_batch_s == pytest.approx(0.010)
+    assert m.warmup_s == pytest.approx(0.030 + 4 * 0.040)
+    assert m.windows[0].wait_s == pytest.approx((0.010,) * 5)
+
+
+def test_warmup_ends_at_warmup_batches_when_sampling_is_ready_at_once():
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=1000, fetch_s=0.010)
+    m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=2, repeats=1, clock=clock,
+                     sampling_ready=lambda: True)
+    assert m.warmup_s == pytest.approx(0.030 + 2 * 0.040)
