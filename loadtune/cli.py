@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -114,6 +115,8 @@ def sweep(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the result as a chart (PNG)."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
                                 "to this config and machine; run only the rest."),
+    ranks: int = typer.Option(1, "--ranks", min=1, help="Run N data-parallel ranks at once through "
+                              "torch.distributed, each with its own DataLoader (default 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -134,7 +137,8 @@ def sweep(
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     try:
-        spec = load_config(config, _overrides(sets, repeats, batches, warmup, device), scale)
+        spec = dataclasses.replace(load_config(config, _overrides(sets, repeats, batches, warmup, device), scale),
+                                   ranks=ranks)
         out_path = out or default_output(spec)
         result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume)
     except LoadtuneError as exc:
@@ -152,10 +156,11 @@ def sweep(
     kwarg = spec.config.dataset.scale_kwarg
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
             "scaled": f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-            "device": result.device, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
+            "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
     info = summary(result.rows, chosen, result.trials, meta)
-    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}, "
-                                                        f"{strategy}, ranked by {rank_by})"))
+    on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
+    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
+                                                        f"{on_ranks}, {strategy}, ranked by {rank_by})"))
     for line in not_run_lines(result.rows):
         out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
     for warning in result.warnings:

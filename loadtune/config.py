@@ -148,6 +148,7 @@ class RunSpec:
     path: Path
     scale: float = 1.0
     sha: str = ""  # of the config as written and overridden, before scaling; see config_sha()
+    ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks)
 
     @property
     def base_dir(self) -> Path:

@@ -51,20 +51,36 @@ def first_tensor_pinned(batch: Any) -> bool | None:
     return None
 
 
-def make_transfer(device: str, pin_memory: bool) -> Callable[[Any], Any] | None:
-    """None on CPU (h2d is 0 there); on CUDA a copy that returns only once it has landed."""
-    if not is_accelerator(device):
-        return None
-    import torch
+class CudaTransfer:
+    """The copy of a batch onto a CUDA device, non_blocking from pinned memory, returning once
+    it has landed. The copy is also timed with CUDA events on the current stream: `copy_s()`
+    gives the last one's device time, apart from the host's wall time the loop measures."""
 
-    target = torch.device(device)
+    def __init__(self, device: str, pin_memory: bool) -> None:
+        import torch
 
-    def transfer(batch: Any) -> Any:
-        moved = move(batch, target, non_blocking=pin_memory)
-        torch.cuda.synchronize(target)
+        self.target = torch.device(device)
+        self.non_blocking = pin_memory
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+        self._stream = torch.cuda.current_stream(self.target)
+
+    def __call__(self, batch: Any) -> Any:
+        self._start.record(self._stream)
+        moved = move(batch, self.target, non_blocking=self.non_blocking)
+        self._end.record(self._stream)
+        self._end.synchronize()  # the copy has landed before the step starts
         return moved
 
-    return transfer
+    def copy_s(self) -> float:
+        return self._start.elapsed_time(self._end) / 1e3  # elapsed_time is in ms
+
+
+def make_transfer(device: str, pin_memory: bool) -> CudaTransfer | None:
+    """None on CPU (h2d is 0 there); on CUDA a CudaTransfer."""
+    if not is_accelerator(device):
+        return None
+    return CudaTransfer(device, pin_memory)
 
 
 def make_synced_step(step: Callable[[Any], None], device: str) -> Callable[[Any], None]:

@@ -41,10 +41,12 @@ def resource_figures(measurement: Measurement, usable_cores: float) -> list[Reso
 
 
 def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats: TrialStats,
-             usable_cores: float) -> Diagnosis:
-    """Resource columns, the verdict and its advice, and warnings for one trial that ran."""
+             usable_cores: float, ranks: int = 1) -> Diagnosis:
+    """Resource columns, the verdict and its advice, and warnings for one trial that ran.
+    With ranks, each runs its own workers: the figures are of all of them together."""
     figures = resource_figures(measurement, usable_cores)
-    workers = kwargs.get("num_workers", 0)
+    per_rank = kwargs.get("num_workers", 0)
+    workers = per_rank * ranks
     prefetch = kwargs.get("prefetch_factor")
     need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
     columns: dict[str, Any] = {c: None for c in COLUMNS}
@@ -56,7 +58,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
     main_util = statistics.fmean(f.main_cpu_util for f in figures)
     workers_util = statistics.fmean(f.workers_cpu_util for f in figures)
     # Share of one core each loading process used: the workers' mean, or the main process.
-    loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores
+    loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores / ranks
     columns.update(
         cpu_util=round(cpu_util, 3),
         main_cpu_util=round(main_util, 3),
@@ -72,7 +74,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         wait_ratio=stats.wait_ratio.mean,
         cpu_util=cpu_util,
         usable_cores=usable_cores,
-        num_workers=workers,
+        num_workers=per_rank,
         wait_ms=stats.wait_ms,
         epoch_start_ms=stats.epoch_start_ms,
         epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms, epoch_starts_per_batch(measurement)),
@@ -82,6 +84,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         persistent_workers=kwargs.get("persistent_workers"),
         inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
         loader_busy=loader_busy,
+        ranks=ranks,
     )
     columns["verdict"], columns["advice"] = verdict(evidence)
     warning = oversubscription_warning(workers, threads, usable_cores)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from loadtune.errors import LoadtuneError
 
@@ -30,6 +30,9 @@ class Window:
     step_s: tuple[float, ...]
     samples: tuple[int, ...]
     epoch_start: tuple[bool, ...]
+    # The copy itself timed on the device (CUDA events), where it was: h2d_s is the host's
+    # wall time for it (launch and synchronisation included), which is what the loop waits.
+    copy_s: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.wait_s)
@@ -46,6 +49,43 @@ class Measurement:
     resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
     warmup_s: float = 0.0  # after the first batch, until the counted windows start
     setup_s: float = 0.0  # building the dataset, loader and step before the first batch
+    # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
+    # holds their combination (see combine_ranks).
+    ranks: tuple["Measurement", ...] = ()
+
+
+def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
+    """Ranks that ran in step (each step ended with an all_reduce) as one trial: per counted
+    batch, the samples of all ranks and each part's mean time over the ranks, so throughput is
+    the ranks' summed throughput and the wait ratio their mean. The first batch and warm-up
+    take the slowest rank's time; pinned is true only when every rank's batches were."""
+    if not per_rank:
+        raise ValueError("combine_ranks needs at least one rank")
+    n = len(per_rank)
+    windows = []
+    for parts in zip(*(m.windows for m in per_rank)):
+        if len({len(w) for w in parts}) != 1:
+            raise ValueError("ranks counted different numbers of batches")
+
+        def mean(field: str) -> tuple[float, ...]:
+            return tuple(sum(vals) / n for vals in zip(*(getattr(w, field) for w in parts)))
+
+        windows.append(Window(
+            wait_s=mean("wait_s"), h2d_s=mean("h2d_s"), step_s=mean("step_s"),
+            samples=tuple(sum(vals) for vals in zip(*(w.samples for w in parts))),
+            epoch_start=tuple(any(vals) for vals in zip(*(w.epoch_start for w in parts))),
+            copy_s=mean("copy_s") if all(len(w.copy_s) == len(w) for w in parts) else (),
+        ))
+    pinned = [m.pinned for m in per_rank]
+    return Measurement(
+        first_batch_s=max(m.first_batch_s for m in per_rank),
+        windows=tuple(windows),
+        pinned=None if None in pinned else all(pinned),
+        batch_bytes=per_rank[0].batch_bytes,
+        warmup_s=max(m.warmup_s for m in per_rank),
+        setup_s=max(m.setup_s for m in per_rank),
+        ranks=tuple(per_rank),
+    )
 
 
 def batch_len(batch: Any, default: int = 1) -> int:
@@ -117,6 +157,7 @@ def measure_loop(
     on_sampling_start: Callable[[], None] | None = None,
     on_sampling_end: Callable[[], None] | None = None,
     sampling_ready: Callable[[], bool] | None = None,
+    copy_timer: Callable[[], float | None] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -129,7 +170,8 @@ def measure_loop(
     batch is in, before the warm-up batches, and `on_sampling_end` just after the last counted
     batch. When `sampling_ready` is given, the warm-up goes on past `warmup_batches`, batch
     after batch as before (never pausing, which would let the queue fill), until it returns
-    True: a sampler's first reading then never overlaps a counted window.
+    True: a sampler's first reading then never overlaps a counted window. `copy_timer`, when
+    given, returns the device-timed seconds of the transfer just made (Window.copy_s).
     """
     from loadtune.resources import batch_bytes
 
@@ -152,7 +194,7 @@ def measure_loop(
         windows = []
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):
-            wait, h2d, stepped, samples, starts = [], [], [], [], []
+            wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
             t0 = clock()
             for _ in range(batches):
                 batch, new_epoch = feed.next()
@@ -160,6 +202,8 @@ def measure_loop(
                 if transfer is not None:
                     moved = transfer(batch)
                     t2 = clock()
+                    if copy_timer is not None:
+                        copies.append(copy_timer())
                 else:
                     moved, t2 = batch, t1
                 step(moved)
@@ -170,7 +214,8 @@ def measure_loop(
                 samples.append(batch_len(batch, default_batch_size))
                 starts.append(new_epoch)
                 t0 = t3
-            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts)))
+            copy_s = tuple(copies) if copies and None not in copies else ()
+            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s))
         if on_sampling_end is not None:
             on_sampling_end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,

@@ -87,6 +87,13 @@ class ResourceSamples:
     sampler_cpu_s: float  # CPU the sampling itself used (all samples, the first and last included)
     memory_cpu_budget: float = MEMORY_CPU_BUDGET
     in_root: bool = True  # the sampler ran as a thread of the root process (its CPU counted there)
+    # Processes that count as main processes besides the root: data-parallel ranks, each a
+    # training loop (the root then only launched them). Their descendants are workers.
+    main_pids: tuple[int, ...] = ()
+
+    @property
+    def mains(self) -> frozenset[int]:
+        return frozenset((self.root_pid, *self.main_pids))
 
 
 @dataclass(frozen=True)
@@ -171,12 +178,13 @@ class TreeSampler:
     """
 
     def __init__(self, root_pid: int, interval_s: float = DEFAULT_INTERVAL_S, clock: Clock = time.monotonic,
-                 memory_cpu_budget: float = MEMORY_CPU_BUDGET) -> None:
+                 memory_cpu_budget: float = MEMORY_CPU_BUDGET, main_pids: tuple[int, ...] = ()) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be positive, not {interval_s!r}")
         if memory_cpu_budget <= 0:
             raise ValueError(f"memory_cpu_budget must be positive, not {memory_cpu_budget!r}")
         self.root_pid = root_pid
+        self.main_pids = tuple(main_pids)
         self.interval_s = interval_s
         self.memory_cpu_budget = memory_cpu_budget
         self._clock = clock
@@ -237,6 +245,7 @@ class TreeSampler:
             sampler_cpu_s=self._cost_s,
             memory_cpu_budget=self.memory_cpu_budget,
             in_root=self.root_pid == os.getpid(),
+            main_pids=self.main_pids,
         )
         return self.result
 
@@ -356,8 +365,10 @@ class TreeSampler:
 # --- figures -----------------------------------------------------------------------------
 
 
-def _cumulative_use(samples: tuple[Sample, ...], root_pid: int) -> tuple[float, float, int | None]:
-    """CPU of the root, CPU of its descendants, and bytes read by the tree over the window.
+def _cumulative_use(samples: tuple[Sample, ...], root_pid: int,
+                    mains: frozenset[int] = frozenset()) -> tuple[float, float, int | None]:
+    """CPU of the main processes (the root, and `mains`), CPU of the other descendants, and
+    bytes read by the tree over the window.
 
     Per process, only increases of its cumulative counters count (a counter read lower,
     as a dying process may report, changes nothing). A process first seen after the first
@@ -394,7 +405,7 @@ def _cumulative_use(samples: tuple[Sample, ...], root_pid: int) -> tuple[float, 
             held = pending_cpu.get(key, 0.0)
             pending_cpu[key] = max(0.0, held - reaped)
             reaped = max(0.0, reaped - held)
-            if proc.pid == root_pid:
+            if proc.pid == root_pid or proc.pid in mains:
                 main_cpu += own
                 workers_cpu += reaped
             else:
@@ -449,7 +460,8 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
         raise ValueError(f"usable_cores must be positive, not {usable_cores!r}")
     root = samples.root_pid
     wall_s = taken[-1].t_s - taken[0].t_s
-    main_cpu_s, workers_cpu_s, read = _cumulative_use(taken, root)
+    mains = samples.mains
+    main_cpu_s, workers_cpu_s, read = _cumulative_use(taken, root, mains)
     if samples.in_root:
         main_cpu_s = max(0.0, main_cpu_s - samples.sampler_cpu_s)  # the sampler is a thread of the root
 
@@ -465,7 +477,7 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
     peak_workers = 0
     last_worker_pss: list[int] = []
     for s in taken:
-        workers = [p for p in s.processes if p.pid != root]
+        workers = [p for p in s.processes if p.pid not in mains]
         seen_workers.update(p.key for p in workers)
         peak_workers = max(peak_workers, sum(1 for p in workers if p.num_threads is not None))
         threads.extend(p.num_threads for p in workers if p.num_threads is not None)

@@ -33,6 +33,7 @@ COLUMNS = (
     *RUN,
     # Beyond SPEC §4's columns, never before them.
     "pct_of_ideal", *DIAGNOSIS, "strategy", "round", "device", "pinned", "trial_wall_s", "start_method",
+    "ranks", "wait_ratio_max_rank", "h2d_gb_per_s",
 )
 DEFAULT_PREFETCH = 2
 BOOL_COLUMNS = ("persistent_workers", "pin_memory", "tied_with_best", "pinned")
@@ -79,7 +80,7 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None, co
         reason=reason,
         **effective_settings(trial),
     )
-    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round", "start_method")})
+    row.update({k: context.get(k) for k in (*MACHINE, *RUN, "device", "strategy", "round", "start_method", "ranks")})
     if outcome is not None:
         row["trial_wall_s"] = _round(outcome.wall_s, 2)
     if measurement is not None:
@@ -102,6 +103,9 @@ def make_row(trial: Trial, outcome: Outcome | None, stats: TrialStats | None, co
             epoch_start_ms=_round(stats.epoch_start_ms, 3),
             repeats=stats.repeats,
             batches=stats.batches,
+            ranks=stats.ranks,
+            wait_ratio_max_rank=_round(stats.wait_ratio_max_rank, 4),
+            h2d_gb_per_s=_round(stats.copy_gb_per_s, 3),
         )
     return row
 

@@ -110,9 +110,9 @@ def _receive(receiver: Any, process: Any, deadline: float) -> tuple[Any, bool]:
     return None, False
 
 
-def _start_sampler(pid: int | None) -> TreeSampler | None:
+def _start_sampler(pid: int | None, main_pids: tuple[int, ...] = ()) -> TreeSampler | None:
     try:
-        return TreeSampler(pid).start(memory=True)
+        return TreeSampler(pid, main_pids=main_pids).start(memory=True)
     except Exception:  # noqa: BLE001 - gone already: the trial's own result says why
         return None
 
@@ -150,11 +150,11 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
             sender.close()
         while True:
             message, late = _receive(receiver, process, deadline)
-            if message == COUNTED_START:
+            if isinstance(message, tuple) and message[0] == COUNTED_START:
                 # Sent at the warm-up. The first sample reads memory too, and reading a memory
                 # map holds the process's mmap lock for milliseconds (the shared-memory hand-over
                 # of a batch waits on it); the trial goes on warming up until told it is done.
-                sampler = _start_sampler(process.pid)
+                sampler = _start_sampler(process.pid, tuple(message[1]))
                 _send(receiver, SAMPLING)
                 continue
             if message == COUNTED_END:

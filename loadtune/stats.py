@@ -45,6 +45,9 @@ class TrialStats:
     epoch_start_ms: float
     repeats: int
     batches: int
+    ranks: int = 1
+    wait_ratio_max_rank: float | None = None  # the slowest-fed rank's wait ratio (ranks > 1)
+    copy_gb_per_s: float | None = None  # bytes per batch / device-timed copy, where timed
 
     @property
     def noisy(self) -> bool:
@@ -136,6 +139,9 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
     step = np.concatenate([a[2] for a in arrays])
     starts = np.concatenate(starts_by_window)
     epoch_start_ms = float(wait[starts].mean() * 1e3) if starts.any() else math.nan
+    copies = [c for w in windows for c in w.copy_s]
+    copy_s = float(np.mean(copies)) if copies and len(copies) == len(wait) else 0.0
+    copy_gb_per_s = measurement.batch_bytes / copy_s / 1e9 if copy_s > 0 and measurement.batch_bytes else None
     return TrialStats(
         wait_ratio=wr,
         throughput=tp,
@@ -147,4 +153,14 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
         epoch_start_ms=epoch_start_ms,
         repeats=len(windows),
         batches=len(windows[0]) if windows else 0,
+        ranks=max(1, len(measurement.ranks)),
+        wait_ratio_max_rank=max(_wait_ratio(r) for r in measurement.ranks) if measurement.ranks else None,
+        copy_gb_per_s=copy_gb_per_s,
     )
+
+
+def _wait_ratio(measurement: Measurement) -> float:
+    """Mean over the windows of one rank's wait ratio."""
+    ratios = [_ratios(*(np.asarray(a, dtype=float) for a in (w.wait_s, w.h2d_s, w.step_s, w.samples)))[0]
+              for w in measurement.windows]
+    return float(np.mean(ratios))

@@ -45,12 +45,14 @@ class SweepResult:
 
 
 def default_output(spec: RunSpec) -> Path:
-    """SPEC §1: config `output`, else results/<name>-<host>-x<scale>.csv."""
+    """SPEC §1: config `output`, else results/<name>-<host>-x<scale>.csv (-r<N> added with
+    --ranks N > 1)."""
     if spec.config.output:
         out = Path(spec.config.output)
         return out if out.is_absolute() else spec.base_dir / out
     host = socket.gethostname().split(".")[0]
-    return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}.csv"
+    ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
+    return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
 
 
 def preflight(spec: RunSpec, device: str) -> PreflightInfo:
@@ -74,12 +76,13 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     return info
 
 
-def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None) -> str | None:
-    """Why a trial would not fit in /dev/shm (its workers would die of SIGBUS), or None."""
+def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None, ranks: int = 1) -> str | None:
+    """Why a trial would not fit in /dev/shm (its workers would die of SIGBUS), or None.
+    With ranks, each rank's workers hold their own batches in flight."""
     if trial.skipped or not batch_bytes or free_mb is None:
         return None
     kwargs = trial.loader_kwargs
-    need = shm_need_mb(batch_bytes, kwargs.get("num_workers", 0), kwargs.get("prefetch_factor"))
+    need = shm_need_mb(batch_bytes, kwargs.get("num_workers", 0), kwargs.get("prefetch_factor")) * ranks
     if shm_fits(need, free_mb):
         return None
     return (f"/dev/shm too small: batches in flight need about {need:.0f} MB "
@@ -88,13 +91,14 @@ def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None) ->
 
 
 def _merge(measurements: Sequence[Measurement]) -> Measurement:
-    """One trial's repeats, each from a process of its own, as one Measurement."""
+    """One trial's repeats, each from a process (or set of ranks) of its own, as one Measurement."""
     windows = tuple(w for m in measurements for w in m.windows)
     first = sum(m.first_batch_s for m in measurements) / len(measurements)
     resources = tuple(r for m in measurements for r in m.resources)
+    ranks = tuple(_merge(per_rank) for per_rank in zip(*(m.ranks for m in measurements)))
     return Measurement(first, windows, measurements[0].pinned, measurements[0].batch_bytes, resources,
                        warmup_s=sum(m.warmup_s for m in measurements) / len(measurements),
-                       setup_s=sum(m.setup_s for m in measurements) / len(measurements))
+                       setup_s=sum(m.setup_s for m in measurements) / len(measurements), ranks=ranks)
 
 
 class _Runner:
@@ -119,7 +123,7 @@ class _Runner:
     def _job(self, trial: Trial) -> TrialJob:
         cfg = self.spec.config
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}), self.device,
-                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method())
+                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(), self.spec.ranks)
 
     def _finish(self, trial: Trial, round_no: int, outcome: Outcome | None, measurement: Measurement | None) -> None:
         stats = None
@@ -128,7 +132,8 @@ class _Runner:
             stats = summarize(measurement)
             self.scores[trial.name] = Scored(trial.name, stats.throughput, stats.wait_ratio)
             if trial.feed != FEED_MEMORY:
-                diagnosis = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores)
+                diagnosis = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores,
+                                     self.spec.ranks)
                 extra = diagnosis.columns
                 self.notes.extend(w for w in diagnosis.warnings if w not in self.notes)
         row = make_row(trial, outcome, stats, {**self.context, "round": round_no}, measurement, extra)
@@ -236,12 +241,13 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "device": device,
         "strategy": strategy,
+        "ranks": spec.ranks,
     }
     results = ResultsFile(out_path)
     kept = resumable_rows(out_path, spec, context["host"]) if resume else []
     results.start(kept)
     runner = _Runner(spec, device, context, results, emit, seed, effective_cores,
-                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb))
+                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, spec.ranks))
     runner.resume(kept)
     result = SweepResult(out_path, [], device, rank_by, strategy)
     emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,
@@ -260,7 +266,7 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         raise
     result.trials = runner.trials
     result.rows = _ranked(runner, rank_by)
-    result.warnings = [*_machine_warnings(runner.trials.values(), cores), *runner.notes,
+    result.warnings = [*_machine_warnings(runner.trials.values(), cores, spec.ranks), *runner.notes,
                        *_disagreement(runner, result.rows)]
     results.replace(result.rows)
     emit("done", {"rows": result.rows})
@@ -268,11 +274,12 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
 
 
 def resumable_rows(path: Path, spec: RunSpec, host: str) -> list[dict[str, Any]]:
-    """Rows of an earlier sweep at `path` that this one can keep: same config sha, scale and
-    host, measured in full (status ok, as many repeats and batches as asked now)."""
+    """Rows of an earlier sweep at `path` that this one can keep: same config sha, scale, ranks
+    and host, measured in full (status ok, as many repeats and batches as asked now)."""
     m = spec.config.measure
     return [row for row in read_rows(path)
             if row.get("config_sha") == spec.sha and row.get("host") == host and row.get("scale") == spec.scale
+            and (row.get("ranks") or 1) == spec.ranks
             and row.get("status") == "ok" and row.get("repeats") == m.repeats and row.get("batches") == m.batches
             and row.get("throughput") is not None and row.get("wait_ratio") is not None]
 
@@ -283,11 +290,12 @@ def _ranked(runner: _Runner, rank_by: str) -> list[dict[str, Any]]:
     return apply_ranking(runner.rows, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
 
 
-def _machine_warnings(trials: Any, cores: int) -> list[str]:
-    most = max((t.loader_kwargs.get("num_workers", 0) for t in trials), default=0)
+def _machine_warnings(trials: Any, cores: int, ranks: int = 1) -> list[str]:
+    most = max((t.loader_kwargs.get("num_workers", 0) for t in trials), default=0) * ranks
     if most > cores:
-        return [f"trials with up to {most} workers on {cores} usable cores: workers beyond the cores compete "
-                "with the training step; trust throughput over wait ratio for those"]
+        per = f" ({ranks} ranks with their own workers)" if ranks > 1 else ""
+        return [f"trials with up to {most} workers{per} on {cores} usable cores: workers beyond the cores "
+                "compete with the training step; trust throughput over wait ratio for those"]
     return []
 
 

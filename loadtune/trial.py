@@ -32,12 +32,13 @@ ACK_TIMEOUT_S = 10.0
 _channel: Any = None  # the pipe to the sweep process, in a trial process
 
 
-def _send_start() -> float:
+def _send_start(main_pids: tuple[int, ...] = ()) -> float:
     """Tell the sweep to start sampling, without waiting: the warm-up runs on meanwhile (a
-    pause would let the workers fill the queue and flatter the window). Returns when."""
+    pause would let the workers fill the queue and flatter the window). `main_pids` are the
+    ranks' processes, each a training loop's main process. Returns when it was sent."""
     if _channel is not None:
         try:
-            _channel.send(COUNTED_START)
+            _channel.send((COUNTED_START, main_pids))
         except (OSError, ValueError):
             pass
     return time.monotonic()
@@ -94,6 +95,7 @@ class TrialJob:
     base_dir: str
     parent_pid: int
     start_method: str  # how DataLoader starts workers in the user's own process
+    ranks: int = 1  # data-parallel ranks run at once (see loadtune.ranks)
 
     @property
     def name(self) -> str:
@@ -255,12 +257,23 @@ def install_fetch_notes() -> None:
 
 
 def execute(job: TrialJob) -> Measurement:
+    """The trial, measured: in this process, or on job.ranks data-parallel ranks at once."""
+    if job.ranks > 1:
+        from loadtune.measure import combine_ranks
+        from loadtune.ranks import launch
+
+        return combine_ranks(launch(job))
+    return execute_rank(job, None)
+
+
+def execute_rank(job: TrialJob, rank: Any) -> Measurement:
+    """The trial in this process; `rank` is its RankContext when it is one of several ranks."""
     started = time.perf_counter()
     install_fetch_notes()
     dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     kwargs = loader_kwargs(job.trial, job.base_dir)
     try:
-        return _execute(job, dataset, kwargs, started)
+        return _execute(job, dataset, kwargs, started, rank)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc))) from None
 
@@ -280,14 +293,32 @@ def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str) -> str:
     return fallback
 
 
-def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float) -> Measurement:
+class _Epochs:
+    """A DataLoader whose DistributedSampler is told each new epoch, so shuffles differ."""
+
+    def __init__(self, loader: Any, sampler: Any) -> None:
+        self.loader, self.sampler, self.epoch = loader, sampler, 0
+
+    def __iter__(self) -> Any:
+        self.sampler.set_epoch(self.epoch)
+        self.epoch += 1
+        return iter(self.loader)
+
+
+def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float, rank: Any) -> Measurement:
     from torch.utils.data import DataLoader
 
     from loadtune.steps import build_step
 
-    step = make_synced_step(build_step(job.step, job.base_dir, job.device), job.device)
+    device = rank.device if rank is not None else job.device
+    step = build_step(job.step, job.base_dir, device)
+    if rank is not None:
+        step = rank.synced_step(step)
+        kwargs = rank.shard(dataset, kwargs)
+    step = make_synced_step(step, device)
     pin = bool(kwargs.get("pin_memory"))
-    transfer = make_transfer(job.device, pin)
+    transfer = make_transfer(device, pin)
+    copy_timer = transfer.copy_s if transfer is not None else None
     loader: Any
     if job.trial.feed == FEED_MEMORY:
         # The ideal: one batch, already on the device, handed over again and again.
@@ -298,11 +329,13 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
         if batch is _NO_BATCH:
             raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch")
         loader = itertools.repeat(transfer(batch) if transfer is not None else batch)
-        transfer = None
+        transfer = copy_timer = None
     else:
         loader = DataLoader(dataset, **kwargs)
+        if hasattr(kwargs.get("sampler"), "set_epoch"):
+            loader = _Epochs(loader, kwargs["sampler"])
     seen_pinned: list[bool | None] = []
-    if transfer is not None and pin:
+    if transfer is not None:
         inner = transfer
 
         def transfer(batch: Any) -> Any:  # noqa: F811 - records pinning of the first batch only
@@ -313,8 +346,25 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
     m = job.measure
     # The sweep process samples this process tree (this process with its pin-memory thread,
     # and the workers) while the counted batches run; not for the ideal, which has no workers.
+    # With ranks, rank 0 tells it, and every rank waits for the answers.
     sampled = job.trial.feed != FEED_MEMORY
+    main_pids = tuple(rank.gather_pids()) if rank is not None and sampled else ()
+    reporter = rank is None or rank.reporter
     asked: list[float] = []
+
+    def start() -> None:
+        asked.append(_send_start(main_pids) if reporter else time.monotonic())
+
+    def ready() -> bool:
+        local = _sampling_ready(asked[0]) if reporter else True
+        return rank.agree(local) if rank is not None else local
+
+    def end() -> None:
+        if reporter:
+            _tell_end()
+        if rank is not None:
+            rank.barrier()  # no rank tears its workers down before the last sample
+
     setup_s = time.perf_counter() - started
     measurement = measure_loop(
         loader,
@@ -325,9 +375,10 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
         epoch_batches=m.epoch_batches,
         transfer=transfer,
         default_batch_size=kwargs.get("batch_size") or 1,
-        on_sampling_start=(lambda: asked.append(_send_start())) if sampled else None,
-        on_sampling_end=_tell_end if sampled else None,
-        sampling_ready=(lambda: _sampling_ready(asked[0])) if sampled else None,
+        on_sampling_start=start if sampled else None,
+        on_sampling_end=end if sampled else None,
+        sampling_ready=ready if sampled else None,
+        copy_timer=copy_timer,
     )
     measurement = dataclasses.replace(measurement, setup_s=setup_s)
     del loader  # shut persistent workers down cleanly before the process ends

@@ -44,7 +44,7 @@ class Evidence:
     wait_ratio: float
     cpu_util: float  # the tree's CPU / wall / usable cores, over the counted window
     usable_cores: float
-    num_workers: int
+    num_workers: int  # per rank
     wait_ms: float  # mean wait per counted batch
     epoch_start_ms: float  # mean wait of an epoch's first batch; nan when no epoch started
     epoch_wait_share: float  # share of the total wait spent at epoch starts (see epoch_wait_share())
@@ -56,6 +56,7 @@ class Evidence:
     # How busy each loading process is, as a share of one core: the mean worker (or, without
     # workers, the main process). Near 1, loading is CPU work even when cores are left idle.
     loader_busy: float | None = None
+    ranks: int = 1  # data-parallel ranks, each with num_workers workers of its own
 
 
 def epoch_starts_per_batch(measurement: Measurement) -> float:
@@ -82,7 +83,7 @@ def _growth_per_worker(e: Evidence) -> float | None:
     if e.worker_pss_growth_mb is not None:
         return e.worker_pss_growth_mb
     if e.pss_growth_mb is not None:
-        return e.pss_growth_mb / e.num_workers
+        return e.pss_growth_mb / (e.num_workers * e.ranks)
     return None
 
 
@@ -125,7 +126,7 @@ def verdict(e: Evidence) -> tuple[str, str]:
             f"shows whether it pays here), or use longer epochs."
         )
     if e.cpu_util < CPU_SATURATED_UTIL and e.loader_busy is not None and e.loader_busy >= CPU_SATURATED_UTIL:
-        target = max(1, int(e.usable_cores))
+        target = max(1, int(e.usable_cores / e.ranks))  # per rank: the ranks share the cores
         if e.num_workers <= 0:
             return DATA_BOUND_CPU, (
                 f"{waiting}: loading runs in the training process, which is {e.loader_busy:.0%} busy, while "

@@ -1,0 +1,206 @@
+"""Data-parallel ranks: a trial run by N processes at once, each with its own DataLoader.
+
+Inside a trial process, `launch` starts the ranks with torch.distributed's elastic launcher
+(the machinery behind torchrun): N processes, each with RANK, WORLD_SIZE and a rendezvous
+in its environment. Each rank joins a process group (gloo on CPU, nccl on CUDA), shards the
+dataset with a DistributedSampler, and runs the trial's measured loop; every step ends with
+an all_reduce of a small tensor, so a rank waits for the slowest as it would under DDP.
+`RankContext` is what the measured loop needs to know of its rank. A rank that fails writes
+why to a file and exits; the launcher then stops the others and the trial fails with that
+reason, naming the rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import tempfile
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+from loadtune.errors import LoadtuneError
+
+# How often the launcher checks on its ranks: also how fast a failing rank stops the others.
+MONITOR_INTERVAL_S = 0.05
+# The launcher gives ranks this long to stop after SIGTERM before SIGKILL.
+SHUTDOWN_TIMEOUT_S = 5
+
+
+class RankFailedError(LoadtuneError):
+    """One rank of a trial failed; the message names the rank and why."""
+
+
+@dataclass(frozen=True)
+class RankContext:
+    """One rank's place in the group, and the collective operations the loop uses."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: str
+
+    @property
+    def reporter(self) -> bool:
+        """Rank 0 tells the sweep when sampling starts and ends."""
+        return self.rank == 0
+
+    def _flag(self, value: float) -> Any:
+        import torch
+
+        return torch.tensor([value], dtype=torch.float32, device=self.device)
+
+    def shard(self, dataset: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """DataLoader keywords with a DistributedSampler giving this rank its share of a
+        map-style dataset (shuffle moves into the sampler). An IterableDataset is left as it
+        is: it shards itself, as with DDP."""
+        from torch.utils.data import IterableDataset
+        from torch.utils.data.distributed import DistributedSampler
+
+        if isinstance(dataset, IterableDataset) or kwargs.get("sampler") is not None \
+                or kwargs.get("batch_sampler") is not None:
+            return kwargs
+        kwargs = dict(kwargs)
+        sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+                                     shuffle=bool(kwargs.pop("shuffle", False)))
+        kwargs["sampler"] = sampler
+        return kwargs
+
+    def synced_step(self, step: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The step, then an all_reduce of a one-element tensor: the ranks leave each step
+        together, as DDP's gradient all_reduce makes them."""
+        import torch.distributed as dist
+
+        tensor = self._flag(1.0)
+
+        def step_and_reduce(batch: Any) -> None:
+            step(batch)
+            tensor.fill_(1.0)
+            dist.all_reduce(tensor)
+
+        step_and_reduce.reduced = tensor  # type: ignore[attr-defined]
+        return step_and_reduce
+
+    def agree(self, ready: bool) -> bool:
+        """True on every rank only when it is True on every rank."""
+        import torch.distributed as dist
+
+        flag = self._flag(0.0 if ready else 1.0)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return float(flag.item()) == 0.0
+
+    def gather_pids(self) -> list[int]:
+        import torch.distributed as dist
+
+        pids: list[Any] = [None] * self.world_size
+        dist.all_gather_object(pids, os.getpid())
+        return [int(p) for p in pids]
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """Each rank on a host uses its own accelerator: cuda:LOCAL_RANK."""
+    return f"cuda:{local_rank}" if device.startswith("cuda") else device
+
+
+def join_group(device: str, timeout_s: float) -> RankContext:
+    """Join the process group the launcher's environment describes (RANK, WORLD_SIZE, ...)."""
+    import torch
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    device = rank_device(device, local)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                            timeout=timedelta(seconds=max(timeout_s, 1.0)))
+    return RankContext(rank, world, local, device)
+
+
+def leave_group() -> None:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - leaving must not hide the result
+        pass
+
+
+def _error_file(folder: str, rank: int) -> Path:
+    return Path(folder) / f"rank{rank}.error"
+
+
+def rank_main(job: Any, errors: str) -> Any:
+    """One rank's whole life: join, measure, leave. On failure, why goes to a file and the
+    rank exits with code 1, so the launcher stops the others at once."""
+    from loadtune.trial import describe, execute_rank
+
+    rank = int(os.environ.get("RANK", -1))
+    try:
+        context = join_group(job.device, job.measure.timeout_s)
+        try:
+            return execute_rank(job, context)
+        finally:
+            leave_group()
+    except BaseException as exc:  # noqa: BLE001 - told to the trial through the file
+        try:
+            _error_file(errors, rank).write_text(describe(exc))
+        except OSError:
+            pass
+        raise SystemExit(1) from None
+
+
+def _quiet_launcher() -> None:
+    """The launcher logs every start and failure; the trial's row says what matters."""
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _failure_reason(exc: BaseException, errors: str) -> str:
+    from loadtune.trial import signal_text
+
+    failures = getattr(exc, "failures", {}) or {}
+    written = sorted(Path(errors).glob("rank*.error"))
+    if written:  # the rank that caught its own error: the root cause
+        first = min(written, key=lambda p: p.stat().st_mtime)
+        return f"rank {first.stem[4:]} failed: {first.read_text().strip()}"
+    for failure in failures.values():
+        code = getattr(failure, "exitcode", None)
+        rank = getattr(failure, "rank", "?")
+        if isinstance(code, int) and code < 0:
+            return f"rank {rank} killed by {signal_text(-code)}"
+        return f"rank {rank} exited with code {code}"
+    return f"the ranks failed: {type(exc).__name__}: {exc}".strip()
+
+
+def launch(job: Any) -> list[Any]:
+    """Run `job` on job.ranks ranks on this host; their results in rank order.
+
+    Ranks are forked from this (trial) process, which has torch and the user's modules
+    loaded already; the rendezvous is on a free local port. Any rank failing fails all."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    _quiet_launcher()
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=job.ranks, run_id=uuid.uuid4().hex,
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                          monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
+                          signals_to_handle="SIGTERM", shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="loadtune-ranks-") as errors:
+        try:
+            results = elastic_launch(config, rank_main)(job, errors)
+        except Exception as exc:  # noqa: BLE001 - ChildFailedError, or the launcher's own
+            raise RankFailedError(_failure_reason(exc, errors)) from None
+    return [results[r] for r in sorted(results)]
+
+
+def with_ranks(job: Any, ranks: int) -> Any:
+    return dataclasses.replace(job, ranks=ranks)
