@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
     TimeElapsedColumn, TimeRemainingColumn
 
@@ -38,7 +39,7 @@ def _root() -> None:
 def _fail(message: str, debug: bool) -> None:
     if debug:
         err.print_exception()
-    err.print(f"[bold red]Error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]Error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_USER_ERROR)
 
 
@@ -69,9 +70,11 @@ class _ProgressView:
     def __call__(self, kind: str, data: dict[str, Any]) -> None:
         if kind == "start":
             self.console.print(f"Sweeping ({data['strategy']}) on {data['device']}, dataset length "
-                               f"{data['dataset_len']}; rows go to {data['out_path']}", highlight=False)
+                               f"{data['dataset_len']}; rows go to {data['out_path']}", highlight=False,
+                               markup=False)
             if data["resumed"]:
-                self.console.print(f"Resuming: {data['resumed']} trials kept from that file", highlight=False)
+                self.console.print(f"Resuming: {data['resumed']} trials kept from that file", highlight=False,
+                                   markup=False)
             self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
         elif kind == "planned":
@@ -89,7 +92,7 @@ class _ProgressView:
                 text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f}"
             else:
                 text = f"[yellow]{row['status']}[/]: {row['reason']}"
-            self.progress.console.print(f"  {row['trial']}: {text}", highlight=False)
+            self.progress.console.print(f"  {row['trial']}: {text}", highlight=False, markup=False)
         elif kind == "done":
             self.stop()
 
@@ -136,20 +139,33 @@ def sweep(
     out_path = out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
+    cluster = None
     try:
+        from loadtune import torchrun
+
+        torchrun.refuse_nested_ranks(ranks)
+        if torchrun.launched():
+            cluster = torchrun.Cluster()
+            ranks = cluster.world_size
+            if not cluster.leader:
+                cluster.follow()  # rank 0 plans, prints and writes the CSV
+                return
         spec = dataclasses.replace(load_config(config, _overrides(sets, repeats, batches, warmup, device), scale),
                                    ranks=ranks)
         out_path = out or default_output(spec)
-        result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume)
+        result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume,
+                           **({"execute": cluster.run} if cluster is not None else {}))
     except LoadtuneError as exc:
         view.stop()
         _fail(str(exc), debug)
     except KeyboardInterrupt:
         view.stop()
-        err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {out_path}; "
+        err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {escape(str(out_path))}; "
                   f"add --resume to the same command to measure only the rest.", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     finally:
+        if cluster is not None:
+            cluster.close()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
     chosen = recommended(result.rows)
@@ -162,18 +178,18 @@ def sweep(
     out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                         f"{on_ranks}, {strategy}, ranked by {rank_by})"))
     for line in not_run_lines(result.rows):
-        out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
+        out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
     for warning in result.warnings:
-        err.print(f"[yellow]Warning:[/] {warning}", highlight=False)
+        err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False)
     for line in summary_lines(info):
-        out_console.print(line, highlight=False, soft_wrap=True)
-    out_console.print(f"CSV: {result.out_path}", highlight=False)
+        out_console.print(line, highlight=False, soft_wrap=True, markup=False)
+    out_console.print(f"CSV: {result.out_path}", highlight=False, markup=False)
     if plot is not None:
         try:
             from loadtune.plot import draw_csvs
 
             info["plot"] = str(draw_csvs([result.out_path], plot))
-            out_console.print(f"Chart: {plot}", highlight=False)
+            out_console.print(f"Chart: {plot}", highlight=False, markup=False)
         except LoadtuneError as exc:
             _fail(str(exc), debug)
     if as_json:
@@ -201,9 +217,9 @@ def compare(
         _fail(str(exc), debug)
     console.print(comparison_table(comparison))
     for line in comparison_lines(comparison):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
-        console.print(f"Aligned CSV: {out}", highlight=False)
+        console.print(f"Aligned CSV: {out}", highlight=False, markup=False)
     if fail_on_flip and comparison.changed:
         raise typer.Exit(EXIT_FLIPPED)
 
@@ -230,13 +246,13 @@ def report(
     for path, rows in tables:
         console.print(results_table(rows, title=report_title(rows, path.name)))
         for line in not_run_lines(rows):
-            console.print(f"  not run: {line}", highlight=False, soft_wrap=True)
+            console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
         for line in noise_warnings(rows):
-            console.print(f"[yellow]Warning:[/] {line}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]Warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     for line in LEGEND:
-        console.print(line, style="dim", highlight=False, soft_wrap=True)
+        console.print(line, style="dim", highlight=False, soft_wrap=True, markup=False)
     if plot is not None:
-        console.print(f"Chart: {plot}", highlight=False)
+        console.print(f"Chart: {plot}", highlight=False, markup=False)
 
 
 @app.command()
@@ -260,7 +276,7 @@ def profile(
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     console.print(result.table, highlight=False, markup=False, soft_wrap=True)
     for line in result.summary_lines():
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     if result.trace_path:
         console.print(f"Trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)",
                       highlight=False)

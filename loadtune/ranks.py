@@ -12,10 +12,10 @@ reason, naming the rank.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,10 +28,25 @@ from loadtune.errors import LoadtuneError
 MONITOR_INTERVAL_S = 0.05
 # The launcher gives ranks this long to stop after SIGTERM before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 5
+# How gloo says that the rank at the other end went away: a consequence, not a cause.
+PEER_GONE = "Connection closed by peer"
 
 
 class RankFailedError(LoadtuneError):
     """One rank of a trial failed; the message names the rank and why."""
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """Where a trial process finds the other ranks when the sweep itself runs under torchrun:
+    a TCPStore kept by rank 0's sweep process, and a key of its own for each trial run."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    host: str
+    port: int
+    key: str
 
 
 @dataclass(frozen=True)
@@ -110,18 +125,28 @@ def rank_device(device: str, local_rank: int) -> str:
     return f"cuda:{local_rank}" if device.startswith("cuda") else device
 
 
-def join_group(device: str, timeout_s: float) -> RankContext:
-    """Join the process group the launcher's environment describes (RANK, WORLD_SIZE, ...)."""
+def join_group(device: str, timeout_s: float, group: GroupSpec | None = None) -> RankContext:
+    """Join the process group of a trial's ranks: the one the launcher's environment describes
+    (RANK, WORLD_SIZE, MASTER_ADDR, ...), or, given `group`, the one met in its store."""
     import torch
     import torch.distributed as dist
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    timeout = timedelta(seconds=max(timeout_s, 1.0))
+    if group is not None:
+        rank, world, local = group.rank, group.world_size, group.local_rank
+        store = dist.PrefixStore(group.key, dist.TCPStore(group.host, group.port, is_master=False, timeout=timeout))
+    else:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+        store = None
     device = rank_device(device, local)
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
-                            timeout=timedelta(seconds=max(timeout_s, 1.0)))
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    if store is not None:
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
     return RankContext(rank, world, local, device)
 
 
@@ -140,8 +165,9 @@ def _error_file(folder: str, rank: int) -> Path:
 
 
 def rank_main(job: Any, errors: str) -> Any:
-    """One rank's whole life: join, measure, leave. On failure, why goes to a file and the
-    rank exits with code 1, so the launcher stops the others at once."""
+    """One rank's whole life: join, measure, leave. On failure, why goes to a file (before the
+    group is left, which would fail the others first) and the rank exits with code 1, so the
+    launcher stops the others at once."""
     from loadtune.trial import describe, execute_rank
 
     rank = int(os.environ.get("RANK", -1))
@@ -149,14 +175,24 @@ def rank_main(job: Any, errors: str) -> Any:
         context = join_group(job.device, job.measure.timeout_s)
         try:
             return execute_rank(job, context)
+        except BaseException as exc:
+            _write_error(errors, rank, describe(exc))
+            raise
         finally:
             leave_group()
     except BaseException as exc:  # noqa: BLE001 - told to the trial through the file
-        try:
-            _error_file(errors, rank).write_text(describe(exc))
-        except OSError:
-            pass
+        _write_error(errors, rank, describe(exc))
         raise SystemExit(1) from None
+
+
+def _write_error(folder: str, rank: int, text: str) -> None:
+    path = _error_file(folder, rank)
+    if path.exists():
+        return
+    try:
+        path.write_text(f"{time.time():.6f} {text}")
+    except OSError:
+        pass
 
 
 def _quiet_launcher() -> None:
@@ -165,14 +201,26 @@ def _quiet_launcher() -> None:
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
+def _first_error(errors: str) -> tuple[int, str] | None:
+    """The rank that failed first and why, from the ranks' error files: the earliest written,
+    passing over ranks that failed only because a peer went away."""
+    found = []
+    for path in Path(errors).glob("rank*.error"):
+        stamp, _, text = path.read_text().partition(" ")
+        found.append((PEER_GONE in text, float(stamp), int(path.stem[4:]), text.strip()))
+    if not found:
+        return None
+    _, _, rank, text = min(found)
+    return rank, text
+
+
 def _failure_reason(exc: BaseException, errors: str) -> str:
     from loadtune.trial import signal_text
 
+    first = _first_error(errors)
+    if first is not None:
+        return f"rank {first[0]} failed: {first[1]}"
     failures = getattr(exc, "failures", {}) or {}
-    written = sorted(Path(errors).glob("rank*.error"))
-    if written:  # the rank that caught its own error: the root cause
-        first = min(written, key=lambda p: p.stat().st_mtime)
-        return f"rank {first.stem[4:]} failed: {first.read_text().strip()}"
     for failure in failures.values():
         code = getattr(failure, "exitcode", None)
         rank = getattr(failure, "rank", "?")
@@ -201,6 +249,3 @@ def launch(job: Any) -> list[Any]:
             raise RankFailedError(_failure_reason(exc, errors)) from None
     return [results[r] for r in sorted(results)]
 
-
-def with_ranks(job: Any, ranks: int) -> Any:
-    return dataclasses.replace(job, ranks=ranks)

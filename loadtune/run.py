@@ -11,7 +11,7 @@ import signal
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, Callable
 
 from loadtune.measure import Measurement
 from loadtune.resources import ResourceSamples, TreeSampler
@@ -94,14 +94,24 @@ def _kill_tree(process: Any) -> None:
             pass
 
 
-def _receive(receiver: Any, process: Any, deadline: float) -> tuple[Any, bool]:
-    """The next message from the trial process, or None; and whether the deadline passed."""
-    left = deadline - time.perf_counter()
-    if left <= 0:
-        return None, True
-    ready = wait([receiver, process.sentinel], timeout=min(left, MAX_WAIT_S))
-    if not ready:
-        return None, True
+ABORT_POLL_S = 0.2
+
+
+def _receive(receiver: Any, process: Any, deadline: float,
+             abort: Callable[[], bool] | None = None) -> tuple[Any, bool]:
+    """The next message from the trial process, or None; and whether the deadline passed
+    (or `abort` said to give up)."""
+    while True:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None, True
+        ready = wait([receiver, process.sentinel], timeout=min(left, MAX_WAIT_S if abort is None else ABORT_POLL_S))
+        if ready:
+            break
+        if abort is not None and abort():
+            return None, True
+        if abort is None:
+            return None, True
     if receiver in ready:
         try:
             return receiver.recv(), False
@@ -124,14 +134,15 @@ def _send(conn: Any, message: Any) -> None:
         pass
 
 
-def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
+def run_isolated(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable[[], bool] | None = None) -> Outcome:
     """Run `job` in a new process (and process group) and wait at most `timeout_s` for it.
 
     While the trial runs its counted windows, this process samples the trial's process tree
     (CPU, memory, reads): from outside, so the sampling takes nothing from the measured loop.
     The trial says when its warm-up starts (answered once the first reading is taken, so that
     reading never falls in a counted window) and when its windows end (answered once the last
-    one is taken); the result carries the samples.
+    one is taken); the result carries the samples. `abort`, polled while waiting, stops the
+    trial early when it returns True (another rank's part of the trial failed).
     """
     start = time.perf_counter()
     deadline = start + timeout_s
@@ -149,7 +160,7 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
         finally:
             sender.close()
         while True:
-            message, late = _receive(receiver, process, deadline)
+            message, late = _receive(receiver, process, deadline, abort)
             if isinstance(message, tuple) and message[0] == COUNTED_START:
                 # Sent at the warm-up. The first sample reads memory too, and reading a memory
                 # map holds the process's mmap lock for milliseconds (the shared-memory hand-over
@@ -172,6 +183,8 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float) -> Outcome:
                     payload = dataclasses.replace(payload, resources=(samples,))
                 return Outcome("ok", "", payload, wall_s)
             return Outcome("failed", payload, None, wall_s)
+        if late and abort is not None and abort():
+            return Outcome("failed", "stopped: another rank's part of this trial failed", None, wall_s)
         if late:
             return Outcome("timeout", f"no result after measure.timeout_s={timeout_s:g}s "
                                       "(the trial and its workers were killed)", None, wall_s)

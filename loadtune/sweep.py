@@ -28,6 +28,8 @@ from loadtune.strategy import run_strategy
 from loadtune.trial import PreflightInfo, PreflightJob, TrialJob
 
 Event = Callable[[str, dict[str, Any]], None]
+# Runs one trial job with a timeout: run.run_isolated, or torchrun.Cluster.run on every rank.
+Executor = Callable[[TrialJob, float], Outcome]
 # The first build of a dataset may fill a cache (download, decode, generate): allowed this long
 # at least, whatever measure.timeout_s says about a trial.
 PREFLIGHT_MIN_TIMEOUT_S = 600.0
@@ -106,8 +108,10 @@ class _Runner:
     a shuffled order, one process per repeat, so slow drift of the machine favours none."""
 
     def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile,
-                 emit: Event, seed: int, cores: float, shm_check: Callable[[Trial], str | None]) -> None:
+                 emit: Event, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
+                 execute: Executor = run_isolated) -> None:
         self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
+        self.execute = execute
         self.cores, self.shm_check = cores, shm_check
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
@@ -168,7 +172,7 @@ class _Runner:
             self.rng.shuffle(batch)
             for trial in batch:
                 self.emit("run_start", {"trial": trial, "repeat": repeat + 1, "repeats": repeats})
-                outcome = run_isolated(self._job(trial), self.spec.config.measure.timeout_s)
+                outcome = self.execute(self._job(trial), self.spec.config.measure.timeout_s)
                 self.emit("run_done", {"trial": trial, "outcome": outcome})
                 if outcome.result is None:
                     outcomes[trial.name] = outcome  # its remaining repeats will not run
@@ -216,9 +220,10 @@ class _Runner:
 
 def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
               on_event: Event | None = None, seed: int = 0, resume: bool = False,
-              shm_free_mb: float | None | str = "measure") -> SweepResult:
+              shm_free_mb: float | None | str = "measure", execute: Executor = run_isolated) -> SweepResult:
     """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
-    checked against ("measure": read it now; None: do not check)."""
+    checked against ("measure": read it now; None: do not check). `execute` runs each trial
+    job (see Executor)."""
     emit = on_event or (lambda kind, data: None)
     cfg = spec.config
     device = resolve_device(cfg.device)
@@ -247,7 +252,7 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     kept = resumable_rows(out_path, spec, context["host"]) if resume else []
     results.start(kept)
     runner = _Runner(spec, device, context, results, emit, seed, effective_cores,
-                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, spec.ranks))
+                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, spec.ranks), execute)
     runner.resume(kept)
     result = SweepResult(out_path, [], device, rank_by, strategy)
     emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,

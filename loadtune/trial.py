@@ -96,6 +96,7 @@ class TrialJob:
     parent_pid: int
     start_method: str  # how DataLoader starts workers in the user's own process
     ranks: int = 1  # data-parallel ranks run at once (see loadtune.ranks)
+    group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
 
     @property
     def name(self) -> str:
@@ -258,6 +259,14 @@ def install_fetch_notes() -> None:
 
 def execute(job: TrialJob) -> Measurement:
     """The trial, measured: in this process, or on job.ranks data-parallel ranks at once."""
+    if job.group is not None:
+        from loadtune.ranks import join_group, leave_group
+
+        context = join_group(job.device, job.measure.timeout_s, job.group)
+        try:
+            return execute_rank(job, context)
+        finally:
+            leave_group()
     if job.ranks > 1:
         from loadtune.measure import combine_ranks
         from loadtune.ranks import launch

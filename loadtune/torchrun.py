@@ -1,0 +1,143 @@
+"""A sweep run under torchrun: every launched process is one rank of every trial.
+
+`torchrun --nproc_per_node N [--nnodes M ...] -m loadtune sweep CONFIG` starts the sweep
+once per rank. Rank 0 plans the trials, ranks them and writes the CSV; for each trial run
+it tells the other ranks which job to run (over a gloo group of the sweep processes), and
+every rank runs it at the same time in an isolated trial process of its own. The trial
+processes meet through a TCPStore kept by rank 0's sweep, under a key of their own for
+each run, and form the trial's process group there. Each rank sends its outcome back to
+rank 0, which combines them like `--ranks`. When one rank's part fails, it marks the run
+failed in the store and the others stop theirs instead of waiting on a collective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from loadtune.errors import ConfigError
+from loadtune.measure import combine_ranks
+from loadtune.ranks import PEER_GONE
+from loadtune.run import Outcome, run_isolated
+
+# The sweep processes wait on each other while trials run: allow for a long trial.
+CONTROL_TIMEOUT_S = 3600.0
+_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+_RUN, _STOP = "run", "stop"
+
+
+def launched() -> bool:
+    """Whether this process was started by torchrun (or another launcher setting its
+    environment) as one of several ranks."""
+    return all(name in os.environ for name in _ENV) and int(os.environ["WORLD_SIZE"]) > 1
+
+
+class Cluster:
+    """The sweep processes of one torchrun launch. Rank 0 calls `run` for each trial run and
+    `close` at the end; the other ranks call `follow`, which returns when rank 0 closes."""
+
+    def __init__(self, timeout_s: float = CONTROL_TIMEOUT_S) -> None:
+        import torch.distributed as dist
+
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ["LOCAL_RANK"])
+        self.host = os.environ["MASTER_ADDR"]
+        timeout = timedelta(seconds=timeout_s)
+        dist.init_process_group("gloo", timeout=timeout)
+        # The trials' own meeting place, beside the one torchrun set up for the sweeps.
+        self._store: Any = dist.TCPStore(self.host, 0, is_master=True, wait_for_workers=False, timeout=timeout) \
+            if self.rank == 0 else None
+        where = [self._store.port if self._store is not None else None]
+        dist.broadcast_object_list(where, src=0)
+        self.port = int(where[0])
+        if self._store is None:
+            self._store = dist.TCPStore(self.host, self.port, is_master=False, timeout=timeout)
+        self._closed = False
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+    def _mine(self, job: Any, timeout_s: float, key: str) -> Outcome:
+        from loadtune.ranks import GroupSpec
+
+        failed = f"{key}/failed"
+        group = GroupSpec(self.rank, self.world_size, self.local_rank, self.host, self.port, key)
+        outcome = run_isolated(dataclasses.replace(job, ranks=1, group=group), timeout_s,
+                               abort=lambda: self._store.check([failed]))
+        if outcome.status != "ok":
+            self._store.set(failed, str(self.rank))
+        return outcome
+
+    def _exchange(self, message: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [message]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _gather(self, outcome: Outcome) -> list[Outcome] | None:
+        import torch.distributed as dist
+
+        outcomes: list[Any] | None = [None] * self.world_size if self.leader else None
+        dist.gather_object(outcome, outcomes, dst=0)
+        return outcomes
+
+    def run(self, job: Any, timeout_s: float) -> Outcome:
+        """Rank 0: run one trial job on every rank at once; the combined outcome."""
+        key = uuid.uuid4().hex
+        self._exchange((_RUN, job, timeout_s, key))
+        outcomes = self._gather(self._mine(job, timeout_s, key)) or []
+        return combine_outcomes(outcomes)
+
+    def follow(self) -> None:
+        """Ranks other than 0: run what rank 0 sends until it closes."""
+        while True:
+            message = self._exchange(None)
+            if message is None or message[0] == _STOP:
+                break
+            _, job, timeout_s, key = message
+            self._gather(self._mine(job, timeout_s, key))
+        self._leave()
+
+    def close(self) -> None:
+        """Rank 0: release the other ranks (they exit) and leave."""
+        if self._closed or not self.leader:
+            return
+        self._closed = True
+        try:
+            self._exchange((_STOP,))
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def combine_outcomes(outcomes: list[Outcome]) -> Outcome:
+    """The ranks' outcomes of one run as one: failed (naming the rank that failed, not one
+    stopped because of it or failing because it went away) unless every rank measured; then the ranks' combined
+    measurement, with the process-tree samples of rank 0's trial."""
+    wall_s = max((o.wall_s for o in outcomes), default=0.0)
+    bad = [(r, o) for r, o in enumerate(outcomes) if o.result is None]
+    if bad:
+        root = [(r, o) for r, o in bad if not o.reason.startswith("stopped:") and PEER_GONE not in o.reason] \
+            or [(r, o) for r, o in bad if not o.reason.startswith("stopped:")] or bad
+        rank, outcome = root[0]
+        return Outcome(outcome.status, f"rank {rank}: {outcome.reason}", None, wall_s)
+    measurement = combine_ranks([o.result for o in outcomes])
+    measurement = dataclasses.replace(measurement, resources=outcomes[0].result.resources)
+    return Outcome("ok", "", measurement, wall_s)
+
+
+def refuse_nested_ranks(ranks: int) -> None:
+    if ranks > 1 and launched():
+        raise ConfigError(f"--ranks {ranks} under torchrun: torchrun already starts "
+                          f"{os.environ['WORLD_SIZE']} ranks; leave --ranks out")

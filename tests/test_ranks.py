@@ -1,0 +1,183 @@
+"""Data-parallel ranks: real ranks through torch.distributed (gloo on CPU), by --ranks and by
+torchrun, on tiny datasets; the combination of ranks' figures with exact numbers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from loadtune.errors import ConfigError
+from loadtune.measure import Measurement, Window, combine_ranks
+from loadtune.run import Outcome
+from loadtune.stats import summarize
+from loadtune.torchrun import combine_outcomes, launched, refuse_nested_ranks
+from tests.conftest import MARKER_VAR, run_cli, tiny_config
+
+PARTS = str(Path(__file__).with_name("rank_parts.py"))
+STEP_S = 0.02
+BATCH = 8
+
+
+def window(wait, step, samples=8, starts=None) -> Window:
+    n = len(wait)
+    return Window(tuple(wait), (0.0,) * n, tuple(step), (samples,) * n, tuple(starts or (False,) * n))
+
+
+# --- combining ranks: exact --------------------------------------------------------------
+
+
+def test_combined_ranks_sum_throughput_and_keep_the_slowest_rank():
+    fed = Measurement(0.1, (window([0.01] * 4, [0.03] * 4),))  # wait ratio 0.25
+    starved = Measurement(0.3, (window([0.03] * 4, [0.01] * 4, starts=(True, False, False, False)),))  # 0.75
+    combined = combine_ranks([fed, starved])
+    assert combined.windows[0].samples == (16,) * 4
+    assert combined.windows[0].epoch_start == (True, False, False, False)
+    assert combined.first_batch_s == pytest.approx(0.3)
+    stats = summarize(combined)
+    assert stats.ranks == 2
+    assert stats.throughput.mean == pytest.approx(16 / 0.04)  # 200 + 200 samples/s
+    assert stats.wait_ratio.mean == pytest.approx(0.5)
+    assert stats.wait_ratio_max_rank == pytest.approx(0.75)
+
+
+def test_ranks_must_count_the_same_batches():
+    with pytest.raises(ValueError):
+        combine_ranks([Measurement(0.1, (window([0.01] * 4, [0.03] * 4),)),
+                       Measurement(0.1, (window([0.01] * 3, [0.03] * 3),))])
+
+
+def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
+    m = Measurement(0.1, (window([0.01] * 2, [0.03] * 2),))
+    outcomes = [Outcome("failed", "stopped: another rank's part of this trial failed", None, 2.0),
+                Outcome("failed", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", None, 1.0),
+                Outcome("failed", "RuntimeError: boom (at dataset index 7)", None, 1.5)]
+    combined = combine_outcomes(outcomes)
+    assert combined.status == "failed"
+    assert combined.reason == "rank 2: RuntimeError: boom (at dataset index 7)"
+    assert combined.wall_s == 2.0
+    ok = combine_outcomes([Outcome("ok", "", m, 1.0), Outcome("ok", "", m, 1.2)])
+    assert ok.status == "ok" and ok.result.windows[0].samples == (16, 16)
+
+
+def test_ranks_under_torchrun_are_refused(monkeypatch):
+    for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost",
+                        "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(name, value)
+    assert launched()
+    with pytest.raises(ConfigError, match="--ranks 2 under torchrun"):
+        refuse_nested_ranks(2)
+    refuse_nested_ranks(1)
+
+
+# --- real ranks ---------------------------------------------------------------------------
+
+
+def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **measure) -> dict:
+    """Cheap data (0.2 ms a sample), batch 8, a rank-aware step (tests/rank_parts.py)."""
+    return tiny_config(
+        dataset={"factory": "loadtune.synthetic:sleep_cost", "kwargs": {"num_samples": 400, "cost_s": 0.0002}},
+        loader={"batch_size": BATCH, "num_workers": 1},
+        sweep={} if sweep is None else sweep,
+        step={"factory": f"{PARTS}:rank_step", "kwargs": step_kwargs or {"sleep_s": {0: STEP_S, 1: STEP_S}}},
+        measure={"warmup_batches": 2, "batches": 20, "repeats": 2, "timeout_s": 60, **measure},
+    )
+
+
+@pytest.mark.slow
+def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_config, marker):
+    out = tmp_path / "r2.csv"
+    result = run_cli("sweep", str(write_config(rank_config())), "--ranks", "2", "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    assert "2 ranks" in result.stdout
+    df = pd.read_csv(out).set_index("trial")
+    assert set(df.index) == {"baseline", "ideal"}
+    assert (df.status == "ok").all() and (df.ranks == 2).all()
+    # One rank alone cannot pass BATCH / STEP_S = 400 samples/s: two at once can.
+    one_rank_most = BATCH / STEP_S
+    assert df.loc["baseline", "throughput"] > 1.3 * one_rank_most
+    assert df.loc["baseline", "wait_ratio_max_rank"] >= df.loc["baseline", "wait_ratio"] - 1e-9
+
+
+@pytest.mark.slow
+def test_the_all_reduce_makes_a_fast_rank_wait_for_the_slow_one(tmp_path, write_config, marker):
+    """Rank 0's step takes no time and rank 1's 40 ms: with an all_reduce ending every step,
+    rank 0's steps last as long as rank 1's, so the mean step is about 40 ms, not 20."""
+    config = rank_config({"sleep_s": {0: 0.0, 1: 0.04}})
+    out = tmp_path / "skew.csv"
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.status == "ok"
+    assert row.step_ms > 32, row.step_ms
+
+
+@pytest.mark.slow
+def test_a_slower_fed_rank_shows_in_wait_ratio_max_rank(tmp_path, write_config, marker):
+    """Rank 1's samples cost 5 ms (40 ms a batch, one worker) against rank 0's none; a 10 ms
+    step: rank 1 waits most of the time, rank 0 only for the all_reduce."""
+    config = rank_config({"sleep_s": {0: 0.01, 1: 0.01}})
+    config["dataset"] = {"factory": f"{PARTS}:rank_cost", "kwargs": {"num_samples": 400, "cost_s": {1: 0.005}}}
+    out = tmp_path / "starved.csv"
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.wait_ratio_max_rank > 0.5
+    assert row.wait_ratio_max_rank > row.wait_ratio + 0.2
+
+
+@pytest.mark.slow
+def test_a_failing_rank_fails_the_trial_without_hanging_the_others(tmp_path, write_config, marker):
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}, "fail_rank": 1, "fail_at": 4},
+                         sweep={"num_workers": [0]}, timeout_s=120)
+    out = tmp_path / "fail.csv"
+    started = time.monotonic()
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(out).set_index("trial")
+    for trial in ("baseline", "num_workers=0"):
+        assert df.loc[trial, "status"] == "failed"
+        assert "rank 1 failed: RuntimeError: step failed on rank 1" in df.loc[trial, "reason"]
+    assert df.loc["ideal", "status"] == "failed"
+    assert took < 60, f"a failing rank held the sweep for {took:.0f}s (trial timeout 120s)"
+
+
+# --- the sweep itself under torchrun --------------------------------------------------------
+
+
+def torchrun(*args: str, marker: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", MARKER_VAR: marker}
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "-m", "loadtune", *args],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_a_sweep_launched_by_torchrun_runs_every_trial_on_every_rank(tmp_path, write_config, marker):
+    out = tmp_path / "torchrun.csv"
+    result = torchrun("sweep", str(write_config(rank_config({"sleep_s": {0: 0.0, 1: 0.04}}))), "--out", str(out),
+                      marker=marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("Recommended:") == 1  # rank 0 reports; the other follows
+    df = pd.read_csv(out).set_index("trial")
+    assert (df.status == "ok").all() and (df.ranks == 2).all()
+    assert df.loc["baseline", "step_ms"] > 32  # the ranks' trial processes all_reduce together
+
+
+@pytest.mark.slow
+def test_a_failing_rank_under_torchrun_fails_the_trial_and_the_sweep_goes_on(tmp_path, write_config, marker):
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}, "fail_rank": 1, "fail_at": 4}, timeout_s=120)
+    out = tmp_path / "torchrun-fail.csv"
+    started = time.monotonic()
+    result = torchrun("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert time.monotonic() - started < 90
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.status == "failed"
+    assert row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason
