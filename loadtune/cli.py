@@ -173,6 +173,8 @@ def sweep(
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
             "scaled": f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
             "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
+    if spec.ranks > 1:
+        meta.update(_one_rank(spec))
     info = summary(result.rows, chosen, result.trials, meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
@@ -194,6 +196,21 @@ def sweep(
             _fail(str(exc), debug)
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+
+
+def _one_rank(spec: Any) -> dict[str, Any]:
+    """The one-rank sweep of the same config and scale, when its CSV is where a plain
+    `loadtune sweep` writes it: its recommendation, to set beside the ranks' one."""
+    from loadtune.results import read_rows
+    from loadtune.sweep import default_output, recommended
+
+    path = default_output(dataclasses.replace(spec, ranks=1))
+    rows = [r for r in read_rows(path) if r.get("config_sha") == spec.sha and r.get("scale") == spec.scale
+            and (r.get("ranks") or 1) == 1]
+    chosen = recommended(rows)
+    if chosen is None or chosen.get("throughput") is None:
+        return {"one_rank_csv": str(path)}
+    return {"one_rank": {"csv": str(path), "trial": chosen["trial"], "throughput": chosen["throughput"]}}
 
 
 @app.command()

@@ -32,16 +32,18 @@ REQUIRED_COLUMNS = (
     "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
     "tied_with_best", "config_name", "config_sha",
 )
-OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale", "start_method")
+OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale", "start_method", "ranks")
 NUMERIC_COLUMNS = ("rank", "throughput", "throughput_lo", "throughput_hi",
                    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "speedup")
 BOOL_TRUE = frozenset({"true", "1", "yes"})
 BOOL_FALSE = frozenset({"false", "0", "no"})
 
 CONFIG_COLUMNS = ("config_name", "config_sha")
-# What may differ between files without refusing them: the machine (loadtune_version aside) and scale.
-DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_method", "scale", *CONFIG_COLUMNS)
-NUMERIC_DIFFERENCE_COLUMNS = frozenset({"cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "scale"})
+# What may differ between files without refusing them: the machine (loadtune_version aside), scale
+# and the number of ranks.
+DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_method", "scale", "ranks",
+                      *CONFIG_COLUMNS)
+NUMERIC_DIFFERENCE_COLUMNS = frozenset({"cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "scale", "ranks"})
 
 # Per file, in this order, in the aligned table (`<metric>@<label>`).
 PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
@@ -442,7 +444,8 @@ def comparison_lines(comparison: Comparison) -> list[str]:
     lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}"
                                     for label in comparison.labels)]
     for column, values in comparison.differences.items():
-        shown = ", ".join(f"{label} {'-' if v is None else v}" for label, v in values.items())
+        shown = ", ".join(f"{label} {'-' if v is None else format(v, 'g') if isinstance(v, float) else v}"
+                          for label, v in values.items())
         lines.append(f"differs: {column}: {shown}")
     taus = [f"{label} {'-' if comparison.tau[label] is None else format(comparison.tau[label], '.2f')}"
             for label in comparison.labels[1:]]

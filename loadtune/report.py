@@ -138,11 +138,28 @@ def summary_lines(info: Mapping[str, Any]) -> list[str]:
             lines.append(f"Bottleneck ({label}, {row['trial']}): {row['verdict']}. {row.get('advice') or ''}".rstrip())
         if base and chosen and base["trial"] == chosen["trial"]:
             break
+    lines.extend(_ranks_lines(info, chosen))
     if info.get("scale") is not None:
         scaled = f" ({info['scaled']})" if info.get("scaled") else ""
         lines.append(f"Measured at scale x{info['scale']:g}{scaled}. The bottleneck moves with data, ranks and "
                      "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
     return lines
+
+
+def _ranks_lines(info: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[str]:
+    """With ranks: where the winner stands against a one-rank sweep of the same config."""
+    ranks = info.get("ranks") or 1
+    if ranks <= 1:
+        return []
+    one = info.get("one_rank")
+    if not one:
+        where = f" (it writes {info['one_rank_csv']})" if info.get("one_rank_csv") else ""
+        return [f"With {ranks} ranks, throughput is summed over the ranks. To see how the winner moves, run "
+                f"the same command without --ranks{where} and compare the two CSVs."]
+    moved = "the winner moved" if one["trial"] != chosen["trial"] else "the winner holds"
+    return [f"With 1 rank ({one['csv']}): {one['trial']}, {one['throughput']:.1f} samples/s; with {ranks} ranks: "
+            f"{chosen['trial']}, {chosen['throughput']:.1f} samples/s in all: {moved}. Tune at the rank count "
+            f"you train with."]
 
 
 LEGEND = (
