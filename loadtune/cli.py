@@ -80,7 +80,7 @@ class _ProgressView:
         elif kind == "planned":
             self.progress.update(self.task, total=data["runs"])
         elif kind == "run_start":
-            self.progress.update(self.task, description=f"[bold]{data['trial'].name}[/] "
+            self.progress.update(self.task, description=f"[bold]{escape(data['trial'].name)}[/] "
                                                         f"(repeat {data['repeat']}/{data['repeats']})")
         elif kind == "run_done":
             self.progress.advance(self.task)
@@ -91,8 +91,8 @@ class _ProgressView:
             elif row["status"] == "ok":
                 text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f}"
             else:
-                text = f"[yellow]{row['status']}[/]: {row['reason']}"
-            self.progress.console.print(f"  {row['trial']}: {text}", highlight=False, markup=False)
+                text = f"[yellow]{row['status']}[/]: {escape(str(row['reason']))}"
+            self.progress.console.print(f"  {escape(str(row['trial']))}: {text}", highlight=False)
         elif kind == "done":
             self.stop()
 

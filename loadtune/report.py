@@ -64,13 +64,13 @@ def results_table(rows: Sequence[Mapping[str, Any]], title: str = "") -> Table:
     for r in rows:
         status = r.get("status", "")
         if status != "ok":
-            table.add_row("-", str(r["trial"]), Text(status, style=STATUS_STYLE.get(status, "")),
+            table.add_row("-", Text(str(r["trial"])), Text(status, style=STATUS_STYLE.get(status, "")),
                           *([""] * 8), style="dim")
             continue
         mark = "=" if r.get("tied_with_best") else ""
         table.add_row(
             f"{mark}{_fmt(r.get('rank'))}" if r.get("rank") is not None else "ref",
-            str(r["trial"]),
+            Text(str(r["trial"])),
             _interval(r, "throughput", 1),
             _interval(r, "wait_ratio", 3),
             _fmt(r.get("speedup")),

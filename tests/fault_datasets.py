@@ -157,6 +157,11 @@ def make_raising(path: str = "/data/train") -> Dataset:
     raise FileNotFoundError(f"no such directory: {path}")
 
 
+def make_raising_bracketed() -> Dataset:
+    """Its message holds what a terminal library could take for markup: printed as it is."""
+    return make_raising("[/data/train] [bold]")
+
+
 def make_none() -> None:
     """A factory that forgets its return statement."""
     Faulty()

@@ -248,6 +248,8 @@ SYNTAX_ERROR = "def make(:\n    return []\n"
     [
         (f"{FAULTS}:make_raising", {}, {},
          f"dataset factory '{FAULTS}:make_raising' raised FileNotFoundError: no such directory: /data/train"),
+        (f"{FAULTS}:make_raising_bracketed", {}, {},
+         "raised FileNotFoundError: no such directory: [/data/train] [bold]"),
         (f"{FAULTS}:make_none", {}, {}, f"dataset factory '{FAULTS}:make_none' returned NoneType, not a torch Dataset"),
         (f"{FAULTS}:make_exiting", {}, {}, f"dataset factory '{FAULTS}:make_exiting' called sys.exit(2)"),
         (f"{FAULTS}:make_no_length", {}, {},
@@ -261,7 +263,7 @@ SYNTAX_ERROR = "def make(:\n    return []\n"
         (f"{FAULTS}:make_faulty", {}, {"collate_fn": "no_such_collate_mod:pad"},
          "loader.collate_fn 'no_such_collate_mod:pad': cannot import: ModuleNotFoundError"),
     ],
-    ids=["raises", "returns-none", "sys-exit", "len-raises", "imports-missing", "argparse-at-import",
+    ids=["raises", "raises-with-brackets", "returns-none", "sys-exit", "len-raises", "imports-missing", "argparse-at-import",
          "syntax-error", "collate-missing"],
 )
 def test_user_code_that_cannot_be_built_exits_1_naming_the_spec(write_config, tmp_path, clean, factory, files,
