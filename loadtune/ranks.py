@@ -150,6 +150,15 @@ def join_group(device: str, timeout_s: float, group: GroupSpec | None = None) ->
     return RankContext(rank, world, local, device)
 
 
+def join_single() -> None:
+    """A process group of this process alone (gloo), for building parts written for ranks
+    outside a launch: rank 0 of 1."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+
 def leave_group() -> None:
     try:
         import torch.distributed as dist

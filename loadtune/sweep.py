@@ -63,7 +63,7 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     clear error before any trial, not as a failed row per trial."""
     cfg = spec.config
     job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
-                       os.getpid(), multiprocessing.get_start_method())
+                       os.getpid(), multiprocessing.get_start_method(), spec.ranks)
     timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
     outcome = run_isolated(job, timeout_s)
     where = f"dataset factory {cfg.dataset.factory!r}"
@@ -76,6 +76,17 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     if info.error is not None:
         raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
     return info
+
+
+def check_ranks(ranks: int, device: str) -> None:
+    """Each rank on an accelerator needs a device of its own."""
+    if ranks > 1 and is_accelerator(device):
+        import torch
+
+        count = torch.cuda.device_count()
+        if ranks > count:
+            raise ConfigError(f"--ranks {ranks} on {device}: each rank uses a CUDA device of its own and "
+                              f"this machine has {count}; use --ranks {count} or fewer, or --device cpu")
 
 
 def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None, ranks: int = 1) -> str | None:
@@ -228,6 +239,7 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     cfg = spec.config
     device = resolve_device(cfg.device)
     accelerator = is_accelerator(device)
+    check_ranks(spec.ranks, device)
     preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
     info = preflight(spec, device)
     dataset_len = info.dataset_len

@@ -129,6 +129,7 @@ class PreflightJob:
     config_path: str
     parent_pid: int
     start_method: str
+    ranks: int = 1
 
     @property
     def name(self) -> str:
@@ -158,6 +159,10 @@ def preflight(job: PreflightJob) -> PreflightInfo:
         raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
                           f"IterableDataset ({job.dataset.factory}); set shuffle: false")
     loaded = loader_kwargs(job.baseline, job.base_dir)
+    if job.ranks > 1:
+        from loadtune.ranks import join_single
+
+        join_single()  # a step factory written for ranks may ask for its rank or wrap in DDP
     build_step(job.step, job.base_dir, job.device)
     in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
     in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)

@@ -15,9 +15,13 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 
 
-def rank_step(sleep_s: dict | None = None, fail_rank: int | None = None, fail_at: int = 3) -> Callable[[Any], None]:
+def rank_step(sleep_s: dict | None = None, fail_rank: int | None = None, fail_at: int = 3,
+              require_group: bool = False) -> Callable[[Any], None]:
     """A step sleeping `sleep_s[rank]` seconds (0 when absent); on `fail_rank`, the `fail_at`-th
-    call raises."""
+    call raises. With `require_group`, building it outside a process group fails, as building
+    a DDP model does."""
+    if require_group and not dist.is_initialized():
+        raise RuntimeError("Default process group has not been initialized")
     rank = _rank()
     seconds = float((sleep_s or {}).get(rank, (sleep_s or {}).get(str(rank), 0.0)))
     calls = [0]

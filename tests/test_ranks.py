@@ -65,6 +65,18 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
     assert ok.status == "ok" and ok.result.windows[0].samples == (16, 16)
 
 
+def test_more_ranks_than_gpus_are_refused(monkeypatch):
+    import torch
+
+    from loadtune.sweep import check_ranks
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
+        check_ranks(2, "cuda")
+    check_ranks(1, "cuda")
+    check_ranks(4, "cpu")
+
+
 def test_ranks_under_torchrun_are_refused(monkeypatch):
     for name, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "localhost",
                         "MASTER_PORT": "29500"}.items():
@@ -92,7 +104,8 @@ def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **me
 @pytest.mark.slow
 def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_config, marker):
     out = tmp_path / "r2.csv"
-    result = run_cli("sweep", str(write_config(rank_config())), "--ranks", "2", "--out", str(out), marker=marker)
+    config = rank_config({"sleep_s": {0: STEP_S, 1: STEP_S}, "require_group": True})  # built in a group, always
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
     assert result.returncode == 0, result.stderr
     assert "2 ranks" in result.stdout
     df = pd.read_csv(out).set_index("trial")
