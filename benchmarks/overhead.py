@@ -124,7 +124,7 @@ def sampling(blocks: int) -> tuple[float, float]:
     for block in range(blocks):
         runs = {}
         for sampled in ((True, False) if block % 2 == 0 else (False, True)):
-            run._start_sampler = sampler if sampled else (lambda pid: None)
+            run._start_sampler = sampler if sampled else (lambda *args: None)
             outcome, stats = run_baseline(spec)
             runs[sampled] = stats.throughput.mean
             if sampled and outcome.result.resources:

@@ -151,7 +151,7 @@ def sweep(
                 cluster.follow()  # rank 0 plans, prints and writes the CSV
                 return
         spec = dataclasses.replace(load_config(config, _overrides(sets, repeats, batches, warmup, device), scale),
-                                   ranks=ranks)
+                                   ranks=ranks, torchrun=cluster is not None)
         out_path = out or default_output(spec)
         result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume,
                            **({"execute": cluster.run} if cluster is not None else {}))
@@ -160,8 +160,9 @@ def sweep(
         _fail(str(exc), debug)
     except KeyboardInterrupt:
         view.stop()
-        err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {escape(str(out_path))}; "
-                  f"add --resume to the same command to measure only the rest.", highlight=False)
+        if cluster is None or cluster.leader:  # rank 0 holds the CSV; the others just stop
+            err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {escape(str(out_path))}; "
+                      f"add --resume to the same command to measure only the rest.", highlight=False)
         raise typer.Exit(EXIT_INTERRUPTED)
     finally:
         if cluster is not None:
@@ -172,7 +173,8 @@ def sweep(
     kwarg = spec.config.dataset.scale_kwarg
     meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
             "scaled": f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-            "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy, "warnings": result.warnings}
+            "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy,
+            "warnings": result.warnings}
     if spec.ranks > 1:
         meta.update(_one_rank(spec))
     info = summary(result.rows, chosen, result.trials, meta)
@@ -205,8 +207,11 @@ def _one_rank(spec: Any) -> dict[str, Any]:
     from loadtune.sweep import default_output, recommended
 
     path = default_output(dataclasses.replace(spec, ranks=1))
-    rows = [r for r in read_rows(path) if r.get("config_sha") == spec.sha and r.get("scale") == spec.scale
-            and (r.get("ranks") or 1) == 1]
+    try:
+        rows = [r for r in read_rows(path) if r.get("config_sha") == spec.sha and r.get("scale") == spec.scale
+                and (r.get("ranks") or 1) == 1]
+    except (OSError, UnicodeDecodeError, ValueError):  # unreadable: as if it were not there
+        rows = []
     chosen = recommended(rows)
     if chosen is None or chosen.get("throughput") is None:
         return {"one_rank_csv": str(path)}

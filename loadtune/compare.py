@@ -121,6 +121,7 @@ def _read_frame(path: Path) -> pd.DataFrame:
     for column in OPTIONAL_COLUMNS:
         if column not in frame.columns:
             frame[column] = ""
+    frame["ranks"] = frame["ranks"].replace("", "1")  # written before ranks were recorded: one
     for column in frame.columns:
         frame[column] = frame[column].str.strip()
     for column in NUMERIC_COLUMNS:

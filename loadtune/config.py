@@ -148,7 +148,8 @@ class RunSpec:
     path: Path
     scale: float = 1.0
     sha: str = ""  # of the config as written and overridden, before scaling; see config_sha()
-    ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks)
+    ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks, or torchrun's world size)
+    torchrun: bool = False  # this sweep runs under torchrun, as its rank 0
 
     @property
     def base_dir(self) -> Path:

@@ -71,7 +71,8 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         memory_metric=figures[0].memory_metric,
     )
     evidence = Evidence(
-        wait_ratio=stats.wait_ratio.mean,
+        # With ranks, the most starved rank sets the pace of all (each step ends together).
+        wait_ratio=stats.wait_ratio_max_rank if stats.wait_ratio_max_rank is not None else stats.wait_ratio.mean,
         cpu_util=cpu_util,
         usable_cores=usable_cores,
         num_workers=per_rank,

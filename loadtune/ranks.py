@@ -143,10 +143,11 @@ def join_group(device: str, timeout_s: float, group: GroupSpec | None = None) ->
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     backend = "nccl" if device.startswith("cuda") else "gloo"
+    bound = {"device_id": torch.device(device)} if backend == "nccl" else {}
     if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **bound)
     else:
-        dist.init_process_group(backend, timeout=timeout)
+        dist.init_process_group(backend, timeout=timeout, **bound)
     return RankContext(rank, world, local, device)
 
 
@@ -215,8 +216,11 @@ def _first_error(errors: str) -> tuple[int, str] | None:
     passing over ranks that failed only because a peer went away."""
     found = []
     for path in Path(errors).glob("rank*.error"):
-        stamp, _, text = path.read_text().partition(" ")
-        found.append((PEER_GONE in text, float(stamp), int(path.stem[4:]), text.strip()))
+        try:
+            stamp, _, text = path.read_text().partition(" ")
+            found.append((PEER_GONE in text, float(stamp), int(path.stem[4:]), text.strip()))
+        except (OSError, ValueError):  # written as the rank was killed: the exit code says more
+            continue
     if not found:
         return None
     _, _, rank, text = min(found)
@@ -239,19 +243,38 @@ def _failure_reason(exc: BaseException, errors: str) -> str:
     return f"the ranks failed: {type(exc).__name__}: {exc}".strip()
 
 
+_NO_NUMA_CHECK = object()
+
+
+def launch_config(ranks: int, folder: str) -> Any:
+    """The launcher's settings: `ranks` forked processes on this host, a rendezvous on a free
+    local port, no restarts, its files in `folder`. Building it must not touch CUDA (see
+    numa_options), or CUDA would be unusable in the forked ranks."""
+    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=uuid.uuid4().hex,
+                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                          monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
+                          signals_to_handle="SIGTERM", shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+                          logs_specs=DefaultLogsSpecs(log_dir=folder),
+                          # Not None: else the config asks the accelerator for its device count
+                          # to choose NUMA bindings. Set back to None (no binding) at once.
+                          numa_options=_NO_NUMA_CHECK)
+    config.numa_options = None
+    return config
+
+
 def launch(job: Any) -> list[Any]:
     """Run `job` on job.ranks ranks on this host; their results in rank order.
 
     Ranks are forked from this (trial) process, which has torch and the user's modules
     loaded already; the rendezvous is on a free local port. Any rank failing fails all."""
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     _quiet_launcher()
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=job.ranks, run_id=uuid.uuid4().hex,
-                          rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
-                          monitor_interval=MONITOR_INTERVAL_S, start_method="fork",
-                          signals_to_handle="SIGTERM", shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     with tempfile.TemporaryDirectory(prefix="loadtune-ranks-") as errors:
+        config = launch_config(job.ranks, errors)
         try:
             results = elastic_launch(config, rank_main)(job, errors)
         except Exception as exc:  # noqa: BLE001 - ChildFailedError, or the launcher's own

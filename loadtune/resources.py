@@ -214,14 +214,17 @@ class TreeSampler:
 
     # -- life cycle --
 
-    def start(self, memory: bool = False) -> "TreeSampler":
+    def start(self, memory: bool = False, after_mains: Callable[[], None] | None = None) -> "TreeSampler":
         """Take the first sample and start the thread. Without `memory` the first sample is
         CPU, threads and reads (well under a millisecond) and the thread's first act is to read
         memory, so the caller is not held up; with it, the first sample reads memory too (tens
-        of ms), for a caller that samples another process before that process starts its work."""
+        of ms), for a caller that samples another process before that process starts its work.
+        `after_mains` is called once the main processes (the root, and main_pids) are read,
+        before the other descendants: a caller that must not run its loop while a main
+        process's memory map is read can go on from there."""
         if self._thread is not None or self.result is not None:
             raise RuntimeError("a TreeSampler runs once")
-        self._sample(memory=memory)  # with memory, it also sets when memory is read next
+        self._sample(memory=memory, after_mains=after_mains)  # with memory, it also sets when memory is read next
         self._thread = threading.Thread(target=self._run, args=(not memory,), name="loadtune-tree-sampler",
                                         daemon=True)
         self._thread.start()
@@ -269,13 +272,15 @@ class TreeSampler:
 
     # -- one sample --
 
-    def _sample(self, memory: bool, root_last: bool = False) -> bool:
+    def _sample(self, memory: bool, root_last: bool = False, after_mains: Callable[[], None] | None = None) -> bool:
         """Take one sample; False when the root cannot be read. Its CPU cost is added up.
 
         Memory is read when asked (the thread asks when the memory CPU budget allows). The root is read
         first, or last for the final sample, and the sample's time is that of the root's
         reading: so the sampler's own CPU always falls between the first and the last
         reading of the root, and summarize_resources can take all of it off the main process.
+        Other main processes (main_pids) are read before the remaining descendants, and then
+        `after_mains` is called (even when the root cannot be read).
         """
         c0 = time.thread_time()
         try:
@@ -285,7 +290,14 @@ class TreeSampler:
                 if root is None:
                     return False
             descendants = []
-            for pid in self._descendants():
+            pids = self._descendants()
+            mains = set(self.main_pids)
+            for pid in [p for p in pids if p in mains] + [None] + [p for p in pids if p not in mains]:
+                if pid is None:
+                    if after_mains is not None:
+                        after_mains()
+                        after_mains = None
+                    continue
                 try:
                     proc = psutil.Process(pid)  # afresh each time: a reused pid is another process
                 except psutil.Error:
@@ -306,6 +318,11 @@ class TreeSampler:
         except Exception:  # noqa: BLE001 - a sampling failure must never break the trial
             return False
         finally:
+            if after_mains is not None:
+                try:
+                    after_mains()
+                except Exception:  # noqa: BLE001 - the caller's note must not break sampling
+                    pass
             self._cost_s += time.thread_time() - c0
 
     def _descendants(self) -> list[int]:

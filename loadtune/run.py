@@ -120,9 +120,10 @@ def _receive(receiver: Any, process: Any, deadline: float,
     return None, False
 
 
-def _start_sampler(pid: int | None, main_pids: tuple[int, ...] = ()) -> TreeSampler | None:
+def _start_sampler(pid: int | None, main_pids: tuple[int, ...] = (),
+                   after_mains: Callable[[], None] | None = None) -> TreeSampler | None:
     try:
-        return TreeSampler(pid, main_pids=main_pids).start(memory=True)
+        return TreeSampler(pid, main_pids=main_pids).start(memory=True, after_mains=after_mains)
     except Exception:  # noqa: BLE001 - gone already: the trial's own result says why
         return None
 
@@ -163,10 +164,19 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable
             message, late = _receive(receiver, process, deadline, abort)
             if isinstance(message, tuple) and message[0] == COUNTED_START:
                 # Sent at the warm-up. The first sample reads memory too, and reading a memory
-                # map holds the process's mmap lock for milliseconds (the shared-memory hand-over
-                # of a batch waits on it); the trial goes on warming up until told it is done.
-                sampler = _start_sampler(process.pid, tuple(message[1]))
-                _send(receiver, SAMPLING)
+                # map holds the process's mmap lock for milliseconds: the main process's hand-over
+                # of every batch waits on it, so the trial goes on warming up until its main
+                # processes are read. A worker's reading only holds that worker up, which the
+                # prefetched batches in the queue absorb.
+                answered: list[bool] = []
+
+                def answer() -> None:
+                    if not answered:
+                        answered.append(True)
+                        _send(receiver, SAMPLING)
+
+                sampler = _start_sampler(process.pid, tuple(message[1]), answer)
+                answer()
                 continue
             if message == COUNTED_END:
                 samples = sampler.stop() if sampler is not None else None

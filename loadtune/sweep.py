@@ -25,6 +25,7 @@ from loadtune.results import ResultsFile, apply_ranking, make_row, read_rows
 from loadtune.run import Outcome, preload, run_isolated
 from loadtune.stats import Interval, summarize, unstable_note
 from loadtune.strategy import run_strategy
+from loadtune.torchrun import local_ranks
 from loadtune.trial import PreflightInfo, PreflightJob, TrialJob
 
 Event = Callable[[str, dict[str, Any]], None]
@@ -47,13 +48,14 @@ class SweepResult:
 
 
 def default_output(spec: RunSpec) -> Path:
-    """SPEC §1: config `output`, else results/<name>-<host>-x<scale>.csv (-r<N> added with
-    --ranks N > 1)."""
+    """SPEC §1: config `output`, else results/<name>-<host>-x<scale>.csv; with N > 1 ranks,
+    -r<N> before the suffix of either."""
+    ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
     if spec.config.output:
         out = Path(spec.config.output)
-        return out if out.is_absolute() else spec.base_dir / out
+        out = out if out.is_absolute() else spec.base_dir / out
+        return out.with_name(f"{out.stem}{ranks}{out.suffix}") if ranks else out
     host = socket.gethostname().split(".")[0]
-    ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
     return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
 
 
@@ -120,9 +122,10 @@ class _Runner:
 
     def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile,
                  emit: Event, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
-                 execute: Executor = run_isolated) -> None:
+                 execute: Executor = run_isolated, sampled_ranks: int = 1) -> None:
         self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
         self.execute = execute
+        self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
         self.cores, self.shm_check = cores, shm_check
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
@@ -148,7 +151,7 @@ class _Runner:
             self.scores[trial.name] = Scored(trial.name, stats.throughput, stats.wait_ratio)
             if trial.feed != FEED_MEMORY:
                 diagnosis = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores,
-                                     self.spec.ranks)
+                                     self.sampled_ranks)
                 extra = diagnosis.columns
                 self.notes.extend(w for w in diagnosis.warnings if w not in self.notes)
         row = make_row(trial, outcome, stats, {**self.context, "round": round_no}, measurement, extra)
@@ -239,7 +242,10 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     cfg = spec.config
     device = resolve_device(cfg.device)
     accelerator = is_accelerator(device)
-    check_ranks(spec.ranks, device)
+    # Ranks on this host share its cores, /dev/shm and GPUs; under torchrun, the figures of
+    # the process tree are rank 0's alone.
+    host_ranks = local_ranks() if spec.torchrun else spec.ranks
+    check_ranks(host_ranks, device)
     preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
     info = preflight(spec, device)
     dataset_len = info.dataset_len
@@ -264,7 +270,8 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     kept = resumable_rows(out_path, spec, context["host"]) if resume else []
     results.start(kept)
     runner = _Runner(spec, device, context, results, emit, seed, effective_cores,
-                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, spec.ranks), execute)
+                     lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks), execute,
+                     sampled_ranks=1 if spec.torchrun else spec.ranks)
     runner.resume(kept)
     result = SweepResult(out_path, [], device, rank_by, strategy)
     emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,
@@ -283,7 +290,7 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         raise
     result.trials = runner.trials
     result.rows = _ranked(runner, rank_by)
-    result.warnings = [*_machine_warnings(runner.trials.values(), cores, spec.ranks), *runner.notes,
+    result.warnings = [*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes,
                        *_disagreement(runner, result.rows)]
     results.replace(result.rows)
     emit("done", {"rows": result.rows})

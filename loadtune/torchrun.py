@@ -18,7 +18,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from loadtune.errors import ConfigError
+from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.measure import combine_ranks
 from loadtune.ranks import PEER_GONE
 from loadtune.run import Outcome, run_isolated
@@ -27,6 +27,15 @@ from loadtune.run import Outcome, run_isolated
 CONTROL_TIMEOUT_S = 3600.0
 _ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 _RUN, _STOP = "run", "stop"
+
+
+class LaunchError(LoadtuneError):
+    """The processes torchrun started cannot form their group."""
+
+
+def local_ranks() -> int:
+    """Ranks on this host: LOCAL_WORLD_SIZE under torchrun, else 1."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", 1))) if launched() else 1
 
 
 def launched() -> bool:
@@ -47,7 +56,11 @@ class Cluster:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.host = os.environ["MASTER_ADDR"]
         timeout = timedelta(seconds=timeout_s)
-        dist.init_process_group("gloo", timeout=timeout)
+        try:
+            dist.init_process_group("gloo", timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - told as one line, naming the launcher's settings
+            raise LaunchError(f"torchrun rank {self.rank} of {self.world_size}: cannot reach the other ranks at "
+                              f"{self.host}:{os.environ['MASTER_PORT']}: {type(exc).__name__}: {exc}") from None
         # The trials' own meeting place, beside the one torchrun set up for the sweeps.
         self._store: Any = dist.TCPStore(self.host, 0, is_master=True, wait_for_workers=False, timeout=timeout) \
             if self.rank == 0 else None
@@ -67,8 +80,15 @@ class Cluster:
 
         failed = f"{key}/failed"
         group = GroupSpec(self.rank, self.world_size, self.local_rank, self.host, self.port, key)
-        outcome = run_isolated(dataclasses.replace(job, ranks=1, group=group), timeout_s,
-                               abort=lambda: self._store.check([failed]))
+        def abort() -> bool:
+            try:
+                return bool(self._store.check([failed]))
+            except Exception:  # noqa: BLE001 - rank 0's store is gone: so is the sweep
+                return True
+
+        # The trial watches this sweep process, not rank 0's (which may be on another host).
+        outcome = run_isolated(dataclasses.replace(job, ranks=1, group=group, parent_pid=os.getpid()),
+                               timeout_s, abort=abort)
         if outcome.status != "ok":
             self._store.set(failed, str(self.rank))
         return outcome
@@ -111,6 +131,8 @@ class Cluster:
         self._closed = True
         try:
             self._exchange((_STOP,))
+        except Exception:  # noqa: BLE001 - interrupted mid-run: the others are stopped by torchrun
+            pass
         finally:
             self._leave()
 

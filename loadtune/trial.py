@@ -362,7 +362,9 @@ def _execute(job: TrialJob, dataset: Any, kwargs: dict[str, Any], started: float
     # and the workers) while the counted batches run; not for the ideal, which has no workers.
     # With ranks, rank 0 tells it, and every rank waits for the answers.
     sampled = job.trial.feed != FEED_MEMORY
-    main_pids = tuple(rank.gather_pids()) if rank is not None and sampled else ()
+    # Ranks launched here are main processes of this tree; under torchrun each rank's tree
+    # (on its own host, perhaps) is its own, and only rank 0's is sampled.
+    main_pids = tuple(rank.gather_pids()) if rank is not None and sampled and job.group is None else ()
     reporter = rank is None or rank.reporter
     asked: list[float] = []
 

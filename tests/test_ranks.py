@@ -3,6 +3,7 @@ torchrun, on tiny datasets; the combination of ranks' figures with exact numbers
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -85,6 +86,39 @@ def test_ranks_under_torchrun_are_refused(monkeypatch):
     with pytest.raises(ConfigError, match="--ranks 2 under torchrun"):
         refuse_nested_ranks(2)
     refuse_nested_ranks(1)
+
+
+def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path):
+    """torch marks a process whose CUDA runtime was asked anything, and its forked children
+    cannot use CUDA: the launcher's config must not ask (it would, for NUMA bindings)."""
+    code = (
+        "import multiprocessing as mp, sys, torch\n"
+        "from loadtune.ranks import launch_config\n"
+        f"config = launch_config(2, {str(tmp_path)!r})\n"
+        "assert config.numa_options is None and config.nproc_per_node == 2\n"
+        "def child(q): q.put(torch.cuda._is_in_bad_fork())\n"
+        "ctx = mp.get_context('fork'); q = ctx.Queue(); p = ctx.Process(target=child, args=(q,)); p.start()\n"
+        "bad = q.get(timeout=60); p.join()\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 0, result.stderr
+
+
+def test_ranks_write_beside_the_one_rank_csv(tmp_path):
+    from loadtune.config import load_config
+    from loadtune.sweep import default_output
+
+    path = tmp_path / "c.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump({**tiny_config(), "output": "out/run.csv"}))
+    spec = load_config(path, [], 1.0)
+    assert default_output(spec) == tmp_path / "out" / "run.csv"
+    assert default_output(dataclasses.replace(spec, ranks=2)) == tmp_path / "out" / "run-r2.csv"
+    plain = dataclasses.replace(spec, config=spec.config.model_copy(update={"output": None}), ranks=4)
+    assert default_output(plain).name.endswith("-x1-r4.csv")
 
 
 # --- real ranks ---------------------------------------------------------------------------
