@@ -189,4 +189,6 @@ def report_title(rows: Sequence[Mapping[str, Any]], source: str) -> str:
     parts = [str(first.get(k)) for k in ("config_name", "host", "device") if first.get(k)]
     if first.get("scale") is not None:
         parts.append(f"scale x{first['scale']:g}")
+    if (first.get("ranks") or 1) > 1:
+        parts.append(f"{first['ranks']} ranks")
     return f"{source}: " + ", ".join(parts) if parts else source
