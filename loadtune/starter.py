@@ -95,7 +95,7 @@ measure:
                                # Default: 300.
 
 # device: auto, cpu, cuda or cuda:N. auto picks the accelerator when there is one.
-# Default: auto.
+# Default: auto. With --ranks N, each rank uses cuda:LOCAL_RANK.
 device: auto
 
 # output: the CSV to write (relative to where loadtune runs). Default: null, meaning
