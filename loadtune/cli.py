@@ -176,7 +176,9 @@ def sweep(
             "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy,
             "warnings": result.warnings}
     if spec.ranks > 1:
-        meta.update(_one_rank(spec))
+        from loadtune.results import rank_file
+
+        meta.update(_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)))
     info = summary(result.rows, chosen, result.trials, meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
@@ -188,6 +190,8 @@ def sweep(
     for line in summary_lines(info):
         out_console.print(line, highlight=False, soft_wrap=True, markup=False)
     out_console.print(f"CSV: {result.out_path}", highlight=False, markup=False)
+    if info.get("per_rank_csv"):
+        out_console.print(f"Per rank: {info['per_rank_csv']}", highlight=False, markup=False)
     if plot is not None:
         try:
             from loadtune.plot import draw_csvs

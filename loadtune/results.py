@@ -41,6 +41,37 @@ TEXT_COLUMNS = ("trial", "changed", "value", "status", "reason", *MACHINE, "conf
                 "started_at", "strategy", "device", "start_method", "memory_metric", "verdict", "advice")
 
 
+# The per-rank file beside a sweep's CSV when ranks > 1: one row per trial and rank.
+RANK_FILE_COLUMNS = ("trial", "dist_rank", "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
+                     "throughput", "throughput_lo", "throughput_hi", "wait_ms", "wait_p95_ms", "h2d_ms", "step_ms",
+                     "first_batch_s", "epoch_start_ms", "pinned", "h2d_gb_per_s", "config_name", "config_sha",
+                     "started_at")
+
+
+def rank_file(path: Path | str) -> Path:
+    """Where the per-rank rows of the CSV at `path` go: NAME.ranks.csv beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.ranks{path.suffix or '.csv'}")
+
+
+def rank_rows(trial: Trial, per_rank: Sequence[tuple[TrialStats, Measurement]],
+              context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per rank of a trial that ran on several: each rank's own figures."""
+    rows = []
+    for index, (stats, measurement) in enumerate(per_rank):
+        row = {c: context.get(c) for c in RANK_FILE_COLUMNS}
+        row.update(trial=trial.name, dist_rank=index, pinned=measurement.pinned,
+                   wait_ratio=_round(stats.wait_ratio.mean, 4), wait_ratio_lo=_round(stats.wait_ratio.lo, 4),
+                   wait_ratio_hi=_round(stats.wait_ratio.hi, 4), throughput=_round(stats.throughput.mean, 2),
+                   throughput_lo=_round(stats.throughput.lo, 2), throughput_hi=_round(stats.throughput.hi, 2),
+                   wait_ms=_round(stats.wait_ms, 3), wait_p95_ms=_round(stats.wait_p95_ms, 3),
+                   h2d_ms=_round(stats.h2d_ms, 3), step_ms=_round(stats.step_ms, 3),
+                   first_batch_s=_round(stats.first_batch_s, 3), epoch_start_ms=_round(stats.epoch_start_ms, 3),
+                   h2d_gb_per_s=_round(stats.copy_gb_per_s, 3))
+        rows.append(row)
+    return rows
+
+
 def effective_settings(trial: Trial) -> dict[str, Any]:
     """The swept settings as DataLoader applies them (prefetch_factor 2 when workers use the default)."""
     kw = trial.loader_kwargs
@@ -147,8 +178,9 @@ class ResultsFile:
     """A CSV that is valid after every row: appended and flushed as trials finish; the final
     ranking is written to a temporary file and renamed over it."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, columns: Sequence[str] = COLUMNS) -> None:
         self.path = Path(path)
+        self.columns = tuple(columns)
 
     def start(self, kept: Iterable[Mapping[str, Any]] = ()) -> None:
         """A new file holding the header and any rows kept from an earlier run."""
@@ -157,7 +189,7 @@ class ResultsFile:
 
     def append(self, row: Mapping[str, Any]) -> None:
         with self.path.open("a", newline="") as f:
-            csv.writer(f).writerow([_cell(row.get(c)) for c in COLUMNS])
+            csv.writer(f).writerow([_cell(row.get(c)) for c in self.columns])
             f.flush()
             os.fsync(f.fileno())
 
@@ -165,9 +197,9 @@ class ResultsFile:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with tmp.open("w", newline="") as f:
             writer = csv.writer(f)
-            writer.writerow(COLUMNS)
+            writer.writerow(self.columns)
             for row in rows:
-                writer.writerow([_cell(row.get(c)) for c in COLUMNS])
+                writer.writerow([_cell(row.get(c)) for c in self.columns])
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)

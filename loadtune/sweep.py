@@ -21,7 +21,7 @@ from loadtune.measure import Measurement
 from loadtune.plan import BASELINE, FEED_MEMORY, IDEAL, Trial, baseline_trial, ideal_trial
 from loadtune.resources import shm_fits, shm_need_mb
 from loadtune.rank import Scored, order, rank
-from loadtune.results import ResultsFile, apply_ranking, make_row, read_rows
+from loadtune.results import RANK_FILE_COLUMNS, ResultsFile, apply_ranking, make_row, rank_file, rank_rows, read_rows
 from loadtune.run import Outcome, preload, run_isolated
 from loadtune.stats import Interval, summarize, unstable_note
 from loadtune.strategy import run_strategy
@@ -126,6 +126,7 @@ class _Runner:
         self.spec, self.device, self.context, self.results, self.emit = spec, device, context, results, emit
         self.execute = execute
         self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
+        self.per_rank: ResultsFile | None = None  # NAME.ranks.csv, with ranks
         self.cores, self.shm_check = cores, shm_check
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
@@ -157,6 +158,9 @@ class _Runner:
         row = make_row(trial, outcome, stats, {**self.context, "round": round_no}, measurement, extra)
         self.rows.append(row)
         self.results.append(row)
+        if self.per_rank is not None and measurement is not None and measurement.ranks:
+            for rank_row in rank_rows(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
+                self.per_rank.append(rank_row)
         note = unstable_note(trial.name, stats.throughput) if stats is not None else None
         if note:
             self.notes.append(note)
@@ -273,6 +277,12 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
                      lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks), execute,
                      sampled_ranks=1 if spec.torchrun else spec.ranks)
     runner.resume(kept)
+    if spec.ranks > 1:
+        names = {row["trial"] for row in kept}
+        runner.per_rank = ResultsFile(rank_file(out_path), RANK_FILE_COLUMNS)
+        earlier = [r for r in read_rows(rank_file(out_path)) if r.get("trial") in names
+                   and r.get("config_sha") == spec.sha] if kept else []
+        runner.per_rank.start(earlier)
     result = SweepResult(out_path, [], device, rank_by, strategy)
     emit("start", {"out_path": out_path, "device": device, "dataset_len": dataset_len, "strategy": strategy,
                    "resumed": len(kept)})

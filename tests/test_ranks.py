@@ -149,6 +149,14 @@ def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_co
     one_rank_most = BATCH / STEP_S
     assert df.loc["baseline", "throughput"] > 1.3 * one_rank_most
     assert df.loc["baseline", "wait_ratio_max_rank"] >= df.loc["baseline", "wait_ratio"] - 1e-9
+    # Both ranks' own rows, beside the CSV; their throughputs add up to the trial's.
+    per_rank = pd.read_csv(tmp_path / "r2.ranks.csv")
+    assert f"Per rank: {tmp_path / 'r2.ranks.csv'}" in result.stdout.replace("\n", "")
+    for trial in ("baseline", "ideal"):
+        rows = per_rank[per_rank.trial == trial]
+        assert sorted(rows.dist_rank) == [0, 1]
+        assert rows.throughput.sum() == pytest.approx(df.loc[trial, "throughput"], rel=0.05)
+        assert rows.wait_ratio.max() == pytest.approx(df.loc[trial, "wait_ratio_max_rank"], abs=1e-3)
 
 
 @pytest.mark.slow
