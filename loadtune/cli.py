@@ -178,7 +178,8 @@ def sweep(
     if spec.ranks > 1:
         from loadtune.results import rank_file
 
-        meta.update(_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)))
+        meta.update(_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out is not None,
+                    torchrun=spec.torchrun)
     info = summary(result.rows, chosen, result.trials, meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"

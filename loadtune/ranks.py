@@ -29,11 +29,17 @@ MONITOR_INTERVAL_S = 0.05
 # The launcher gives ranks this long to stop after SIGTERM before SIGKILL.
 SHUTDOWN_TIMEOUT_S = 5
 # How gloo says that the rank at the other end went away: a consequence, not a cause.
-PEER_GONE = "Connection closed by peer"
+PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe")
+
+
+def peer_gone(text: str) -> bool:
+    return any(mark in text for mark in PEER_GONE)
 
 
 class RankFailedError(LoadtuneError):
     """One rank of a trial failed; the message names the rank and why."""
+
+    reason_as_is = True  # the trial's reason is the message itself
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,8 @@ def join_single() -> None:
     outside a launch: rank 0 of 1."""
     import torch.distributed as dist
 
+    for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
+        os.environ.setdefault(name, value)
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
@@ -178,9 +186,22 @@ def rank_main(job: Any, errors: str) -> Any:
     """One rank's whole life: join, measure, leave. On failure, why goes to a file (before the
     group is left, which would fail the others first) and the rank exits with code 1, so the
     launcher stops the others at once."""
+    import signal
+
+    import torch
+
     from loadtune.trial import describe, execute_rank
 
     rank = int(os.environ.get("RANK", -1))
+    # The launcher's own SIGTERM handler, inherited through fork, would raise inside DataLoader
+    # teardown when the launcher stops this rank; torchrun also gives each rank one thread.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
+    try:
+        (Path(errors) / f"rank{rank}.started").touch()
+    except OSError:
+        pass
     try:
         context = join_group(job.device, job.measure.timeout_s)
         try:
@@ -207,36 +228,55 @@ def _write_error(folder: str, rank: int, text: str) -> None:
 
 def _quiet_launcher() -> None:
     """The launcher logs every start and failure; the trial's row says what matters."""
-    for name in ("torch.distributed.elastic", "torch.distributed.launcher"):
+    for name in ("torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing.spawn"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
-def _first_error(errors: str) -> tuple[int, str] | None:
-    """The rank that failed first and why, from the ranks' error files: the earliest written,
-    passing over ranks that failed only because a peer went away."""
+def _errors(folder: str) -> list[tuple[bool, float, int, str]]:
+    """(peer gone?, when, rank, why) from the ranks' error files."""
     found = []
-    for path in Path(errors).glob("rank*.error"):
+    for path in Path(folder).glob("rank*.error"):
         try:
             stamp, _, text = path.read_text().partition(" ")
-            found.append((PEER_GONE in text, float(stamp), int(path.stem[4:]), text.strip()))
-        except (OSError, ValueError):  # written as the rank was killed: the exit code says more
+            found.append((peer_gone(text), float(stamp), int(path.stem[4:]), text.strip()))
+        except (OSError, ValueError):  # written as the rank was killed: treated as silent
             continue
-    if not found:
-        return None
-    _, _, rank, text = min(found)
-    return rank, text
+    return sorted(found)
+
+
+def _ranks_with(folder: str, suffix: str) -> set[int]:
+    ranks = set()
+    for path in Path(folder).glob(f"rank*.{suffix}"):
+        try:
+            ranks.add(int(path.stem[4:]))
+        except ValueError:
+            continue
+    return ranks
 
 
 def _failure_reason(exc: BaseException, errors: str) -> str:
-    from loadtune.trial import signal_text
+    """Which rank failed first, and why: a rank's own error, unless that error only says a
+    peer went away; then the rank that died without a word (a signal, os._exit), if any."""
+    from loadtune.trial import SIGNAL_HINTS, signal_text
 
-    first = _first_error(errors)
-    if first is not None:
-        return f"rank {first[0]} failed: {first[1]}"
-    failures = getattr(exc, "failures", {}) or {}
-    for failure in failures.values():
-        code = getattr(failure, "exitcode", None)
-        rank = getattr(failure, "rank", "?")
+    found = _errors(errors)
+    if found and not found[0][0]:
+        return f"rank {found[0][2]} failed: {found[0][3]}"
+    silent = sorted(_ranks_with(errors, "started") - {rank for _, _, rank, _ in found})
+    codes = {getattr(f, "local_rank", getattr(f, "rank", None)): getattr(f, "exitcode", None)
+             for f in (getattr(exc, "failures", {}) or {}).values()}
+    if silent:
+        # The launcher reports the first rank it saw fail; the others it stopped itself.
+        rank = min(silent, key=lambda r: (r not in codes, r))
+        code = codes.get(rank)
+        if isinstance(code, int) and code < 0:
+            return f"rank {rank} killed by {signal_text(-code)}"
+        how = f" (exit code {code})" if isinstance(code, int) and code > 0 else ""
+        return (f"rank {rank} died without a Python error{how}: killed by a signal, or os._exit? "
+                f"{SIGNAL_HINTS['SIGKILL']}")
+    if found:
+        return f"rank {found[0][2]} failed: {found[0][3]}"
+    for rank, code in codes.items():
         if isinstance(code, int) and code < 0:
             return f"rank {rank} killed by {signal_text(-code)}"
         return f"rank {rank} exited with code {code}"
@@ -273,7 +313,8 @@ def launch(job: Any) -> list[Any]:
     from torch.distributed.launcher.api import elastic_launch
 
     _quiet_launcher()
-    with tempfile.TemporaryDirectory(prefix="loadtune-ranks-") as errors:
+    # In the sweep's scratch folder: a trial killed at its timeout cannot clean up after itself.
+    with tempfile.TemporaryDirectory(prefix="loadtune-ranks-", dir=getattr(job, "scratch", None)) as errors:
         config = launch_config(job.ranks, errors)
         try:
             results = elastic_launch(config, rank_main)(job, errors)

@@ -153,9 +153,13 @@ def _ranks_lines(info: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[str
         return []
     one = info.get("one_rank")
     if not one:
-        where = f" (it writes {info['one_rank_csv']})" if info.get("one_rank_csv") else ""
-        return [f"With {ranks} ranks, throughput is summed over the ranks. To see how the winner moves, run "
-                f"the same command without --ranks{where} and compare the two CSVs."]
+        how = "launch one process, without torchrun," if info.get("torchrun") else "run the same command without --ranks"
+        if info.get("out_given"):
+            where = " and with another --out"
+        else:
+            where = f" (it writes {info['one_rank_csv']})" if info.get("one_rank_csv") else ""
+        return [f"With {ranks} ranks, throughput is summed over the ranks. To see how the winner moves, "
+                f"{how}{where} and compare the two CSVs with loadtune compare."]
     moved = "the winner moved" if one["trial"] != chosen["trial"] else "the winner holds"
     return [f"With 1 rank ({one['csv']}): {one['trial']}, {one['throughput']:.1f} samples/s; with {ranks} ranks: "
             f"{chosen['trial']}, {chosen['throughput']:.1f} samples/s in all: {moved}. Tune at the rank count "

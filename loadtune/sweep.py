@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import random
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -127,6 +128,7 @@ class _Runner:
         self.execute = execute
         self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
         self.per_rank: ResultsFile | None = None  # NAME.ranks.csv, with ranks
+        self.scratch: str | None = None  # a folder for the trials' own files, removed after the sweep
         self.cores, self.shm_check = cores, shm_check
         self.rng = random.Random(seed)
         self.rows: list[dict[str, Any]] = []
@@ -142,7 +144,8 @@ class _Runner:
     def _job(self, trial: Trial) -> TrialJob:
         cfg = self.spec.config
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}), self.device,
-                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(), self.spec.ranks)
+                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(), self.spec.ranks,
+                        scratch=self.scratch)
 
     def _finish(self, trial: Trial, round_no: int, outcome: Outcome | None, measurement: Measurement | None) -> None:
         stats = None
@@ -273,7 +276,9 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     results = ResultsFile(out_path)
     kept = resumable_rows(out_path, spec, context["host"]) if resume else []
     results.start(kept)
-    runner = _Runner(spec, device, context, results, emit, seed, effective_cores,
+    # Under torchrun only rank 0's tree is sampled: its figures are against its share of the cores.
+    diagnosed_cores = effective_cores / host_ranks if spec.torchrun else effective_cores
+    runner = _Runner(spec, device, context, results, emit, seed, diagnosed_cores,
                      lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks), execute,
                      sampled_ranks=1 if spec.torchrun else spec.ranks)
     runner.resume(kept)
@@ -293,11 +298,15 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         extra = [ideal] if IDEAL not in runner.trials else []
         return runner.measure([*extra, *trials], round_no)
 
+    scratch = tempfile.TemporaryDirectory(prefix="loadtune-")  # files of trials, gone when the sweep ends
+    runner.scratch = scratch.name
     try:
         run_strategy(strategy, cfg, accelerator, measure, rank_by)
     except KeyboardInterrupt:
         runner.flush_partial()
         raise
+    finally:
+        scratch.cleanup()
     result.trials = runner.trials
     result.rows = _ranked(runner, rank_by)
     result.warnings = [*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes,

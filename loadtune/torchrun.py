@@ -20,7 +20,7 @@ from typing import Any
 
 from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.measure import combine_ranks
-from loadtune.ranks import PEER_GONE
+from loadtune.ranks import peer_gone
 from loadtune.run import Outcome, run_isolated
 
 # The sweep processes wait on each other while trials run: allow for a long trial.
@@ -56,6 +56,9 @@ class Cluster:
         self.local_rank = int(os.environ["LOCAL_RANK"])
         self.host = os.environ["MASTER_ADDR"]
         timeout = timedelta(seconds=timeout_s)
+        if os.environ["MASTER_PORT"] == "0":
+            raise LaunchError("torchrun: MASTER_PORT=0 cannot be met by the other ranks; use --standalone "
+                              "or a real --master_port")
         try:
             dist.init_process_group("gloo", timeout=timeout)
         except Exception as exc:  # noqa: BLE001 - told as one line, naming the launcher's settings
@@ -150,7 +153,7 @@ def combine_outcomes(outcomes: list[Outcome]) -> Outcome:
     wall_s = max((o.wall_s for o in outcomes), default=0.0)
     bad = [(r, o) for r, o in enumerate(outcomes) if o.result is None]
     if bad:
-        root = [(r, o) for r, o in bad if not o.reason.startswith("stopped:") and PEER_GONE not in o.reason] \
+        root = [(r, o) for r, o in bad if not o.reason.startswith("stopped:") and not peer_gone(o.reason)] \
             or [(r, o) for r, o in bad if not o.reason.startswith("stopped:")] or bad
         rank, outcome = root[0]
         return Outcome(outcome.status, f"rank {rank}: {outcome.reason}", None, wall_s)

@@ -97,6 +97,7 @@ class TrialJob:
     start_method: str  # how DataLoader starts workers in the user's own process
     ranks: int = 1  # data-parallel ranks run at once (see loadtune.ranks)
     group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
+    scratch: str | None = None  # a folder for files the trial leaves, removed by the sweep
 
     @property
     def name(self) -> str:
@@ -153,16 +154,16 @@ def preflight(job: PreflightJob) -> PreflightInfo:
     from loadtune.resources import batch_bytes
     from loadtune.steps import build_step
 
+    if job.ranks > 1:
+        from loadtune.ranks import join_single
+
+        join_single()  # parts written for ranks may ask for their rank, or wrap a model in DDP
     dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     kwargs = job.baseline.loader_kwargs
     if isinstance(dataset, IterableDataset) and kwargs.get("shuffle"):
         raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
                           f"IterableDataset ({job.dataset.factory}); set shuffle: false")
     loaded = loader_kwargs(job.baseline, job.base_dir)
-    if job.ranks > 1:
-        from loadtune.ranks import join_single
-
-        join_single()  # a step factory written for ranks may ask for its rank or wrap in DDP
     build_step(job.step, job.base_dir, job.device)
     in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
     in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
@@ -289,10 +290,10 @@ def execute_rank(job: TrialJob, rank: Any) -> Measurement:
     try:
         return _execute(job, dataset, kwargs, started, rank)
     except EmptyLoaderError as exc:
-        raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc))) from None
+        raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
 
 
-def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str) -> str:
+def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str, ranks: int = 1) -> str:
     """Why a DataLoader yielded nothing, in the trial's own numbers when they are known."""
     try:
         length = len(dataset)
@@ -301,7 +302,12 @@ def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str) -> str:
     batch_size = kwargs.get("batch_size", 1)
     if length == 0:
         return "the dataset is empty (len 0): the DataLoader yields no batch"
-    if kwargs.get("drop_last") and batch_size is not None and batch_size > length:
+    share = -(-length // ranks)  # DistributedSampler's share of each rank, padded
+    if kwargs.get("drop_last") and batch_size is not None and batch_size > share:
+        if ranks > 1:
+            return (f"batch_size={batch_size} is larger than each rank's share of the dataset ({share} of its "
+                    f"{length} samples over {ranks} ranks) and drop_last=true drops the only, incomplete batch: "
+                    "the DataLoader yields no batch; use a smaller batch_size or fewer ranks")
         return (f"batch_size={batch_size} is larger than the dataset (len {length}) and drop_last=true "
                 "drops the only, incomplete batch: the DataLoader yields no batch")
     return fallback
@@ -488,6 +494,8 @@ def describe(exc: BaseException) -> str:
     """One line for the CSV: the exception type, its most telling message line, and where it
     happened when known (the dataset index, the worker); a worker's death names the signal."""
     try:
+        if getattr(exc, "reason_as_is", False):  # already a whole reason (ranks.RankFailedError)
+            return _text(exc)
         death = _worker_death(exc)
         if death:
             return death

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from typing import Any, Callable
 
@@ -16,9 +17,9 @@ def _rank() -> int:
 
 
 def rank_step(sleep_s: dict | None = None, fail_rank: int | None = None, fail_at: int = 3,
-              require_group: bool = False) -> Callable[[Any], None]:
+              require_group: bool = False, kill: bool = False) -> Callable[[Any], None]:
     """A step sleeping `sleep_s[rank]` seconds (0 when absent); on `fail_rank`, the `fail_at`-th
-    call raises. With `require_group`, building it outside a process group fails, as building
+    call raises (with `kill`, the rank SIGKILLs itself instead). With `require_group`, building it outside a process group fails, as building
     a DDP model does."""
     if require_group and not dist.is_initialized():
         raise RuntimeError("Default process group has not been initialized")
@@ -29,11 +30,19 @@ def rank_step(sleep_s: dict | None = None, fail_rank: int | None = None, fail_at
     def step(batch: Any) -> None:
         calls[0] += 1
         if rank == fail_rank and calls[0] >= fail_at:
+            if kill:
+                os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"step failed on rank {rank} at call {calls[0]}")
         if seconds:
             time.sleep(seconds)
 
     return step
+
+
+def rank_sharded(num_samples: int = 400):
+    """A dataset factory that asks for its rank while it is built, as a sharding one does."""
+    rank, world = dist.get_rank(), dist.get_world_size()  # raises outside a process group
+    return sleep_cost(num_samples=num_samples // world + rank, cost_s=0.0002)
 
 
 def rank_cost(num_samples: int = 400, cost_s: dict | None = None):

@@ -198,9 +198,44 @@ def test_a_failing_rank_fails_the_trial_without_hanging_the_others(tmp_path, wri
     df = pd.read_csv(out).set_index("trial")
     for trial in ("baseline", "num_workers=0"):
         assert df.loc[trial, "status"] == "failed"
-        assert "rank 1 failed: RuntimeError: step failed on rank 1" in df.loc[trial, "reason"]
+        assert df.loc[trial, "reason"].startswith("rank 1 failed: RuntimeError: step failed on rank 1 at call 4")
     assert df.loc["ideal", "status"] == "failed"
     assert took < 60, f"a failing rank held the sweep for {took:.0f}s (trial timeout 120s)"
+
+
+@pytest.mark.slow
+def test_a_rank_killed_by_a_signal_is_named(tmp_path, write_config, marker):
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}, "fail_rank": 1, "fail_at": 4, "kill": True},
+                         timeout_s=120)
+    out = tmp_path / "killed.csv"
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    reason = pd.read_csv(out).set_index("trial").loc["baseline", "reason"]
+    assert reason.startswith("rank 1 "), reason
+    assert "SIGKILL" in reason, reason
+
+
+@pytest.mark.slow
+def test_parts_built_for_ranks_and_a_share_too_small_for_a_batch(tmp_path, write_config, marker):
+    """A dataset factory that asks for its rank is built in a process group even at the
+    preflight; 12 samples over 2 ranks with batch 8 and drop_last leave each rank no batch."""
+    config = rank_config(sweep={})
+    config["dataset"] = {"factory": f"{PARTS}:rank_sharded", "kwargs": {"num_samples": 400}}
+    out = tmp_path / "sharded.csv"
+    result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    assert pd.read_csv(out).set_index("trial").loc["baseline", "status"] == "ok"
+
+    config = rank_config(sweep={})
+    config["dataset"]["kwargs"]["num_samples"] = 12
+    config["loader"]["drop_last"] = True
+    out = tmp_path / "share.csv"
+    result = run_cli("sweep", str(write_config(config, "share.yaml")), "--ranks", "2", "--out", str(out),
+                     marker=marker)
+    assert result.returncode == 0, result.stderr
+    reason = pd.read_csv(out).set_index("trial").loc["baseline", "reason"]
+    assert "larger than each rank's share of the dataset (6 of its 12 samples over 2 ranks)" in reason, reason
 
 
 # --- the sweep itself under torchrun --------------------------------------------------------
