@@ -24,7 +24,7 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-SERVER_MODULES = ["torch", "torch.utils.data", "loadtune.trial"]  # what every trial needs
+SERVER_MODULES = ["loadtune.server_init", "torch", "torch.utils.data", "loadtune.trial"]  # what every trial needs
 _context.set_forkserver_preload(SERVER_MODULES)
 
 
