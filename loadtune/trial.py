@@ -580,5 +580,8 @@ def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
         result: tuple[str, Any] = ("ok", job.run())
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
         result = ("failed", describe(exc))
-    conn.send(result)
-    conn.close()
+    try:
+        conn.send(result)
+        conn.close()
+    except (OSError, ValueError):  # the sweep stopped waiting (interrupted): nobody to tell
+        pass
