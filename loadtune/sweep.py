@@ -298,15 +298,17 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         extra = [ideal] if IDEAL not in runner.trials else []
         return runner.measure([*extra, *trials], round_no)
 
-    scratch = tempfile.TemporaryDirectory(prefix="loadtune-")  # files of trials, gone when the sweep ends
-    runner.scratch = scratch.name
+    # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
+    scratch = tempfile.TemporaryDirectory(prefix="loadtune-") if spec.ranks > 1 else None
+    runner.scratch = scratch.name if scratch is not None else None
     try:
         run_strategy(strategy, cfg, accelerator, measure, rank_by)
     except KeyboardInterrupt:
         runner.flush_partial()
         raise
     finally:
-        scratch.cleanup()
+        if scratch is not None:
+            scratch.cleanup()
     result.trials = runner.trials
     result.rows = _ranked(runner, rank_by)
     result.warnings = [*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes,
