@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import multiprocessing
 import os
 import platform
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from loadtune.stats import TrialStats, summarize
 from loadtune.trial import TrialJob
 
 WORK = Path(tempfile.mkdtemp(prefix="loadtune-bench-"))
+atexit.register(shutil.rmtree, WORK, ignore_errors=True)
 
 
 def spec_from(config: dict[str, Any], name: str = "bench", scale: float = 1.0) -> RunSpec:

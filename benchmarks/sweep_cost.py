@@ -11,11 +11,10 @@ first batch, the warm-up batches, and the sweep's own bookkeeping. Goal: <= 1.5 
 from __future__ import annotations
 
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from _common import machine_line
+from _common import WORK, machine_line
 from loadtune.config import load_config
 from loadtune.sweep import run_sweep
 
@@ -38,7 +37,7 @@ def main() -> int:
         if kind == "run_done":
             outcomes.append(data["outcome"])
 
-    out = Path(tempfile.mkdtemp()) / "sweep.csv"
+    out = WORK / "sweep.csv"
     start = time.perf_counter()
     run_sweep(spec, out, on_event=on_event)
     wall = time.perf_counter() - start
