@@ -17,10 +17,11 @@ import os
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from loadtune.errors import LoadtuneError
 
@@ -102,7 +103,6 @@ class RankContext:
             tensor.fill_(1.0)
             dist.all_reduce(tensor)
 
-        step_and_reduce.reduced = tensor  # type: ignore[attr-defined]
         return step_and_reduce
 
     def agree(self, ready: bool) -> bool:
@@ -178,8 +178,19 @@ def leave_group() -> None:
         pass
 
 
-def _error_file(folder: str, rank: int) -> Path:
-    return Path(folder) / f"rank{rank}.error"
+@contextmanager
+def in_group(device: str, timeout_s: float, group: GroupSpec | None = None) -> Iterator[RankContext]:
+    """This process as one rank of a group (see join_group), left at the end of the block."""
+    context = join_group(device, timeout_s, group)
+    try:
+        yield context
+    finally:
+        leave_group()
+
+
+def _rank_file(folder: str, rank: int, kind: str) -> Path:
+    """rank<N>.<kind> in the launch's folder: `started` when a rank begins, `error` why it failed."""
+    return Path(folder) / f"rank{rank}.{kind}"
 
 
 def rank_main(job: Any, errors: str) -> Any:
@@ -199,25 +210,23 @@ def rank_main(job: Any, errors: str) -> Any:
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
     try:
-        (Path(errors) / f"rank{rank}.started").touch()
+        _rank_file(errors, rank, "started").touch()
     except OSError:
         pass
     try:
-        context = join_group(job.device, job.measure.timeout_s)
-        try:
-            return execute_rank(job, context)
-        except BaseException as exc:
-            _write_error(errors, rank, describe(exc))
-            raise
-        finally:
-            leave_group()
+        with in_group(job.device, job.measure.timeout_s) as context:
+            try:
+                return execute_rank(job, context)
+            except BaseException as exc:
+                _write_error(errors, rank, describe(exc))
+                raise
     except BaseException as exc:  # noqa: BLE001 - told to the trial through the file
         _write_error(errors, rank, describe(exc))
         raise SystemExit(1) from None
 
 
 def _write_error(folder: str, rank: int, text: str) -> None:
-    path = _error_file(folder, rank)
+    path = _rank_file(folder, rank, "error")
     if path.exists():
         return
     try:
@@ -244,9 +253,9 @@ def _errors(folder: str) -> list[tuple[bool, float, int, str]]:
     return sorted(found)
 
 
-def _ranks_with(folder: str, suffix: str) -> set[int]:
+def _ranks_with(folder: str, kind: str) -> set[int]:
     ranks = set()
-    for path in Path(folder).glob(f"rank*.{suffix}"):
+    for path in Path(folder).glob(f"rank*.{kind}"):
         try:
             ranks.add(int(path.stem[4:]))
         except ValueError:

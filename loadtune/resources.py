@@ -289,22 +289,12 @@ class TreeSampler:
                 root = self._read(self._root, memory)
                 if root is None:
                     return False
-            descendants = []
             pids = self._descendants()
-            mains = set(self.main_pids)
-            for pid in [p for p in pids if p in mains] + [None] + [p for p in pids if p not in mains]:
-                if pid is None:
-                    if after_mains is not None:
-                        after_mains()
-                        after_mains = None
-                    continue
-                try:
-                    proc = psutil.Process(pid)  # afresh each time: a reused pid is another process
-                except psutil.Error:
-                    continue
-                seen = self._read(proc, memory)
-                if seen is not None:
-                    descendants.append(seen)
+            descendants = self._read_pids([p for p in pids if p in self.main_pids], memory)
+            if after_mains is not None:
+                after_mains()
+                after_mains = None
+            descendants += self._read_pids([p for p in pids if p not in self.main_pids], memory)
             if root_last:
                 t_s = self._clock()
                 root = self._read(self._root, memory)
@@ -324,6 +314,18 @@ class TreeSampler:
                 except Exception:  # noqa: BLE001 - the caller's note must not break sampling
                     pass
             self._cost_s += time.thread_time() - c0
+
+    def _read_pids(self, pids: list[int], memory: bool) -> list[ProcessSample]:
+        found = []
+        for pid in pids:
+            try:
+                proc = psutil.Process(pid)  # afresh each time: a reused pid is another process
+            except psutil.Error:
+                continue
+            seen = self._read(proc, memory)
+            if seen is not None:
+                found.append(seen)
+        return found
 
     def _descendants(self) -> list[int]:
         if not self._use_procfs:
@@ -384,8 +386,8 @@ class TreeSampler:
 
 def _cumulative_use(samples: tuple[Sample, ...], root_pid: int,
                     mains: frozenset[int] = frozenset()) -> tuple[float, float, int | None]:
-    """CPU of the main processes (the root, and `mains`), CPU of the other descendants, and
-    bytes read by the tree over the window.
+    """CPU of the main processes (the root, and any of `mains`), CPU of the other descendants,
+    and bytes read by the tree over the window.
 
     Per process, only increases of its cumulative counters count (a counter read lower,
     as a dying process may report, changes nothing). A process first seen after the first

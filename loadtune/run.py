@@ -97,34 +97,46 @@ def _kill_tree(process: Any) -> None:
 ABORT_POLL_S = 0.2
 
 
+TIMED_OUT, ABORTED = "timeout", "aborted"
+# The reason of a rank's part stopped because another rank's part failed (see torchrun).
+STOPPED_BY_PEER = "stopped: another rank's part of this trial failed"
+
+
 def _receive(receiver: Any, process: Any, deadline: float,
-             abort: Callable[[], bool] | None = None) -> tuple[Any, bool]:
-    """The next message from the trial process, or None; and whether the deadline passed
-    (or `abort` said to give up)."""
+             abort: Callable[[], bool] | None = None) -> tuple[Any, str | None]:
+    """The next message from the trial process, or None; and why waiting ended without one:
+    TIMED_OUT (the deadline passed), ABORTED (`abort` said to give up), or None."""
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
-            return None, True
+            return None, TIMED_OUT
         ready = wait([receiver, process.sentinel], timeout=min(left, MAX_WAIT_S if abort is None else ABORT_POLL_S))
         if ready:
             break
-        if abort is not None and abort():
-            return None, True
         if abort is None:
-            return None, True
+            return None, TIMED_OUT
+        if abort():
+            return None, ABORTED
     if receiver in ready:
         try:
-            return receiver.recv(), False
+            return receiver.recv(), None
         except (EOFError, OSError):
             pass
-    return None, False
+    return None, None
 
 
 def _start_sampler(pid: int | None, main_pids: tuple[int, ...] = (),
                    after_mains: Callable[[], None] | None = None) -> TreeSampler | None:
+    """A sampler of the tree under `pid`, started; `after_mains` is called once, whatever happens."""
     try:
-        return TreeSampler(pid, main_pids=main_pids).start(memory=True, after_mains=after_mains)
+        sampler = TreeSampler(pid, main_pids=main_pids)
     except Exception:  # noqa: BLE001 - gone already: the trial's own result says why
+        if after_mains is not None:
+            after_mains()
+        return None
+    try:
+        return sampler.start(memory=True, after_mains=after_mains)  # its first sample calls after_mains
+    except Exception:  # noqa: BLE001 - e.g. no thread could be started: the trial runs unsampled
         return None
 
 
@@ -161,22 +173,14 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable
         finally:
             sender.close()
         while True:
-            message, late = _receive(receiver, process, deadline, abort)
+            message, ended = _receive(receiver, process, deadline, abort)
             if isinstance(message, tuple) and message[0] == COUNTED_START:
                 # Sent at the warm-up. The first sample reads memory too, and reading a memory
                 # map holds the process's mmap lock for milliseconds: the main process's hand-over
                 # of every batch waits on it, so the trial goes on warming up until its main
                 # processes are read. A worker's reading only holds that worker up, which the
                 # prefetched batches in the queue absorb.
-                answered: list[bool] = []
-
-                def answer() -> None:
-                    if not answered:
-                        answered.append(True)
-                        _send(receiver, SAMPLING)
-
-                sampler = _start_sampler(process.pid, tuple(message[1]), answer)
-                answer()
+                sampler = _start_sampler(process.pid, tuple(message[1]), lambda: _send(receiver, SAMPLING))
                 continue
             if message == COUNTED_END:
                 samples = sampler.stop() if sampler is not None else None
@@ -193,9 +197,9 @@ def run_isolated(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable
                     payload = dataclasses.replace(payload, resources=(samples,))
                 return Outcome("ok", "", payload, wall_s)
             return Outcome("failed", payload, None, wall_s)
-        if late and abort is not None and abort():
-            return Outcome("failed", "stopped: another rank's part of this trial failed", None, wall_s)
-        if late:
+        if ended == ABORTED:
+            return Outcome("failed", STOPPED_BY_PEER, None, wall_s)
+        if ended == TIMED_OUT:
             return Outcome("timeout", f"no result after measure.timeout_s={timeout_s:g}s "
                                       "(the trial and its workers were killed)", None, wall_s)
         process.join(EXIT_GRACE_S)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadtune.measure import Measurement
+from loadtune.measure import Measurement, Window
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -75,6 +75,10 @@ def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.nda
 Group = tuple[np.ndarray, ...]  # wait, h2d, step, samples of some consecutive batches
 
 
+def _arrays(window: Window) -> Group:
+    return tuple(np.asarray(a, dtype=float) for a in (window.wait_s, window.h2d_s, window.step_s, window.samples))
+
+
 def _bootstrap(strata: list[list[Group]], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Resample the groups of each stratum with replacement, as many as it has; the wait ratio
     and throughput of each resample."""
@@ -118,8 +122,7 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
     batches resampled apart from the rest (a stratified bootstrap).
     """
     windows = measurement.windows
-    arrays = [tuple(np.asarray(a, dtype=float) for a in (w.wait_s, w.h2d_s, w.step_s, w.samples))
-              for w in windows]
+    arrays = [_arrays(w) for w in windows]
     per_window = [_ratios(*a) for a in arrays]
     wait_ratio = float(np.mean([r for r, _ in per_window]))
     throughput = float(np.mean([t for _, t in per_window]))
@@ -161,6 +164,4 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
 
 def _wait_ratio(measurement: Measurement) -> float:
     """Mean over the windows of one rank's wait ratio."""
-    ratios = [_ratios(*(np.asarray(a, dtype=float) for a in (w.wait_s, w.h2d_s, w.step_s, w.samples)))[0]
-              for w in measurement.windows]
-    return float(np.mean(ratios))
+    return float(np.mean([_ratios(*_arrays(w))[0] for w in measurement.windows]))

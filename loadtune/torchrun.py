@@ -21,7 +21,7 @@ from typing import Any
 from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.measure import combine_ranks
 from loadtune.ranks import peer_gone
-from loadtune.run import Outcome, run_isolated
+from loadtune.run import STOPPED_BY_PEER, Outcome, run_isolated
 
 # The sweep processes wait on each other while trials run: allow for a long trial.
 CONTROL_TIMEOUT_S = 3600.0
@@ -153,8 +153,8 @@ def combine_outcomes(outcomes: list[Outcome]) -> Outcome:
     wall_s = max((o.wall_s for o in outcomes), default=0.0)
     bad = [(r, o) for r, o in enumerate(outcomes) if o.result is None]
     if bad:
-        root = [(r, o) for r, o in bad if not o.reason.startswith("stopped:") and not peer_gone(o.reason)] \
-            or [(r, o) for r, o in bad if not o.reason.startswith("stopped:")] or bad
+        root = [(r, o) for r, o in bad if o.reason != STOPPED_BY_PEER and not peer_gone(o.reason)] \
+            or [(r, o) for r, o in bad if o.reason != STOPPED_BY_PEER] or bad
         rank, outcome = root[0]
         return Outcome(outcome.status, f"rank {rank}: {outcome.reason}", None, wall_s)
     measurement = combine_ranks([o.result for o in outcomes])

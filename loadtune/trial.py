@@ -266,13 +266,10 @@ def install_fetch_notes() -> None:
 def execute(job: TrialJob) -> Measurement:
     """The trial, measured: in this process, or on job.ranks data-parallel ranks at once."""
     if job.group is not None:
-        from loadtune.ranks import join_group, leave_group
+        from loadtune.ranks import in_group
 
-        context = join_group(job.device, job.measure.timeout_s, job.group)
-        try:
+        with in_group(job.device, job.measure.timeout_s, job.group) as context:
             return execute_rank(job, context)
-        finally:
-            leave_group()
     if job.ranks > 1:
         from loadtune.measure import combine_ranks
         from loadtune.ranks import launch

@@ -15,7 +15,7 @@ import pytest
 
 from loadtune.errors import ConfigError
 from loadtune.measure import Measurement, Window, combine_ranks
-from loadtune.run import Outcome
+from loadtune.run import STOPPED_BY_PEER, Outcome
 from loadtune.stats import summarize
 from loadtune.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
@@ -55,7 +55,7 @@ def test_ranks_must_count_the_same_batches():
 
 def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
     m = Measurement(0.1, (window([0.01] * 2, [0.03] * 2),))
-    outcomes = [Outcome("failed", "stopped: another rank's part of this trial failed", None, 2.0),
+    outcomes = [Outcome("failed", STOPPED_BY_PEER, None, 2.0),
                 Outcome("failed", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", None, 1.0),
                 Outcome("failed", "RuntimeError: boom (at dataset index 7)", None, 1.5)]
     combined = combine_outcomes(outcomes)
