@@ -15,10 +15,10 @@ import yaml
 
 from loadtune.config import RunSpec, load_config
 from loadtune.machine import cpu_model, usable_cores
-from loadtune.plan import baseline_trial
-from loadtune.run import Outcome, run_isolated
-from loadtune.stats import TrialStats, summarize
-from loadtune.trial import TrialJob
+from loadtune.sweep.plan import baseline_trial
+from loadtune.sweep.launch import Outcome, run_in_trial_process
+from loadtune.sweep.stats import TrialStats, summarize
+from loadtune.trial.jobs import TrialJob
 
 WORK = Path(tempfile.mkdtemp(prefix="loadtune-bench-"))
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)
@@ -35,7 +35,7 @@ def run_baseline(spec: RunSpec) -> tuple[Outcome, TrialStats | None]:
     cfg = spec.config
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
                    os.getpid(), multiprocessing.get_start_method())
-    outcome = run_isolated(job, cfg.measure.timeout_s)
+    outcome = run_in_trial_process(job, cfg.measure.timeout_s)
     stats = summarize(outcome.result) if outcome.result else None
     return outcome, stats
 

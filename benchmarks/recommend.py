@@ -25,11 +25,12 @@ import random
 import statistics
 
 from _common import WORK, machine_line, spec_from
-from loadtune.plan import IDEAL, Trial, trial_for
-from loadtune.run import run_isolated
-from loadtune.stats import summarize
-from loadtune.sweep import recommended, run_sweep
-from loadtune.trial import TrialJob
+from loadtune.trials import IDEAL, Trial
+from loadtune.sweep.plan import trial_for
+from loadtune.sweep.launch import run_in_trial_process
+from loadtune.sweep.stats import summarize
+from loadtune.sweep.runner import recommended, run_sweep
+from loadtune.trial.jobs import TrialJob
 
 GOAL_RATIO = 0.97
 GOAL_TRIAL_SHARE = 1 / 3
@@ -77,7 +78,7 @@ def head_to_head(spec, trials: dict[str, Trial]) -> dict[str, float]:
         for settings, trial in order:
             job = TrialJob(trial, cfg.dataset, cfg.step, measure, "cpu", str(spec.base_dir), os.getpid(),
                            multiprocessing.get_start_method())
-            outcome = run_isolated(job, cfg.measure.timeout_s)
+            outcome = run_in_trial_process(job, cfg.measure.timeout_s)
             if outcome.result is not None:
                 found[settings].append(summarize(outcome.result).throughput.mean)
     return {label: statistics.fmean(found[t.settings]) for label, t in trials.items() if found[t.settings]}

@@ -16,7 +16,8 @@ from pathlib import Path
 
 from _common import WORK, machine_line
 from loadtune.config import load_config
-from loadtune.sweep import run_sweep
+from loadtune.sweep import events
+from loadtune.sweep.runner import run_sweep
 
 GOAL_RATIO = 1.5
 
@@ -25,17 +26,17 @@ def main() -> int:
     config = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "configs" / "demo.yaml"
     spec = load_config(config)
     # Build the demo's image cache first: generating files once is not a cost of the sweep.
-    from loadtune.factory import build_dataset
+    from loadtune.trial.factory import build_dataset
 
     build_dataset(spec.config.dataset.factory, spec.config.dataset.kwargs, spec.base_dir)
     outcomes = []
     first_run = []
 
-    def on_event(kind, data):
-        if kind == "run_start" and not first_run:
+    def on_event(event):
+        if isinstance(event, events.RunStarted) and not first_run:
             first_run.append(time.perf_counter())
-        if kind == "run_done":
-            outcomes.append(data["outcome"])
+        if isinstance(event, events.RunFinished):
+            outcomes.append(event.outcome)
 
     out = WORK / "sweep.csv"
     start = time.perf_counter()

@@ -67,33 +67,33 @@ class _ProgressView:
         self.task = None
         self.console = console
 
-    def __call__(self, kind: str, data: dict[str, Any]) -> None:
-        if kind == "start":
-            self.console.print(f"Sweeping ({data['strategy']}) on {data['device']}, dataset length "
-                               f"{data['dataset_len']}; rows go to {data['out_path']}", highlight=False,
-                               markup=False)
-            if data["resumed"]:
-                self.console.print(f"Resuming: {data['resumed']} trials kept from that file", highlight=False,
+    def __call__(self, event: Any) -> None:
+        from loadtune.sweep import events
+
+        if isinstance(event, events.SweepStarted):
+            self.console.print(f"Sweeping ({event.strategy}) on {event.device}, dataset length "
+                               f"{event.dataset_len}; rows go to {event.out_path}", highlight=False, markup=False)
+            if event.resumed:
+                self.console.print(f"Resuming: {event.resumed} trials kept from that file", highlight=False,
                                    markup=False)
             self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
-        elif kind == "planned":
-            self.progress.update(self.task, total=data["runs"])
-        elif kind == "run_start":
-            self.progress.update(self.task, description=f"[bold]{escape(data['trial'].name)}[/] "
-                                                        f"(repeat {data['repeat']}/{data['repeats']})")
-        elif kind == "run_done":
+        elif isinstance(event, events.RunsPlanned):
+            self.progress.update(self.task, total=event.runs)
+        elif isinstance(event, events.RunStarted):
+            self.progress.update(self.task, description=f"[bold]{escape(event.trial.name)}[/] "
+                                                        f"(repeat {event.repeat}/{event.repeats})")
+        elif isinstance(event, events.RunFinished):
             self.progress.advance(self.task)
-        elif kind == "trial_done":
-            row = data["row"]
-            if data.get("resumed"):
-                text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f} (kept)"
-            elif row["status"] == "ok":
-                text = f"{row['throughput']:.1f} samples/s, wait ratio {row['wait_ratio']:.3f}"
+        elif isinstance(event, events.TrialFinished):
+            r = event.record
+            if r.status == "ok":
+                kept = " (kept)" if event.resumed else ""
+                text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{kept}"
             else:
-                text = f"[yellow]{row['status']}[/]: {escape(str(row['reason']))}"
-            self.progress.console.print(f"  {escape(str(row['trial']))}: {text}", highlight=False)
-        elif kind == "done":
+                text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
+            self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False)
+        elif isinstance(event, events.SweepFinished):
             self.stop()
 
     def stop(self) -> None:
@@ -125,10 +125,12 @@ def sweep(
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.config import load_config
-    from loadtune.rank import RANK_BY
-    from loadtune.report import not_run_lines, results_table, summary, summary_lines
-    from loadtune.strategy import STRATEGIES
-    from loadtune.sweep import default_output, recommended, run_sweep
+    from loadtune.sweep.ranking import RANK_BY
+    from loadtune.results.choice import recommended
+    from loadtune.results.record import rank_file
+    from loadtune.results.report import not_run_lines, results_table, summarize_sweep, summary_lines
+    from loadtune.sweep.runner import default_output, run_sweep
+    from loadtune.sweep.strategy import STRATEGIES
 
     if rank_by not in RANK_BY:
         raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
@@ -141,7 +143,7 @@ def sweep(
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     cluster = None
     try:
-        from loadtune import torchrun
+        from loadtune.sweep import torchrun
 
         torchrun.refuse_nested_ranks(ranks)
         if torchrun.launched():
@@ -154,7 +156,7 @@ def sweep(
                                    ranks=ranks, torchrun=cluster is not None)
         out_path = out or default_output(spec)
         result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume,
-                           **({"execute": cluster.run} if cluster is not None else {}))
+                           **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
     except LoadtuneError as exc:
         view.stop()
         _fail(str(exc), debug)
@@ -169,58 +171,60 @@ def sweep(
             cluster.close()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
-    chosen = recommended(result.rows)
+    chosen = recommended(result.records)
     kwarg = spec.config.dataset.scale_kwarg
-    meta = {"output": str(result.out_path), "config": spec.name, "scale": spec.scale,
-            "scaled": f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-            "device": result.device, "ranks": spec.ranks, "rank_by": rank_by, "strategy": strategy,
-            "warnings": result.warnings}
+    meta: dict[str, Any] = dict(
+        output=str(result.out_path), config=spec.name, scale=spec.scale,
+        scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
+        device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings)
     if spec.ranks > 1:
-        from loadtune.results import rank_file
-
-        meta.update(_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out is not None,
-                    torchrun=spec.torchrun)
-    info = summary(result.rows, chosen, result.trials, meta)
+        meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
+                    out_given=out is not None, torchrun=spec.torchrun)
+    chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
+    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None, **meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
-    out_console.print(results_table(result.rows, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
-                                                        f"{on_ranks}, {strategy}, ranked by {rank_by})"))
-    for line in not_run_lines(result.rows):
+    out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
+                                                           f"{on_ranks}, {strategy}, ranked by {rank_by})"))
+    for line in not_run_lines(result.records):
         out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
     for warning in result.warnings:
         err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False)
     for line in summary_lines(info):
         out_console.print(line, highlight=False, soft_wrap=True, markup=False)
     out_console.print(f"CSV: {result.out_path}", highlight=False, markup=False)
-    if info.get("per_rank_csv"):
-        out_console.print(f"Per rank: {info['per_rank_csv']}", highlight=False, markup=False)
+    if info.per_rank_csv:
+        out_console.print(f"Per rank: {info.per_rank_csv}", highlight=False, markup=False)
     if plot is not None:
         try:
-            from loadtune.plot import draw_csvs
+            from loadtune.results.plot import draw_csvs
 
-            info["plot"] = str(draw_csvs([result.out_path], plot))
+            info = dataclasses.replace(info, plot=str(draw_csvs([result.out_path], plot)))
             out_console.print(f"Chart: {plot}", highlight=False, markup=False)
         except LoadtuneError as exc:
             _fail(str(exc), debug)
     if as_json:
-        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+        sys.stdout.write(json.dumps(info.to_json(), indent=2, default=str) + "\n")
 
 
-def _one_rank(spec: Any) -> dict[str, Any]:
+def _one_rank(spec: Any) -> Any:
     """The one-rank sweep of the same config and scale, when its CSV is where a plain
     `loadtune sweep` writes it: its recommendation, to set beside the ranks' one."""
-    from loadtune.results import read_rows
-    from loadtune.sweep import default_output, recommended
+    from loadtune.errors import ResultsError
+    from loadtune.results.choice import recommended
+    from loadtune.results.record import read_records
+    from loadtune.results.report import OneRank
+    from loadtune.sweep.runner import default_output
 
     path = default_output(dataclasses.replace(spec, ranks=1))
     try:
-        rows = [r for r in read_rows(path) if r.get("config_sha") == spec.sha and r.get("scale") == spec.scale
-                and (r.get("ranks") or 1) == 1]
-    except (OSError, UnicodeDecodeError, ValueError):  # unreadable: as if it were not there
-        rows = []
-    chosen = recommended(rows)
-    if chosen is None or chosen.get("throughput") is None:
-        return {"one_rank_csv": str(path)}
-    return {"one_rank": {"csv": str(path), "trial": chosen["trial"], "throughput": chosen["throughput"]}}
+        records = [r for r in read_records(path) if r.config_sha == spec.sha and r.scale == spec.scale
+                   and (r.ranks or 1) == 1]
+    except ResultsError:  # unreadable: as if it were not there
+        records = []
+    chosen = recommended(records)
+    if chosen is None or chosen.throughput is None:
+        return OneRank(str(path))
+    return OneRank(str(path), chosen.trial, chosen.throughput)
 
 
 @app.command()
@@ -232,8 +236,8 @@ def compare(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Align sweeps from several machines or scales and say whether the conclusion holds."""
-    from loadtune.compare import compare as compare_results
-    from loadtune.compare import comparison_lines, comparison_table, load_results, write_aligned
+    from loadtune.results.compare import compare as compare_results
+    from loadtune.results.compare import comparison_lines, comparison_table, load_results, write_aligned
 
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     try:
@@ -258,14 +262,14 @@ def report(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Show results CSVs as ranked tables with a legend, and draw them."""
-    from loadtune.report import LEGEND, noise_warnings, not_run_lines, report_title, results_table
-    from loadtune.results import load_rows
+    from loadtune.results.record import load_records
+    from loadtune.results.report import LEGEND, noise_warnings, not_run_lines, report_title, results_table
 
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     try:
-        tables = [(path, load_rows(path)) for path in csvs]
+        tables = [(path, load_records(path)) for path in csvs]
         if plot is not None:
-            from loadtune.plot import draw_csvs
+            from loadtune.results.plot import draw_csvs
 
             draw_csvs(csvs, plot)
     except LoadtuneError as exc:

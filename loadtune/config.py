@@ -1,4 +1,4 @@
-"""Read, override and validate a sweep config (SPEC §2) into frozen objects.
+"""Read, override and validate a sweep config (README, "Config reference") into frozen objects.
 
 Everything the user can get wrong in the file is refused here, before anything runs,
 with the dotted key path and the offending value in a one-line message.
@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from loadtune.errors import ConfigError
+from loadtune.text import one_line, short_repr
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 # Loader keys whose values are "module:callable" specs: they can be set, not swept.
@@ -174,8 +175,7 @@ def config_sha(config: Config) -> str:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 3] + "..."
+    return short_repr(value, MAX_VALUE_CHARS)
 
 
 _PLAIN_KEY = re.compile(r"^[\w.\-]+$")
@@ -213,10 +213,6 @@ def _format_validation(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _parse_yaml(text: str) -> Any:
     """yaml.safe_load; RecursionError (brackets nested thousands deep) becomes a YAMLError."""
     try:
@@ -233,7 +229,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
         if mark is not None and (problem_mark is None or mark.line != problem_mark.line):
             context = f"{context} that starts at line {mark.line + 1}, column {mark.column + 1}"
         problem = f"{problem} ({context})"
-    return _one_line(problem)
+    return one_line(problem)
 
 
 def _read_yaml(path: Path) -> dict:

@@ -1,6 +1,6 @@
 """`loadtune profile`: run the baseline loop under torch.profiler and say where the time goes.
 
-The loop is the one a sweep measures (SPEC §3): wait (blocked in next()), h2d (the copy to
+The loop is the one a sweep measures (README, "What is measured"): wait (blocked in next()), h2d (the copy to
 the device) and step, each inside a torch.profiler.record_function region named
 `loadtune.wait`, `loadtune.h2d` and `loadtune.step`, so they stand out in the operator table
 and in a Chrome / Perfetto trace. Only the main process is profiled: DataLoader workers run
@@ -12,7 +12,6 @@ Returns plain data; printing is the CLI's job.
 from __future__ import annotations
 
 import os
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +19,8 @@ from typing import Any
 
 from loadtune.config import RunSpec
 from loadtune.errors import LoadtuneError
+from loadtune.trial.measure import PARTS
 
-REGIONS = ("wait", "h2d", "step")
-REGION_PREFIX = "loadtune."
 TABLE_ROWS = 25
 # Kineto (the profiler's C++ side) logs its stages and, without a GPU, a harmless
 # "gpuGetDeviceCount failed" ERROR line to stderr; 5 keeps only its fatal messages.
@@ -66,7 +64,7 @@ class ProfileResult:
 
     @property
     def wait_ratio(self) -> float:
-        """(wait + h2d) / total, as the sweep defines it (SPEC §3)."""
+        """(wait + h2d) / total, as the sweep defines it (README, "What is measured")."""
         return self._share(self.wait_s + self.h2d_s)
 
     @property
@@ -78,7 +76,7 @@ class ProfileResult:
     def groups(self) -> dict[str, tuple[float, float]]:
         """{"wait": (seconds, share), "h2d": ..., "step": ...} in loop order."""
         return {name: (getattr(self, f"{name}_s"), self._share(getattr(self, f"{name}_s")))
-                for name in REGIONS}
+                for name in PARTS}
 
     def summary_lines(self) -> list[str]:
         """A few plain lines for the terminal: where the loop's time went."""
@@ -110,10 +108,25 @@ def _quiet_kineto() -> Any:
         os.environ.pop(KINETO_LOG_VAR, None)
 
 
-def _describe(exc: BaseException) -> str:
-    from loadtune.trial import describe
+class _ProfiledWindow:
+    """The measured loop's sampling hooks, used to run the profiler over the counted batches
+    only: it starts once the warm-up is done and stops after the last counted batch."""
 
-    return describe(exc)
+    def __init__(self, profiler: Any) -> None:
+        self.profiler, self.running = profiler, False
+
+    def start(self) -> None:
+        pass
+
+    def ready(self) -> bool:
+        self.profiler.__enter__()
+        self.running = True
+        return True
+
+    def end(self) -> None:
+        if self.running:
+            self.running = False
+            self.profiler.__exit__(None, None, None)
 
 
 def profile_run(
@@ -134,13 +147,14 @@ def profile_run(
     import torch
     from torch.utils.data import DataLoader
 
-    from loadtune.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.factory import build_dataset
-    from loadtune.measure import _Feed, batch_len
-    from loadtune.plan import baseline_trial
-    from loadtune.report import dataloader_line
-    from loadtune.steps import build_step
-    from loadtune.trial import loader_kwargs
+    from loadtune.results.report import dataloader_line
+    from loadtune.sweep.plan import baseline_trial
+    from loadtune.trial.device import make_synced_step, make_transfer, resolve_device
+    from loadtune.trial.factory import build_dataset
+    from loadtune.trial.failures import describe
+    from loadtune.trial.loader import loader_kwargs
+    from loadtune.trial.measure import measure_loop
+    from loadtune.trial.steps import build_step
 
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")
@@ -159,47 +173,30 @@ def profile_run(
     except LoadtuneError:
         raise
     except Exception as exc:  # noqa: BLE001 - DataLoader refusing the user's settings
-        raise LoadtuneError(f"{spec.path}: loader: DataLoader refused the baseline: {_describe(exc)}") from exc
+        raise LoadtuneError(f"{spec.path}: loader: DataLoader refused the baseline: {describe(exc)}") from exc
     step = make_synced_step(build_step(config.step, base_dir, device), device)
     transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
-    default_size = kwargs.get("batch_size") or 1
 
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device.startswith("cuda"):
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-
-    totals = dict.fromkeys(REGIONS, 0.0)
-    samples = epochs = 0
-    feed = _Feed(loader, config.measure.epoch_batches)
-    clock = time.perf_counter
+    prof = torch.profiler.profile(activities=activities)
+    window = _ProfiledWindow(prof)
+    # The same measured loop as a sweep's, with each part in a region of the profiler.
     try:
-        for _ in range(warmup):
-            batch, _ = feed.next()
-            step(transfer(batch) if transfer is not None else batch)
-        with _quiet_kineto(), torch.profiler.profile(activities=activities) as prof:
-            for _ in range(batches):
-                t0 = clock()
-                with torch.profiler.record_function("loadtune.wait"):
-                    batch, new_epoch = feed.next()
-                t1 = clock()
-                with torch.profiler.record_function("loadtune.h2d"):
-                    moved = transfer(batch) if transfer is not None else batch
-                t2 = clock()
-                with torch.profiler.record_function("loadtune.step"):
-                    step(moved)
-                t3 = clock()
-                totals["wait"] += t1 - t0
-                totals["h2d"] += t2 - t1
-                totals["step"] += t3 - t2
-                samples += batch_len(batch, default_size)
-                epochs += bool(new_epoch)
+        with _quiet_kineto():
+            measurement = measure_loop(loader, step, warmup_batches=warmup, batches=batches, repeats=1,
+                                       epoch_batches=config.measure.epoch_batches, transfer=transfer,
+                                       default_batch_size=kwargs.get("batch_size") or 1, sampling=window,
+                                       region=torch.profiler.record_function)
     except LoadtuneError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's dataset, collate or step failed
-        raise LoadtuneError(f"{spec.path}: the baseline failed while profiling: {_describe(exc)}") from exc
+        raise LoadtuneError(f"{spec.path}: the baseline failed while profiling: {describe(exc)}") from exc
     finally:
-        feed.close()
-        del feed, loader  # shut workers down now, not at interpreter exit
+        window.end()
+        del loader  # shut workers down now, not at interpreter exit
+    counted = measurement.windows[0]
 
     table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=TABLE_ROWS)
     if trace is not None:
@@ -210,14 +207,14 @@ def profile_run(
             raise LoadtuneError(f"{trace}: cannot write the trace: {exc.strerror or exc}") from None
     return ProfileResult(
         device=device,
-        dataloader=dataloader_line(trial),
+        dataloader=dataloader_line(trial.loader_kwargs),
         warmup_batches=warmup,
         batches=batches,
-        samples=samples,
-        epochs_started=epochs,
-        wait_s=totals["wait"],
-        h2d_s=totals["h2d"],
-        step_s=totals["step"],
+        samples=sum(counted.samples),
+        epochs_started=sum(counted.epoch_start),
+        wait_s=sum(counted.wait_s),
+        h2d_s=sum(counted.h2d_s),
+        step_s=sum(counted.step_s),
         table=table,
         trace_path=trace,
     )

@@ -7,10 +7,10 @@ a fake loader and get exact numbers.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 from loadtune.errors import LoadtuneError
+from loadtune.measurement import Measurement, Window
 
 Clock = Callable[[], float]
 Step = Callable[[Any], None]
@@ -19,73 +19,6 @@ Transfer = Callable[[Any], Any]
 
 class EmptyLoaderError(LoadtuneError):
     """The loader produced no batch in a whole epoch."""
-
-
-@dataclass(frozen=True)
-class Window:
-    """One repeat: raw per-counted-batch samples, in the order they happened."""
-
-    wait_s: tuple[float, ...]
-    h2d_s: tuple[float, ...]
-    step_s: tuple[float, ...]
-    samples: tuple[int, ...]
-    epoch_start: tuple[bool, ...]
-    # The copy itself timed on the device (CUDA events), where it was: h2d_s is the host's
-    # wall time for it (launch and synchronisation included), which is what the loop waits.
-    copy_s: tuple[float, ...] = ()
-
-    def __len__(self) -> int:
-        return len(self.wait_s)
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """What one trial observed: time to its first batch and its counted windows."""
-
-    first_batch_s: float
-    windows: tuple[Window, ...]
-    pinned: bool | None = None
-    batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
-    resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
-    warmup_s: float = 0.0  # after the first batch, until the counted windows start
-    setup_s: float = 0.0  # building the dataset, loader and step before the first batch
-    # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
-    # holds their combination (see combine_ranks).
-    ranks: tuple["Measurement", ...] = ()
-
-
-def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
-    """Ranks that ran in step (each step ended with an all_reduce) as one trial: per counted
-    batch, the samples of all ranks and each part's mean time over the ranks, so throughput is
-    the ranks' summed throughput and the wait ratio their mean. The first batch and warm-up
-    take the slowest rank's time; pinned is true only when every rank's batches were."""
-    if not per_rank:
-        raise ValueError("combine_ranks needs at least one rank")
-    n = len(per_rank)
-    windows = []
-    for parts in zip(*(m.windows for m in per_rank)):
-        if len({len(w) for w in parts}) != 1:
-            raise ValueError("ranks counted different numbers of batches")
-
-        def mean(field: str) -> tuple[float, ...]:
-            return tuple(sum(vals) / n for vals in zip(*(getattr(w, field) for w in parts)))
-
-        windows.append(Window(
-            wait_s=mean("wait_s"), h2d_s=mean("h2d_s"), step_s=mean("step_s"),
-            samples=tuple(sum(vals) for vals in zip(*(w.samples for w in parts))),
-            epoch_start=tuple(any(vals) for vals in zip(*(w.epoch_start for w in parts))),
-            copy_s=mean("copy_s") if all(len(w.copy_s) == len(w) for w in parts) else (),
-        ))
-    pinned = [m.pinned for m in per_rank]
-    return Measurement(
-        first_batch_s=max(m.first_batch_s for m in per_rank),
-        windows=tuple(windows),
-        pinned=None if None in pinned else all(pinned),
-        batch_bytes=per_rank[0].batch_bytes,
-        warmup_s=max(m.warmup_s for m in per_rank),
-        setup_s=max(m.setup_s for m in per_rank),
-        ranks=tuple(per_rank),
-    )
 
 
 def batch_len(batch: Any, default: int = 1) -> int:
@@ -105,7 +38,26 @@ def batch_len(batch: Any, default: int = 1) -> int:
     return default
 
 
-class _Feed:
+def batch_bytes(batch: Any) -> int:
+    """Bytes of every tensor and numpy array in a batch nested in tuples, lists and dicts.
+
+    Anything with `nbytes` and `shape` counts (torch tensors, numpy arrays); other leaves
+    (strings, numbers) travel pickled, not through shared memory, and count 0.
+    """
+    total = 0
+    stack: list[Any] = [batch]
+    while stack:
+        item = stack.pop()
+        if hasattr(item, "nbytes") and hasattr(item, "shape"):
+            total += int(item.nbytes)
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return total
+
+
+class Feed:
     """Batches across epochs: a new iterator at the dataset's end or every `epoch_batches`."""
 
     def __init__(self, loader: Iterable[Any], epoch_batches: int | None) -> None:
@@ -143,6 +95,28 @@ class _Feed:
         self._it = None
 
 
+class Sampling(Protocol):
+    """The sweep's sampling of this process tree around the counted windows (see execute)."""
+
+    def start(self) -> None: ...  # once the first batch is in, before the warm-up batches
+    def ready(self) -> bool: ...  # whether the first reading is taken: the counted windows may start
+    def end(self) -> None: ...  # just after the last counted batch
+
+
+# The loop's three parts, and the names a profiler's regions get (see loadtune.profile).
+PARTS = ("wait", "h2d", "step")
+REGIONS = tuple(f"loadtune.{part}" for part in PARTS)
+Region = Callable[[str], ContextManager[Any]]
+
+
+def _in_region(region: Region, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
+    def inside(*args: Any) -> Any:
+        with region(name):
+            return call(*args)
+
+    return inside
+
+
 def measure_loop(
     loader: Iterable[Any],
     step: Step,
@@ -154,10 +128,9 @@ def measure_loop(
     transfer: Transfer | None = None,
     clock: Clock = time.perf_counter,
     default_batch_size: int = 1,
-    on_sampling_start: Callable[[], None] | None = None,
-    on_sampling_end: Callable[[], None] | None = None,
-    sampling_ready: Callable[[], bool] | None = None,
+    sampling: Sampling | None = None,
     copy_timer: Callable[[], float | None] | None = None,
+    region: Region | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -166,30 +139,35 @@ def measure_loop(
     `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
     the time blocked in next() (a new epoch's iterator creation included), h2d the
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
-    the parts of a window add up to its wall time. `on_sampling_start` runs once the first
-    batch is in, before the warm-up batches, and `on_sampling_end` just after the last counted
-    batch. When `sampling_ready` is given, the warm-up goes on past `warmup_batches`, batch
-    after batch as before (never pausing, which would let the queue fill), until it returns
-    True: a sampler's first reading then never overlaps a counted window. `copy_timer`, when
-    given, returns the device-timed seconds of the transfer just made (Window.copy_s).
+    the parts of a window add up to its wall time. `sampling.start` runs once the first
+    batch is in, before the warm-up batches, and `sampling.end` just after the last counted
+    batch; the warm-up goes on past `warmup_batches`, batch after batch as before (never
+    pausing, which would let the queue fill), until `sampling.ready()`: a sampler's first
+    reading then never overlaps a counted window. `copy_timer`, when given, returns the
+    device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
+    wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
+    record_function); the parts are timed the same way.
     """
-    from loadtune.resources import batch_bytes
-
-    feed = _Feed(loader, epoch_batches)
+    feed = Feed(loader, epoch_batches)
+    fetch, move, run_step = feed.next, transfer, step
+    if region is not None:
+        fetch = _in_region(region, REGIONS[0], feed.next)
+        move = _in_region(region, REGIONS[1], transfer) if transfer is not None else None
+        run_step = _in_region(region, REGIONS[2], step)
     try:
         t0 = clock()
         batch, _ = feed.next()
         first_batch_s = clock() - t0
         first_batch_bytes = batch_bytes(batch)
-        if on_sampling_start is not None:
-            on_sampling_start()
+        if sampling is not None:
+            sampling.start()
         done = 0
         while True:
             if done > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
             done += 1
-            if done >= max(warmup_batches, 1) and (sampling_ready is None or sampling_ready()):
+            if done >= max(warmup_batches, 1) and (sampling is None or sampling.ready()):
                 break
         windows = []
         warmup_s = clock() - t0 - first_batch_s
@@ -197,16 +175,16 @@ def measure_loop(
             wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
             t0 = clock()
             for _ in range(batches):
-                batch, new_epoch = feed.next()
+                batch, new_epoch = fetch()
                 t1 = clock()
-                if transfer is not None:
-                    moved = transfer(batch)
+                if move is not None:
+                    moved = move(batch)
                     t2 = clock()
                     if copy_timer is not None:
                         copies.append(copy_timer())
                 else:
                     moved, t2 = batch, t1
-                step(moved)
+                run_step(moved)
                 t3 = clock()
                 wait.append(t1 - t0)
                 h2d.append(t2 - t1)
@@ -216,8 +194,8 @@ def measure_loop(
                 t0 = t3
             copy_s = tuple(copies) if copies and None not in copies else ()
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s))
-        if on_sampling_end is not None:
-            on_sampling_end()
+        if sampling is not None:
+            sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
                            warmup_s=warmup_s)
     finally:

@@ -1,4 +1,5 @@
-"""Run one trial in a process of its own, so a crash, hang or leak cannot touch the others."""
+"""In the sweep process: run one trial job in a trial process of its own, so a crash, hang or
+leak cannot touch the others, and sample that process tree from outside while it measures."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
-from loadtune.measure import Measurement
-from loadtune.resources import ResourceSamples, TreeSampler
-from loadtune.trial import COUNTED_END, COUNTED_START, SAMPLING, PreflightJob, TrialJob, signal_text, trial_main
+from loadtune.measurement import Measurement
+from loadtune.sweep.resources import ResourceSamples, TreeSampler
+from loadtune.trial.channel import COUNTED_END, COUNTED_START, SAMPLING
+from loadtune.trial.failures import signal_text
+from loadtune.trial.jobs import PreflightJob, TrialJob
+from loadtune.trial.main import trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -24,7 +28,7 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-SERVER_MODULES = ["loadtune.server_init", "torch", "torch.utils.data", "loadtune.trial"]  # what every trial needs
+SERVER_MODULES = ["loadtune.trial.server_init", "torch", "torch.utils.data", "loadtune.trial.main"]  # what every trial needs
 _context.set_forkserver_preload(SERVER_MODULES)
 
 
@@ -147,7 +151,7 @@ def _send(conn: Any, message: Any) -> None:
         pass
 
 
-def run_isolated(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable[[], bool] | None = None) -> Outcome:
+def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable[[], bool] | None = None) -> Outcome:
     """Run `job` in a new process (and process group) and wait at most `timeout_s` for it.
 
     While the trial runs its counted windows, this process samples the trial's process tree

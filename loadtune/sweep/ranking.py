@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from loadtune.stats import Interval
+from loadtune.results.interval import Interval
+from loadtune.results.record import Record
 
 RANK_BY = ("throughput", "wait_ratio")
 
@@ -15,6 +16,11 @@ class Scored:
     name: str
     throughput: Interval | None  # None: the trial did not run
     wait_ratio: Interval | None
+
+
+def scored_from_record(record: Record) -> Scored:
+    """The score of a trial measured earlier, as its record keeps it."""
+    return Scored(record.trial, record.throughput_interval, record.wait_ratio_interval)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from loadtune.errors import FactoryError
+from loadtune.text import first_line, short_repr
 
 
 def _is_path(module_part: str) -> bool:
@@ -57,7 +58,7 @@ def load_callable(spec: str, base_dir: Path | str = ".", what: str = "factory") 
         raise FactoryError(f"{what} {spec!r}: importing it called sys.exit({exc.code!r}); "
                            "move what runs at import under `if __name__ == \"__main__\":`") from exc
     except Exception as exc:  # noqa: BLE001 - any import failure of user code is the user's to fix
-        raise FactoryError(f"{what} {spec!r}: cannot import: {type(exc).__name__}: {_one_line(exc)}") from exc
+        raise FactoryError(f"{what} {spec!r}: cannot import: {type(exc).__name__}: {first_line(exc)}") from exc
     obj: Any = module
     for attr in attr_path.split("."):
         try:
@@ -76,21 +77,7 @@ def invoke(func: Callable[..., Any], kwargs: dict, spec: str, what: str) -> Any:
     except SystemExit as exc:  # must not end the sweep silently with the user's exit code
         raise FactoryError(f"{what} {spec!r} called sys.exit({exc.code!r})") from exc
     except Exception as exc:  # noqa: BLE001
-        raise FactoryError(f"{what} {spec!r} raised {type(exc).__name__}: {_one_line(exc)}") from exc
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _one_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (the CLI prints one line)."""
-    try:
-        text = str(exc)
-    except Exception:  # noqa: BLE001 - a user exception whose __str__ fails
-        return ""
-    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+        raise FactoryError(f"{what} {spec!r} raised {type(exc).__name__}: {first_line(exc)}") from exc
 
 
 def call_factory(spec: str, kwargs: dict, base_dir: Path | str, what: str) -> Any:
@@ -116,10 +103,10 @@ def build_dataset(spec: str, kwargs: dict, base_dir: Path | str) -> Any:
             length = len(dataset)
         except Exception as exc:  # noqa: BLE001 - the user's __len__
             raise FactoryError(f"dataset factory {spec!r} returned a {type(dataset).__name__} whose len() "
-                               f"fails: {type(exc).__name__}: {_one_line(exc)}") from exc
+                               f"fails: {type(exc).__name__}: {first_line(exc)}") from exc
         if length == 0:
             raise FactoryError(f"dataset factory {spec!r} returned an empty dataset (len 0) with kwargs "
-                               f"{_short(kwargs)}: nothing to load")
+                               f"{short_repr(kwargs, 80)}: nothing to load")
     return dataset
 
 

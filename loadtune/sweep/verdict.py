@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from loadtune.measure import Measurement
+from loadtune.measurement import Measurement
 
 COMPUTE_BOUND = "compute-bound"
 DATA_BOUND_CPU = "data-bound: cpu"

@@ -18,32 +18,23 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.errors import ResultsError
-from loadtune.plan import BASELINE, IDEAL
-from loadtune.results import MACHINE, read_frame
+from loadtune.trials import BASELINE, IDEAL
+
+MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
+           "python_version", "loadtune_version")
+from loadtune.results.record import load_records, plain_frame
+from loadtune.text import STATUS_STYLE
+from loadtune.text import fmt as _fmt
 
 OK = "ok"
 ABSENT = "absent"  # status shown for a trial that has no row in a file
 LABEL_SEPARATOR = "@"  # flat column names: `throughput@<label>`
-
-# Columns a CSV must have to be compared; the others of SPEC §4 are read when present.
-REQUIRED_COLUMNS = (
-    "rank", "trial", "status",
-    "throughput", "throughput_lo", "throughput_hi",
-    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
-    "tied_with_best", "config_name", "config_sha",
-)
-OPTIONAL_COLUMNS = ("reason", "speedup", *MACHINE, "scale", "start_method", "ranks")
-NUMERIC_COLUMNS = ("rank", "throughput", "throughput_lo", "throughput_hi",
-                   "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "speedup")
-BOOL_TRUE = frozenset({"true", "1", "yes"})
-BOOL_FALSE = frozenset({"false", "0", "no"})
 
 CONFIG_COLUMNS = ("config_name", "config_sha")
 # What may differ between files without refusing them: the machine (loadtune_version aside), scale
 # and the number of ranks.
 DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_method", "scale", "ranks",
                       *CONFIG_COLUMNS)
-NUMERIC_DIFFERENCE_COLUMNS = frozenset({"cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "scale", "ranks"})
 
 # Per file, in this order, in the aligned table (`<metric>@<label>`).
 PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
@@ -64,7 +55,6 @@ CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
 
 VERDICT_HOLDS = "conclusion holds"
 VERDICT_CHANGED = "conclusion changed"
-STATUS_STYLE = {OK: "", "skipped": "dim", "failed": "red", "timeout": "red", ABSENT: "dim"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,42 +96,16 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return out
 
 
-def _parse_bool(value: str) -> bool | None:
-    text = value.strip().lower()
-    if text in BOOL_TRUE:
-        return True
-    if text in BOOL_FALSE:
-        return False
-    return None
-
-
 def _read_frame(path: Path) -> pd.DataFrame:
-    raw = read_frame(path, REQUIRED_COLUMNS, dtype=str, keep_default_na=False)
-    frame = raw.copy()
-    for column in OPTIONAL_COLUMNS:
-        if column not in frame.columns:
-            frame[column] = ""
-    frame["ranks"] = frame["ranks"].replace("", "1")  # written before ranks were recorded: one
-    for column in frame.columns:
-        frame[column] = frame[column].str.strip()
-    for column in NUMERIC_COLUMNS:
-        numbers = pd.to_numeric(frame[column], errors="coerce")
-        bad = frame[column][numbers.isna() & (frame[column] != "")]
-        if not bad.empty:
-            raise ResultsError(f"{path}: column {column}: not a number: {bad.iloc[0]!r}")
-        frame[column] = numbers.astype(float)
-    ranks = frame["rank"].dropna()
-    if not (ranks == ranks.round()).all():
-        raise ResultsError(f"{path}: column rank: not a whole number: {ranks[ranks != ranks.round()].iloc[0]!r}")
+    """A results CSV through the one reader, as a plain frame (see record.plain_frame)."""
+    records = load_records(path)
+    trials = [r.trial for r in records]
+    duplicated = next((t for i, t in enumerate(trials) if t in trials[:i]), None)
+    if duplicated is not None:
+        raise ResultsError(f"{path}: trial {duplicated!r} appears more than once")
+    frame = plain_frame(records)
     frame["status"] = frame["status"].str.lower()
-    frame["tied_with_best"] = frame["tied_with_best"].map(_parse_bool).astype(object)
-    empty_trial = frame["trial"] == ""
-    if empty_trial.any():
-        raise ResultsError(f"{path}: row {int(np.flatnonzero(empty_trial)[0]) + 2} has no trial name")
-    duplicated = frame["trial"][frame["trial"].duplicated()]
-    if not duplicated.empty:
-        raise ResultsError(f"{path}: trial {duplicated.iloc[0]!r} appears more than once")
-    return frame.reset_index(drop=True)
+    return frame
 
 
 def load_results(paths: Iterable[Path | str]) -> list[ResultSet]:
@@ -186,15 +150,8 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
 
 def _value(frame: pd.DataFrame, column: str) -> Any:
     """A file-level column's value: None when empty; several distinct values joined by ','."""
-    values = [v for v in dict.fromkeys(frame[column]) if v != ""] if column in frame else []
-    if column in NUMERIC_DIFFERENCE_COLUMNS:
-        numbers = []
-        for v in values:
-            try:
-                numbers.append(float(v))
-            except ValueError:
-                numbers.append(v)
-        values = list(dict.fromkeys(numbers))
+    values = [v for v in dict.fromkeys(frame[column]) if v != "" and not (isinstance(v, float) and math.isnan(v))] \
+        if column in frame else []
     if not values:
         return None
     if len(values) == 1:
@@ -392,12 +349,6 @@ def write_aligned(comparison: Comparison, path: Path | str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     aligned_frame(comparison).to_csv(path, index=False)
     return path
-
-
-def _fmt(value: Any, digits: int) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    return f"{value:.{digits}f}"
 
 
 def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int) -> str:

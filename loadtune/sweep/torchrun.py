@@ -19,9 +19,9 @@ from datetime import timedelta
 from typing import Any
 
 from loadtune.errors import ConfigError, LoadtuneError
-from loadtune.measure import combine_ranks
-from loadtune.ranks import peer_gone
-from loadtune.run import STOPPED_BY_PEER, Outcome, run_isolated
+from loadtune.measurement import combine_ranks
+from loadtune.trial.ranks import peer_gone
+from loadtune.sweep.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
 
 # The sweep processes wait on each other while trials run: allow for a long trial.
 CONTROL_TIMEOUT_S = 3600.0
@@ -45,7 +45,7 @@ def launched() -> bool:
 
 
 class Cluster:
-    """The sweep processes of one torchrun launch. Rank 0 calls `run` for each trial run and
+    """The sweep processes of one torchrun launch. Rank 0 calls `run_on_every_rank` for each trial run and
     `close` at the end; the other ranks call `follow`, which returns when rank 0 closes."""
 
     def __init__(self, timeout_s: float = CONTROL_TIMEOUT_S) -> None:
@@ -79,7 +79,7 @@ class Cluster:
         return self.rank == 0
 
     def _mine(self, job: Any, timeout_s: float, key: str) -> Outcome:
-        from loadtune.ranks import GroupSpec
+        from loadtune.trial.ranks import GroupSpec
 
         failed = f"{key}/failed"
         group = GroupSpec(self.rank, self.world_size, self.local_rank, self.host, self.port, key)
@@ -90,7 +90,7 @@ class Cluster:
                 return True
 
         # The trial watches this sweep process, not rank 0's (which may be on another host).
-        outcome = run_isolated(dataclasses.replace(job, ranks=1, group=group, parent_pid=os.getpid()),
+        outcome = run_in_trial_process(dataclasses.replace(job, ranks=1, group=group, parent_pid=os.getpid()),
                                timeout_s, abort=abort)
         if outcome.status != "ok":
             self._store.set(failed, str(self.rank))
@@ -110,7 +110,7 @@ class Cluster:
         dist.gather_object(outcome, outcomes, dst=0)
         return outcomes
 
-    def run(self, job: Any, timeout_s: float) -> Outcome:
+    def run_on_every_rank(self, job: Any, timeout_s: float) -> Outcome:
         """Rank 0: run one trial job on every rank at once; the combined outcome."""
         key = uuid.uuid4().hex
         self._exchange((_RUN, job, timeout_s, key))

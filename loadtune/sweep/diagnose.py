@@ -6,10 +6,16 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from loadtune.measure import Measurement
-from loadtune.resources import ResourceFigures, shm_need_mb, summarize_resources
-from loadtune.stats import TrialStats
-from loadtune.verdict import Evidence, epoch_starts_per_batch, epoch_wait_share, oversubscription_warning, verdict
+from loadtune.measurement import Measurement
+from loadtune.sweep.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.sweep.stats import TrialStats
+from loadtune.sweep.verdict import (
+    Evidence,
+    epoch_starts_per_batch,
+    epoch_wait_share,
+    oversubscription_warning,
+    verdict,
+)
 
 COLUMNS = ("cpu_util", "main_cpu_util", "workers_cpu_util", "peak_pss_mb", "worker_pss_mb", "pss_growth_mb",
            "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice")
@@ -31,10 +37,6 @@ def _max(values: Sequence[float | None]) -> float | None:
     return max(present) if present else None
 
 
-def _round(value: float | None, digits: int) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def resource_figures(measurement: Measurement, usable_cores: float) -> list[ResourceFigures]:
     """One set of figures per repeat that sampled its process tree (two samples at least)."""
     return [summarize_resources(s, usable_cores) for s in measurement.resources if len(s.samples) >= 2]
@@ -50,7 +52,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
     prefetch = kwargs.get("prefetch_factor")
     need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
     columns: dict[str, Any] = {c: None for c in COLUMNS}
-    columns["shm_need_mb"] = _round(need_mb, 1)
+    columns["shm_need_mb"] = need_mb
     if not figures:
         return Diagnosis(columns)
     cpu_util = statistics.fmean(f.cpu_util for f in figures)
@@ -60,14 +62,14 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
     # Share of one core each loading process used: the workers' mean, or the main process.
     loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores / ranks
     columns.update(
-        cpu_util=round(cpu_util, 3),
-        main_cpu_util=round(main_util, 3),
-        workers_cpu_util=round(workers_util, 3),
-        peak_pss_mb=_round(_max([f.peak_pss_mb for f in figures]), 1),
-        worker_pss_mb=_round(_mean([f.worker_pss_mb for f in figures]), 1),
-        pss_growth_mb=_round(_mean([f.pss_growth_mb for f in figures]), 1),
-        read_mb=_round(_mean([f.read_mb for f in figures]), 2),
-        threads_per_worker=_round(threads, 1),
+        cpu_util=cpu_util,
+        main_cpu_util=main_util,
+        workers_cpu_util=workers_util,
+        peak_pss_mb=_max([f.peak_pss_mb for f in figures]),
+        worker_pss_mb=_mean([f.worker_pss_mb for f in figures]),
+        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+        read_mb=_mean([f.read_mb for f in figures]),
+        threads_per_worker=threads,
         memory_metric=figures[0].memory_metric,
     )
     evidence = Evidence(

@@ -1,59 +1,12 @@
-"""What to measure: the trials of a sweep (SPEC §3), as frozen records of what was asked."""
+"""What to measure: the trials of a sweep (README, "What is measured"), as frozen records of what was asked."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
-
-BASELINE = "baseline"
-COMBINED = "combined"
-IDEAL = "ideal"
-FEED_LOADER = "dataloader"
-FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost at all
-# Settings that only mean something with worker processes; dropped when num_workers becomes 0.
-WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
-               "in_order": True}
-
-
-def format_value(value: Any) -> str:
-    """A value as YAML would write it, so a trial name can be pasted into --set."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One DataLoader configuration to measure: what was asked, never what was observed."""
-
-    name: str
-    changed: str
-    value: Any
-    settings: tuple[tuple[str, Any], ...]
-    skip_reason: str | None = None
-    feed: str = FEED_LOADER
-
-    @property
-    def loader_kwargs(self) -> dict[str, Any]:
-        return dict(self.settings)
-
-    @property
-    def skipped(self) -> bool:
-        return self.skip_reason is not None
-
-    @property
-    def value_text(self) -> str | None:
-        """The CSV's `value`: the new value of a single change; every change for combinations."""
-        if self.changed in (BASELINE, IDEAL):
-            return None
-        if self.changed == COMBINED or "+" in self.changed:
-            return str(self.value)
-        return format_value(self.value)
+from loadtune.trials import BASELINE, COMBINED, FEED_MEMORY, IDEAL, WORKER_ONLY, Trial, format_value
 
 
 def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -7,30 +7,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from loadtune.measure import Measurement, Window
+from loadtune.measurement import Measurement, Window
+from loadtune.results.interval import NOISY_RELATIVE_SPREAD, Interval
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 # With fewer repeats than this, the interval is bootstrapped over blocks of batches instead.
 MIN_REPEATS_FOR_REPEAT_BOOTSTRAP = 5
 BLOCK_BATCHES = 5
-NOISY_RELATIVE_SPREAD = 0.10
 SEED = 0
-
-
-@dataclass(frozen=True)
-class Interval:
-    mean: float
-    lo: float
-    hi: float
-
-    def overlaps(self, other: "Interval") -> bool:
-        return self.lo <= other.hi and other.lo <= self.hi
-
-    @property
-    def relative_spread(self) -> float:
-        """Half the interval's width relative to the mean: 0.1 reads as "±10%"."""
-        return (self.hi - self.lo) / 2 / abs(self.mean) if self.mean else 0.0
 
 
 @dataclass(frozen=True)
@@ -52,16 +37,6 @@ class TrialStats:
     @property
     def noisy(self) -> bool:
         return self.throughput.relative_spread > NOISY_RELATIVE_SPREAD
-
-
-def unstable_note(name: str, throughput: Interval) -> str | None:
-    """A warning with its remedy when a trial's throughput interval is wider than
-    ±NOISY_RELATIVE_SPREAD of its mean, else None."""
-    spread = throughput.relative_spread
-    if spread <= NOISY_RELATIVE_SPREAD:
-        return None
-    return (f"{name}: unstable result, throughput ±{spread * 100:.0f}%: rerun with --repeats 5 or more, "
-            "a longer --batches, or close other programs")
 
 
 def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.ndarray) -> tuple[float, float]:

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from loadtune.config import Config
-from loadtune.plan import Trial, baseline_trial, combined_trial, grid_plan, ofat_plan, trial_for
-from loadtune.rank import Scored, order, rank
+from loadtune.trials import Trial
+from loadtune.sweep.plan import baseline_trial, combined_trial, grid_plan, ofat_plan, trial_for
+from loadtune.sweep.ranking import Scored, order, rank
 
 STRATEGIES = ("ofat", "greedy", "grid")
 MAX_GREEDY_ROUNDS = 4

@@ -1,4 +1,4 @@
-"""Charts of results CSVs (SPEC §4): throughput with its interval and the wait ratio per trial.
+"""Charts of results CSVs (README, "The CSV"): throughput with its interval and the wait ratio per trial.
 
 Drawn with matplotlib's Agg canvas on a Figure of its own, never through pyplot, so the
 user's global backend and pyplot state are left alone. Returns the file written; printing
@@ -14,16 +14,10 @@ from typing import Any, Sequence
 import pandas as pd
 
 from loadtune.errors import LoadtuneError, ResultsError
-from loadtune.results import read_frame
+from loadtune.results.record import load_records, plain_frame
+from loadtune.text import short
+from loadtune.trials import BASELINE, IDEAL
 
-IDEAL = "ideal"
-BASELINE = "baseline"
-# What a chart needs from a CSV; every CSV loadtune writes has these (SPEC §4).
-PLOT_COLUMNS = ("trial", "status", "reason", "throughput", "throughput_lo", "throughput_hi",
-                "wait_ratio", "wait_ratio_lo", "wait_ratio_hi")
-NUMERIC = ("rank", "throughput", "throughput_lo", "throughput_hi", "wait_ratio", "wait_ratio_lo",
-           "wait_ratio_hi", "speedup")
-TEXT = ("trial", "status", "reason", "config_name", "host", "device")
 META = ("config_name", "scale", "host", "device")
 
 DPI = 100
@@ -49,25 +43,12 @@ LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.6
 
 
 def read_results_csv(path: Path | str) -> pd.DataFrame:
-    """A results CSV as a DataFrame with numeric columns as floats and text columns as str.
+    """A results CSV through the one reader, as a plain frame (see record.plain_frame).
 
     Raises ResultsError naming the file when it is missing, unreadable, empty or lacks a
     column a chart needs.
     """
-    df = read_frame(path, PLOT_COLUMNS, keep_default_na=False, na_values=[""])
-    return _normalised(df)
-
-
-def _normalised(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.copy()
-    for col in NUMERIC:
-        if col in df.columns:
-            df[col] = pd.to_numeric(df[col], errors="coerce")
-    for col in TEXT:
-        if col in df.columns:
-            df[col] = df[col].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v))
-                                  else str(v))
-    return df.reset_index(drop=True)
+    return plain_frame(load_records(path))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -85,11 +66,6 @@ def _text(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return str(value)
-
-
-def _short(text: str, limit: int = REASON_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _meta_value(df: pd.DataFrame, col: str) -> str:
@@ -235,7 +211,7 @@ def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]],
         else:
             status = _text(row.get("status")) or "no result"
             reason = _text(row.get("reason"))
-            message = f"{status}: {_short(reason)}" if reason else status
+            message = f"{status}: {short(reason, REASON_CHARS, '…')}" if reason else status
         ax.axhspan(i - 0.31, i + 0.31, color=GREY_FILL, zorder=1, lw=0)
         ax.text(0.01, i, message, transform=to_axes_x, va="center", ha="left", fontsize=7.5,
                 color="#777777", style="italic", clip_on=True, zorder=5,
@@ -302,7 +278,6 @@ def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Any:
 
     if not frames:
         raise ResultsError("nothing to draw: give at least one results CSV")
-    frames = [(label, _normalised(df)) for label, df in frames]
     for label, df in frames:
         missing = [c for c in ("trial", "status", "throughput", "wait_ratio") if c not in df.columns]
         if missing:

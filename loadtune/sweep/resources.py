@@ -19,9 +19,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import psutil
+
+from loadtune.trials import DEFAULT_PREFETCH
 
 Clock = Callable[[], float]
 
@@ -34,7 +36,6 @@ DEFAULT_INTERVAL_S = 0.2
 # hand-over of a batch: so rarely, and growth is taken from the first and last readings.
 MEMORY_CPU_BUDGET = 0.002
 BYTES_PER_MB = 1024**2
-DEFAULT_PREFETCH_FACTOR = 2  # DataLoader's default when workers are used
 # /dev/shm needed must fit this many times over in the free space: batch sizes vary,
 # collate makes intermediate copies, and other processes use /dev/shm too.
 SHM_SAFETY_MARGIN = 1.5
@@ -532,25 +533,6 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
 # --- batches and /dev/shm ----------------------------------------------------------------
 
 
-def batch_bytes(batch: Any) -> int:
-    """Bytes of every tensor and numpy array in a batch nested in tuples, lists and dicts.
-
-    Anything with `nbytes` and `shape` counts (torch tensors, numpy arrays); other leaves
-    (strings, numbers) travel pickled, not through shared memory, and count 0.
-    """
-    total = 0
-    stack: list[Any] = [batch]
-    while stack:
-        item = stack.pop()
-        if hasattr(item, "nbytes") and hasattr(item, "shape"):
-            total += int(item.nbytes)
-        elif isinstance(item, Mapping):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
-    return total
-
-
 def shm_need_mb(batch_bytes: int, num_workers: int, prefetch_factor: int | None) -> float:
     """/dev/shm held by batches in flight: workers put each finished batch in shared memory.
 
@@ -560,7 +542,7 @@ def shm_need_mb(batch_bytes: int, num_workers: int, prefetch_factor: int | None)
     """
     if num_workers <= 0:
         return 0.0
-    prefetch = DEFAULT_PREFETCH_FACTOR if prefetch_factor is None else prefetch_factor
+    prefetch = DEFAULT_PREFETCH if prefetch_factor is None else prefetch_factor
     return batch_bytes * num_workers * (prefetch + 1) / BYTES_PER_MB
 
 

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from loadtune.errors import LoadtuneError
+from loadtune.trial.failures import SIGNAL_HINTS, describe, signal_text
+from loadtune.trial.jobs import TrialJob
 
 # How often the launcher checks on its ranks: also how fast a failing rank stops the others.
 MONITOR_INTERVAL_S = 0.05
@@ -31,6 +33,8 @@ MONITOR_INTERVAL_S = 0.05
 SHUTDOWN_TIMEOUT_S = 5
 # How gloo says that the rank at the other end went away: a consequence, not a cause.
 PEER_GONE = ("Connection closed by peer", "Connection reset by peer", "Read error", "Broken pipe")
+# What each rank runs: the trial in its process, given its place in the group.
+MeasureRank = Callable[[TrialJob, "RankContext"], Any]
 
 
 def peer_gone(text: str) -> bool:
@@ -193,15 +197,13 @@ def _rank_file(folder: str, rank: int, kind: str) -> Path:
     return Path(folder) / f"rank{rank}.{kind}"
 
 
-def rank_main(job: Any, errors: str) -> Any:
+def rank_main(job: TrialJob, errors: str, measure_rank: MeasureRank) -> Any:
     """One rank's whole life: join, measure, leave. On failure, why goes to a file (before the
     group is left, which would fail the others first) and the rank exits with code 1, so the
     launcher stops the others at once."""
     import signal
 
     import torch
-
-    from loadtune.trial import describe, execute_rank
 
     rank = int(os.environ.get("RANK", -1))
     # The launcher's own SIGTERM handler, inherited through fork, would raise inside DataLoader
@@ -216,7 +218,7 @@ def rank_main(job: Any, errors: str) -> Any:
     try:
         with in_group(job.device, job.measure.timeout_s) as context:
             try:
-                return execute_rank(job, context)
+                return measure_rank(job, context)
             except BaseException as exc:
                 _write_error(errors, rank, describe(exc))
                 raise
@@ -266,8 +268,6 @@ def _ranks_with(folder: str, kind: str) -> set[int]:
 def _failure_reason(exc: BaseException, errors: str) -> str:
     """Which rank failed first, and why: a rank's own error, unless that error only says a
     peer went away; then the rank that died without a word (a signal, os._exit), if any."""
-    from loadtune.trial import SIGNAL_HINTS, signal_text
-
     found = _errors(errors)
     if found and not found[0][0]:
         return f"rank {found[0][2]} failed: {found[0][3]}"
@@ -314,8 +314,8 @@ def launch_config(ranks: int, folder: str) -> Any:
     return config
 
 
-def launch(job: Any) -> list[Any]:
-    """Run `job` on job.ranks ranks on this host; their results in rank order.
+def launch(job: TrialJob, measure_rank: MeasureRank) -> list[Any]:
+    """Run `job` on job.ranks ranks on this host, `measure_rank` in each; their results in rank order.
 
     Ranks are forked from this (trial) process, which has torch and the user's modules
     loaded already; the rendezvous is on a free local port. Any rank failing fails all."""
@@ -323,10 +323,10 @@ def launch(job: Any) -> list[Any]:
 
     _quiet_launcher()
     # In the sweep's scratch folder: a trial killed at its timeout cannot clean up after itself.
-    with tempfile.TemporaryDirectory(prefix="loadtune-ranks-", dir=getattr(job, "scratch", None)) as errors:
+    with tempfile.TemporaryDirectory(prefix="loadtune-ranks-", dir=job.scratch) as errors:
         config = launch_config(job.ranks, errors)
         try:
-            results = elastic_launch(config, rank_main)(job, errors)
+            results = elastic_launch(config, rank_main)(job, errors, measure_rank)
         except Exception as exc:  # noqa: BLE001 - ChildFailedError, or the launcher's own
             raise RankFailedError(_failure_reason(exc, errors)) from None
     return [results[r] for r in sorted(results)]

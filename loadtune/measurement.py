@@ -1,0 +1,75 @@
+"""What was observed: a trial's raw per-batch samples, kept as measured. Every figure is derived
+from these (loadtune.sweep.stats), so a new statistic never needs a new measurement. Built in a
+trial process, sent to the sweep process, and never written to disk as such."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class Window:
+    """One repeat: raw per-counted-batch samples, in the order they happened."""
+
+    wait_s: tuple[float, ...]
+    h2d_s: tuple[float, ...]
+    step_s: tuple[float, ...]
+    samples: tuple[int, ...]
+    epoch_start: tuple[bool, ...]
+    # The copy itself timed on the device (CUDA events), where it was: h2d_s is the host's
+    # wall time for it (launch and synchronisation included), which is what the loop waits.
+    copy_s: tuple[float, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.wait_s)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one trial observed: time to its first batch and its counted windows."""
+
+    first_batch_s: float
+    windows: tuple[Window, ...]
+    pinned: bool | None = None
+    batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
+    resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
+    warmup_s: float = 0.0  # after the first batch, until the counted windows start
+    setup_s: float = 0.0  # building the dataset, loader and step before the first batch
+    # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
+    # holds their combination (see combine_ranks).
+    ranks: tuple["Measurement", ...] = ()
+
+
+def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
+    """Ranks that ran in step (each step ended with an all_reduce) as one trial: per counted
+    batch, the samples of all ranks and each part's mean time over the ranks, so throughput is
+    the ranks' summed throughput and the wait ratio their mean. The first batch and warm-up
+    take the slowest rank's time; pinned is true only when every rank's batches were."""
+    if not per_rank:
+        raise ValueError("combine_ranks needs at least one rank")
+    n = len(per_rank)
+    windows = []
+    for parts in zip(*(m.windows for m in per_rank)):
+        if len({len(w) for w in parts}) != 1:
+            raise ValueError("ranks counted different numbers of batches")
+
+        def mean(field: str) -> tuple[float, ...]:
+            return tuple(sum(vals) / n for vals in zip(*(getattr(w, field) for w in parts)))
+
+        windows.append(Window(
+            wait_s=mean("wait_s"), h2d_s=mean("h2d_s"), step_s=mean("step_s"),
+            samples=tuple(sum(vals) for vals in zip(*(w.samples for w in parts))),
+            epoch_start=tuple(any(vals) for vals in zip(*(w.epoch_start for w in parts))),
+            copy_s=mean("copy_s") if all(len(w.copy_s) == len(w) for w in parts) else (),
+        ))
+    pinned = [m.pinned for m in per_rank]
+    return Measurement(
+        first_batch_s=max(m.first_batch_s for m in per_rank),
+        windows=tuple(windows),
+        pinned=None if None in pinned else all(pinned),
+        batch_bytes=per_rank[0].batch_bytes,
+        warmup_s=max(m.warmup_s for m in per_rank),
+        setup_s=max(m.setup_s for m in per_rank),
+        ranks=tuple(per_rank),
+    )

@@ -1,0 +1,386 @@
+"""The results record (README, "The CSV"): one typed record per CSV row, one column table that
+drives the writer, the single reader, the required-column checks and the pandas dtypes.
+
+`Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Their
+fields, in order, are the columns; each field's metadata gives its kind and, for floats, the
+digits it is rounded to when a record is built (`rounded`). Every file carries the format
+version it was written with; files written before the version column (version 1) still load.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence, TypeVar
+
+from loadtune.errors import ResultsError
+from loadtune.results.interval import Interval
+
+FORMAT_VERSION = 2  # 1: written before this column existed; read the same, with the defaults below
+INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
+TRUE_TEXT = frozenset({"true", "yes", "1"})
+FALSE_TEXT = frozenset({"false", "no", "0"})
+ENCODING = "utf-8"
+
+
+def _col(kind: str, digits: int | None = None) -> Any:
+    return field(default=None, metadata={"kind": kind, "digits": digits})
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: str
+    digits: int | None = None
+
+
+@dataclass(frozen=True)
+class _Table:
+    """Helpers shared by the record types: the column table and rounding."""
+
+    @classmethod
+    def columns(cls) -> tuple[Column, ...]:
+        return tuple(Column(f.name, f.metadata["kind"], f.metadata["digits"]) for f in dataclasses.fields(cls))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def rounded(cls: type[R], **values: Any) -> R:
+        """A record with each float rounded to its column's digits; NaN and infinities become None."""
+        digits = {c.name: c.digits for c in cls.columns() if c.kind == FLOAT}
+        for name, value in values.items():
+            if name in digits and value is not None:
+                value = float(value)
+                values[name] = None if not math.isfinite(value) else (
+                    round(value, digits[name]) if digits[name] is not None else value)
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+R = TypeVar("R", bound=_Table)
+
+
+@dataclass(frozen=True)
+class Record(_Table):
+    """One trial of a sweep: the settings, the figures, the diagnosis, its placing and the run."""
+
+    rank: int | None = _col(INT)  # 1 = best; ties share the lowest rank of their group
+    trial: str | None = _col(TEXT)
+    changed: str | None = _col(TEXT)
+    value: str | None = _col(TEXT)
+    status: str | None = _col(TEXT)  # ok, skipped, failed, timeout
+    reason: str | None = _col(TEXT)
+    num_workers: int | None = _col(INT)
+    prefetch_factor: int | None = _col(INT)
+    persistent_workers: bool | None = _col(BOOL)
+    pin_memory: bool | None = _col(BOOL)
+    batch_size: int | None = _col(INT)
+    wait_ratio: float | None = _col(FLOAT, 4)
+    wait_ratio_lo: float | None = _col(FLOAT, 4)
+    wait_ratio_hi: float | None = _col(FLOAT, 4)
+    throughput: float | None = _col(FLOAT, 2)
+    throughput_lo: float | None = _col(FLOAT, 2)
+    throughput_hi: float | None = _col(FLOAT, 2)
+    wait_ms: float | None = _col(FLOAT, 3)
+    wait_p95_ms: float | None = _col(FLOAT, 3)
+    h2d_ms: float | None = _col(FLOAT, 3)
+    step_ms: float | None = _col(FLOAT, 3)
+    first_batch_s: float | None = _col(FLOAT, 3)
+    epoch_start_ms: float | None = _col(FLOAT, 3)
+    speedup: float | None = _col(FLOAT, 3)
+    tied_with_best: bool | None = _col(BOOL)
+    repeats: int | None = _col(INT)
+    batches: int | None = _col(INT)
+    host: str | None = _col(TEXT)
+    cpu_model: str | None = _col(TEXT)
+    cpu_count: int | None = _col(INT)
+    cpu_quota: float | None = _col(FLOAT)
+    ram_gb: float | None = _col(FLOAT, 1)
+    shm_free_gb: float | None = _col(FLOAT, 2)
+    gpu: str | None = _col(TEXT)
+    torch_version: str | None = _col(TEXT)
+    python_version: str | None = _col(TEXT)
+    loadtune_version: str | None = _col(TEXT)
+    config_name: str | None = _col(TEXT)
+    config_sha: str | None = _col(TEXT)
+    dataset_len: int | None = _col(INT)
+    scale: float | None = _col(FLOAT)
+    started_at: str | None = _col(TEXT)
+    # Beyond the contract's first columns, never before them.
+    pct_of_ideal: float | None = _col(FLOAT, 1)
+    cpu_util: float | None = _col(FLOAT, 3)
+    main_cpu_util: float | None = _col(FLOAT, 3)
+    workers_cpu_util: float | None = _col(FLOAT, 3)
+    peak_pss_mb: float | None = _col(FLOAT, 1)
+    worker_pss_mb: float | None = _col(FLOAT, 1)
+    pss_growth_mb: float | None = _col(FLOAT, 1)
+    read_mb: float | None = _col(FLOAT, 2)
+    threads_per_worker: float | None = _col(FLOAT, 1)
+    shm_need_mb: float | None = _col(FLOAT, 1)
+    memory_metric: str | None = _col(TEXT)
+    verdict: str | None = _col(TEXT)
+    advice: str | None = _col(TEXT)
+    strategy: str | None = _col(TEXT)
+    round: int | None = _col(INT)
+    device: str | None = _col(TEXT)
+    pinned: bool | None = _col(BOOL)
+    trial_wall_s: float | None = _col(FLOAT, 2)
+    start_method: str | None = _col(TEXT)
+    ranks: int | None = _col(INT)
+    wait_ratio_max_rank: float | None = _col(FLOAT, 4)
+    h2d_gb_per_s: float | None = _col(FLOAT, 3)
+    format_version: int | None = _col(INT)
+
+    @property
+    def ran(self) -> bool:
+        return self.status == "ok" and self.throughput is not None and self.wait_ratio is not None
+
+    @property
+    def throughput_interval(self) -> Interval | None:
+        return _interval(self.throughput, self.throughput_lo, self.throughput_hi)
+
+    @property
+    def wait_ratio_interval(self) -> Interval | None:
+        return _interval(self.wait_ratio, self.wait_ratio_lo, self.wait_ratio_hi)
+
+
+@dataclass(frozen=True)
+class RankRecord(_Table):
+    """One rank of a trial that ran on several (the NAME.ranks.csv beside a sweep's CSV)."""
+
+    trial: str | None = _col(TEXT)
+    dist_rank: int | None = _col(INT)
+    wait_ratio: float | None = _col(FLOAT, 4)
+    wait_ratio_lo: float | None = _col(FLOAT, 4)
+    wait_ratio_hi: float | None = _col(FLOAT, 4)
+    throughput: float | None = _col(FLOAT, 2)
+    throughput_lo: float | None = _col(FLOAT, 2)
+    throughput_hi: float | None = _col(FLOAT, 2)
+    wait_ms: float | None = _col(FLOAT, 3)
+    wait_p95_ms: float | None = _col(FLOAT, 3)
+    h2d_ms: float | None = _col(FLOAT, 3)
+    step_ms: float | None = _col(FLOAT, 3)
+    first_batch_s: float | None = _col(FLOAT, 3)
+    epoch_start_ms: float | None = _col(FLOAT, 3)
+    pinned: bool | None = _col(BOOL)
+    h2d_gb_per_s: float | None = _col(FLOAT, 3)
+    config_name: str | None = _col(TEXT)
+    config_sha: str | None = _col(TEXT)
+    started_at: str | None = _col(TEXT)
+    format_version: int | None = _col(INT)
+
+
+def _interval(mean: float | None, lo: float | None, hi: float | None) -> Interval | None:
+    if mean is None:
+        return None
+    return Interval(mean, mean if lo is None else lo, mean if hi is None else hi)
+
+
+# What a file must have to be shown, compared or resumed: the rest may be missing (older files).
+REQUIRED = ("trial", "status", "rank", "throughput", "throughput_lo", "throughput_hi",
+            "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "tied_with_best")
+RANK_REQUIRED = ("trial", "dist_rank", "throughput", "wait_ratio")
+
+
+def rank_file(path: Path | str) -> Path:
+    """Where the per-rank rows of the CSV at `path` go: NAME.ranks.csv beside it."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.ranks{path.suffix or '.csv'}")
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ""
+    return str(value)
+
+
+def _cells(record: _Table) -> list[str]:
+    values = dataclasses.asdict(record)
+    if "format_version" in values:
+        values["format_version"] = FORMAT_VERSION
+    return [_cell(v) for v in values.values()]
+
+
+class ResultsFile:
+    """A CSV of records that is valid after every row: appended and flushed as trials finish;
+    the final ranking is written to a temporary file and renamed over it."""
+
+    def __init__(self, path: Path | str, kind: type[_Table] = Record) -> None:
+        self.path = Path(path)
+        self.kind = kind
+
+    def start(self, kept: Iterable[_Table] = ()) -> None:
+        """A new file holding the header and any records kept from an earlier run."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.replace(kept)
+
+    def append(self, record: _Table) -> None:
+        with self.path.open("a", newline="", encoding=ENCODING) as f:
+            csv.writer(f).writerow(_cells(record))
+            f.flush()
+            os.fsync(f.fileno())
+
+    def replace(self, records: Iterable[_Table]) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with tmp.open("w", newline="", encoding=ENCODING) as f:
+            writer = csv.writer(f)
+            writer.writerow(self.kind.names())
+            for record in records:
+                writer.writerow(_cells(record))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+# --- reading ---------------------------------------------------------------------------------
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _parse(column: Column, text: str) -> Any:
+    text = text.strip()
+    if text == "":
+        return None
+    if column.kind == TEXT:
+        return text
+    if column.kind == BOOL:
+        lowered = text.lower()
+        if lowered in TRUE_TEXT:
+            return True
+        if lowered in FALSE_TEXT:
+            return False
+        raise _Bad(f"not true or false: {text!r}")
+    try:
+        number = float(text)
+    except ValueError:
+        raise _Bad(f"not a number: {text!r}") from None
+    if column.kind == FLOAT:
+        return number
+    if not number.is_integer():
+        raise _Bad(f"not a whole number: {text!r}")
+    return int(number)
+
+
+def _migrate(values: dict[str, Any], version: int) -> dict[str, Any]:
+    """Values of a row written with an older format version, as the current version has them."""
+    if version < 2:
+        if "ranks" in values and values["ranks"] is None:
+            values["ranks"] = 1  # written before ranks were recorded: one
+    values["format_version"] = version  # as written; the writer always writes the current one
+    return values
+
+
+def read_records(path: Path | str, kind: type[R] = Record, *, required: Sequence[str] | None = None,
+                 missing_ok: bool = True) -> list[R]:
+    """The records of a results CSV, typed by the column table.
+
+    A missing file gives none when `missing_ok` (resuming), else a ResultsError; so does a
+    file without the `required` columns (default: REQUIRED for records). A value that does not
+    fit its column is a ResultsError naming the file, row and column. Columns this version
+    does not know are passed over; those it knows and the file lacks are None. A last line cut
+    short (a sweep killed while writing) is left out.
+    """
+    path = Path(path)
+    if required is None:
+        required = REQUIRED if kind is Record else RANK_REQUIRED
+    if not path.exists() and missing_ok:
+        return []
+    if path.is_dir():
+        raise ResultsError(f"{path}: is a folder, not a results CSV")
+    try:
+        with path.open(newline="", encoding=ENCODING) as f:
+            rows = list(csv.reader(f))
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: results CSV not found") from None
+    except UnicodeDecodeError as exc:
+        raise ResultsError(f"{path}: not a results CSV: not UTF-8 text ({exc.reason})") from None
+    except (OSError, csv.Error) as exc:
+        raise ResultsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if not rows or not any(cell.strip() for cell in rows[0]):
+        raise ResultsError(f"{path}: the file is empty, not a results CSV")
+    header = [cell.strip() for cell in rows[0]]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV (missing columns: {', '.join(missing)})")
+    columns = {c.name: c for c in kind.columns()}
+    known = [(i, columns[name]) for i, name in enumerate(header) if name in columns]
+    version_at = header.index("format_version") if "format_version" in header else None
+    records = []
+    for line, cells in enumerate(rows[1:], start=2):
+        if len(cells) != len(header) or not any(c.strip() for c in cells):
+            continue  # cut short by a kill, or blank
+        values: dict[str, Any] = dict.fromkeys(columns)
+        for i, column in known:
+            try:
+                values[column.name] = _parse(column, cells[i])
+            except _Bad as exc:
+                raise ResultsError(f"{path}: row {line}, column {column.name}: {exc}") from None
+        version = 1
+        if version_at is not None and cells[version_at].strip():
+            version = values["format_version"] or 1
+            if version > FORMAT_VERSION:
+                raise ResultsError(f"{path}: written by a newer loadtune (format {version}; this one reads up "
+                                   f"to {FORMAT_VERSION}): upgrade loadtune to read it")
+        values = _migrate(values, version)
+        if kind is Record or "trial" in columns:
+            if not values.get("trial"):
+                raise ResultsError(f"{path}: row {line} has no trial name")
+        records.append(kind(**values))
+    return records
+
+
+def load_records(path: Path | str, kind: type[R] = Record) -> list[R]:
+    """The records of a results CSV to show or compare: a missing, empty or foreign file, or a
+    value that does not fit its column, is a ResultsError naming the file."""
+    return read_records(path, kind, missing_ok=False)
+
+
+PANDAS_DTYPES = {INT: "Int64", FLOAT: "float64", BOOL: "boolean", TEXT: "object"}
+
+
+def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
+    """Records as a pandas DataFrame, one column per field, typed by the column table."""
+    import pandas as pd
+
+    columns = kind.columns()
+    data = {c.name: [getattr(r, c.name) for r in records] for c in columns}
+    frame = pd.DataFrame(data, columns=[c.name for c in columns])
+    for c in columns:
+        frame[c.name] = frame[c.name].astype(PANDAS_DTYPES[c.kind])
+    return frame
+
+
+def plain_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
+    """Records as a frame for tables and charts: numbers as floats (NaN when empty), text as
+    str ('' when empty), booleans as True / False / None."""
+    frame = to_frame(records, kind)
+    for column in kind.columns():
+        values = frame[column.name]
+        if column.kind == TEXT:
+            frame[column.name] = values.map(lambda v: "" if v is None else v)
+        elif column.kind == BOOL:
+            frame[column.name] = values.astype(object).map(lambda v: v if isinstance(v, bool) else None)
+        else:
+            frame[column.name] = values.astype(float)
+    return frame
+
+
+COLUMNS = Record.names()  # a sweep's CSV header, in order
+RANK_COLUMNS = RankRecord.names()  # the per-rank file's

@@ -1,0 +1,236 @@
+"""What the user reads: the ranked table, the ready-to-paste DataLoader line, the summary (the
+closing lines and --json). Builds renderables and plain data; printing is the CLI's job."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from loadtune.results.interval import unstable_note
+from loadtune.results.record import Record
+from loadtune.text import STATUS_STYLE
+from loadtune.text import fmt as _fmt
+from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
+
+ALWAYS_SHOWN = ("batch_size", "num_workers")
+TRIAL_WIDTH_MAX = 48
+
+
+def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
+    """Settings as a DataLoader call a user can paste into a training script."""
+    parts = ["dataset"]
+    for key, value in loader_kwargs.items():
+        if key not in ALWAYS_SHOWN and value == LOADER_DEFAULTS.get(key, object()):
+            continue
+        if key in ("collate_fn", "worker_init_fn"):
+            value_text = str(value).rpartition(":")[2]
+        else:
+            value_text = repr(value)
+        parts.append(f"{key}={value_text}")
+    return f"DataLoader({', '.join(parts)})"
+
+
+def _interval(record: Record, key: str, digits: int) -> str:
+    lo, hi = getattr(record, key + "_lo"), getattr(record, key + "_hi")
+    return f"{_fmt(getattr(record, key), digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+
+
+def results_table(records: Sequence[Record], title: str = "") -> Table:
+    """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed."""
+    table = Table(title=title or None, header_style="bold", caption_justify="left")
+    longest = max((len(r.trial or "") for r in records), default=5)
+    for name in ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup", "% of ideal",
+                 "wait ms", "p95 ms", "step ms", "1st batch s", "epoch start ms"):
+        if name == "trial":
+            table.add_column(name, justify="left", no_wrap=True, min_width=min(longest, TRIAL_WIDTH_MAX))
+        elif "CI" in name:
+            table.add_column(name, justify="right", no_wrap=True)
+        else:
+            table.add_column(name, justify="right")
+    for r in records:
+        if r.status != "ok":
+            status = r.status or ""
+            table.add_row("-", Text(r.trial or ""), Text(status, style=STATUS_STYLE.get(status, "")),
+                          *([""] * 8), style="dim")
+            continue
+        mark = "=" if r.tied_with_best else ""
+        table.add_row(
+            f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
+            Text(r.trial or ""),
+            _interval(r, "throughput", 1),
+            _interval(r, "wait_ratio", 3),
+            _fmt(r.speedup),
+            _fmt(r.pct_of_ideal, 1),
+            _fmt(r.wait_ms, 1),
+            _fmt(r.wait_p95_ms, 1),
+            _fmt(r.step_ms, 1),
+            _fmt(r.first_batch_s, 2),
+            _fmt(r.epoch_start_ms, 1),
+            style="bold" if r.rank == 1 else "",
+        )
+    return table
+
+
+def not_run_lines(records: Sequence[Record]) -> list[str]:
+    return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records if r.status != "ok"]
+
+
+BRIEF = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_hi", "wait_ratio",
+         "wait_ratio_lo", "wait_ratio_hi", "speedup", "tied_with_best", "num_workers", "prefetch_factor",
+         "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal", "verdict", "advice")
+
+
+def brief(record: Record | None) -> dict[str, Any] | None:
+    """A record's headline figures and settings, as --json gives them."""
+    return None if record is None else {k: getattr(record, k) for k in BRIEF}
+
+
+@dataclass(frozen=True)
+class OneRank:
+    """The one-rank sweep of the same config, set beside a sweep on several ranks."""
+
+    csv: str
+    trial: str | None = None  # its recommendation, when that CSV has one
+    throughput: float | None = None
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a sweep concluded: the closing lines and --json."""
+
+    output: str
+    config: str
+    scale: float
+    scaled: str | None
+    device: str
+    ranks: int
+    rank_by: str
+    strategy: str
+    warnings: tuple[str, ...]
+    baseline: Record | None
+    best: Record | None
+    recommended: Record | None
+    ideal_throughput: float | None
+    dataloader: str | None
+    trials: tuple[Record, ...]
+    one_rank: OneRank | None = None  # with ranks
+    per_rank_csv: str | None = None  # with ranks
+    out_given: bool = False  # the output path was given (so the one-rank sweep's is not known)
+    torchrun: bool = False
+    plot: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "output": self.output, "config": self.config, "scale": self.scale, "scaled": self.scaled,
+            "device": self.device, "ranks": self.ranks, "rank_by": self.rank_by, "strategy": self.strategy,
+            "warnings": list(self.warnings), "baseline": brief(self.baseline),
+            "ideal_throughput": self.ideal_throughput, "best": brief(self.best),
+            "recommended": brief(self.recommended), "dataloader": self.dataloader,
+            "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
+        }
+        if self.ranks > 1:
+            one = self.one_rank
+            data.update(per_rank_csv=self.per_rank_csv, out_given=self.out_given, torchrun=self.torchrun,
+                        one_rank=dataclasses.asdict(one) if one is not None and one.trial else None,
+                        one_rank_csv=one.csv if one is not None else None)
+        if self.plot is not None:
+            data["plot"] = self.plot
+        return data
+
+
+def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwargs: Mapping[str, Any] | None,
+                    **meta: Any) -> Summary:
+    """The summary of a ranked sweep; `loader_kwargs` are the chosen trial's full settings."""
+    return Summary(
+        baseline=next((r for r in records if r.trial == BASELINE), None),
+        best=next((r for r in records if r.rank == 1), None),
+        recommended=chosen,
+        ideal_throughput=next((r.throughput for r in records if r.trial == IDEAL and r.status == "ok"), None),
+        dataloader=dataloader_line(loader_kwargs) if chosen is not None and loader_kwargs is not None else None,
+        trials=tuple(records),
+        **meta,
+    )
+
+
+def summary_lines(info: Summary) -> list[str]:
+    """The closing words: what won, by how much, what to paste, what to watch out for."""
+    lines = []
+    best, chosen, base = info.best, info.recommended, info.baseline
+    if chosen is None:
+        return ["No trial ran successfully: see the reason column of the CSV."]
+    gain = f" ({chosen.speedup:.2f}x the baseline)" if chosen.speedup else ""
+    if chosen.pct_of_ideal is not None:
+        gain += f", {chosen.pct_of_ideal:.0f}% of the ideal (the step fed from memory)"
+    lines.append(f"Recommended: {chosen.trial}: {chosen.throughput:.1f} samples/s, "
+                 f"wait ratio {chosen.wait_ratio:.3f}{gain}")
+    if best and best.trial != chosen.trial:
+        lines.append(f"  {best.trial} measured fastest but is within noise of it; "
+                     "the recommendation is the cheapest of the tied trials (fewest workers).")
+    if base and base.wait_ratio is not None:
+        lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
+    lines.append(f"Paste: {info.dataloader}")
+    for label, record in (("baseline", base), ("recommended", chosen)):
+        if record and record.verdict:
+            lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
+        if base and base.trial == chosen.trial:
+            break
+    lines.extend(_ranks_lines(info, chosen))
+    scaled = f" ({info.scaled})" if info.scaled else ""
+    lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
+                 "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
+    return lines
+
+
+def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
+    """With ranks: where the winner stands against a one-rank sweep of the same config."""
+    if info.ranks <= 1:
+        return []
+    one = info.one_rank
+    if one is None or one.trial is None:
+        how = "launch one process, without torchrun," if info.torchrun else "run the same command without --ranks"
+        if info.out_given:
+            where = " and with another --out"
+        else:
+            where = f" (it writes {one.csv})" if one is not None else ""
+        return [f"With {info.ranks} ranks, throughput is summed over the ranks. To see how the winner moves, "
+                f"{how}{where} and compare the two CSVs with loadtune compare."]
+    moved = "the winner moved" if one.trial != chosen.trial else "the winner holds"
+    return [f"With 1 rank ({one.csv}): {one.trial}, {one.throughput:.1f} samples/s; with {info.ranks} ranks: "
+            f"{chosen.trial}, {chosen.throughput:.1f} samples/s in all: {moved}. Tune at the rank count "
+            f"you train with."]
+
+
+LEGEND = (
+    "rank: 1 = best by throughput; '=' marks trials within noise of the best (their 95% intervals "
+    "overlap the leader's); 'ref' is the ideal (the step fed from memory), not a setting.",
+    "wait ratio: share of the loop spent waiting for data and copying it to the device; "
+    "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",
+    "wait / p95 ms: mean and 95th percentile wait per counted batch; 1st batch s: worker start-up; "
+    "epoch start ms: mean wait at each new epoch (persistent_workers lowers it).",
+)
+
+
+def noise_warnings(records: Sequence[Record]) -> list[str]:
+    """The unstable-result warnings of a CSV's records that ran, as the sweep gave them."""
+    notes = []
+    for r in records:
+        interval = r.throughput_interval
+        if r.status == "ok" and interval is not None and interval.mean:
+            note = unstable_note(r.trial or "", interval)
+            if note:
+                notes.append(note)
+    return notes
+
+
+def report_title(records: Sequence[Record], source: str) -> str:
+    first = records[0] if records else Record()
+    parts = [str(v) for v in (first.config_name, first.host, first.device) if v]
+    if first.scale is not None:
+        parts.append(f"scale x{first.scale:g}")
+    if (first.ranks or 1) > 1:
+        parts.append(f"{first.ranks} ranks")
+    return f"{source}: " + ", ".join(parts) if parts else source

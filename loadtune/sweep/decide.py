@@ -1,0 +1,151 @@
+"""Deciding between noisy configs: practical equivalence within a tolerance, and which trials
+to stop or to measure again (racing).
+
+"Not shown to differ" is not "shown to be as good": a trial is tied with the best only when
+the data show it within `tolerance` of it (the lower bound of the ratio of their throughputs,
+one-sided at 95%, at least 1 - tolerance, as in the two one-sided tests). A trial neither tied
+nor clearly behind is undecided: it asks for more repeats, not for a tie. Pure functions over
+scores, so tests drive them with made-up numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from loadtune.results.interval import Interval
+
+DEFAULT_TOLERANCE = 0.03
+# Each one-sided bound at 95%: together the two make the 90% interval of the TOST procedure.
+ONE_SIDED_TAIL_PCT = 5.0
+# Repeats (processes) the pick and each contender it is judged against need before the pick is
+# called decided: one process's windows alone do not show how much processes differ.
+MIN_REPEATS_TO_DECIDE = 2
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One trial's figures as the decision sees them: intervals, and the bootstrap draws they
+    came from when the raw samples were at hand (None for trials kept from an earlier run)."""
+
+    name: str
+    throughput: Interval | None  # None: the trial did not run
+    wait_ratio: Interval | None
+    throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
+    wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
+    repeats: int = 0
+    cost: tuple = ()  # what the config costs to run (trials.cost): the cheaper of two ties is picked
+
+    @property
+    def ran(self) -> bool:
+        return self.throughput is not None and self.wait_ratio is not None
+
+
+def _paired(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return a is not None and b is not None and len(a) == len(b) and len(a) > 0
+
+
+def throughput_ratio_lower(a: Scored, b: Scored) -> float:
+    """The one-sided 95% lower bound of throughput(a) / throughput(b). From the two trials'
+    bootstrap draws (independent resamples of independent runs) where both have them; else,
+    more cautiously, a's lower bound over b's upper bound."""
+    if a.name == b.name:
+        return 1.0
+    if _paired(a.throughput_draws, b.throughput_draws):
+        ratios = a.throughput_draws / b.throughput_draws
+        ratios = ratios[np.isfinite(ratios)]
+        if ratios.size:
+            bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
+            return min(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
+    return a.throughput.lo / b.throughput.hi if b.throughput.hi > 0 else 0.0
+
+
+def wait_ratio_excess_upper(a: Scored, b: Scored) -> float:
+    """The one-sided 95% upper bound of wait_ratio(a) - wait_ratio(b) (lower is better)."""
+    if a.name == b.name:
+        return 0.0
+    if _paired(a.wait_ratio_draws, b.wait_ratio_draws):
+        diff = a.wait_ratio_draws - b.wait_ratio_draws
+        diff = diff[np.isfinite(diff)]
+        if diff.size:
+            return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
+    return a.wait_ratio.hi - b.wait_ratio.lo
+
+
+def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> bool:
+    """Shown to be as good as b, within the tolerance: throughput at least (1 - tolerance) of b's,
+    or a wait ratio at most `tolerance` above b's."""
+    if by == "throughput":
+        return throughput_ratio_lower(a, b) >= 1 - tolerance
+    return wait_ratio_excess_upper(a, b) <= tolerance
+
+
+def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: str = "throughput") -> bool:
+    """Even a's optimistic bound is behind the leader's pessimistic one by more than the tolerance."""
+    if by == "throughput":
+        return a.throughput.hi < (1 - tolerance) * leader.throughput.lo
+    return a.wait_ratio.lo > leader.wait_ratio.hi + tolerance
+
+
+def order(items: Sequence[Scored], by: str = "throughput") -> list[Scored]:
+    """Items that ran, best first: highest throughput, or lowest wait ratio then highest throughput."""
+    ran = [i for i in items if i.ran]
+    if by == "throughput":
+        return sorted(ran, key=lambda i: -i.throughput.mean)
+    return sorted(ran, key=lambda i: (i.wait_ratio.mean, -i.throughput.mean))
+
+
+def pick(items: Sequence[Scored], tolerance: float, by: str = "throughput") -> Scored | None:
+    """The cheapest trial shown as good as the best, within the tolerance; None when none ran."""
+    ranked = order(items, by)
+    if not ranked:
+        return None
+    tied = [i for i in ranked if as_good(i, ranked[0], tolerance, by)]
+    return min(tied, key=lambda i: i.cost)
+
+
+@dataclass(frozen=True)
+class RaceStep:
+    """What racing does next: trials to stop (clearly behind), trials to measure again, and
+    whether the pick is decided (shown as good as every other contender, within the tolerance)."""
+
+    pick: str | None
+    stop: tuple[str, ...]
+    again: tuple[str, ...]
+    decided: bool
+    undecided: tuple[str, ...]  # contenders the pick is not yet shown as good as
+    gap: float  # at most this share of throughput may be left on the table by the pick
+
+
+def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: str = "throughput",
+              stopped: frozenset[str] = frozenset()) -> RaceStep:
+    """One step of the race among the trials that ran and were not stopped before. Repeats
+    already at `max_repeats` (or kept from an earlier run, with none measured now: repeats 0)
+    are not asked for again."""
+    live = [i for i in order(items, by) if i.name not in stopped]
+    if not live:
+        return RaceStep(None, (), (), False, (), 0.0)
+    leader = live[0]
+    stop = tuple(i.name for i in live if clearly_behind(i, leader, tolerance, by))
+    live = [i for i in live if i.name not in stop]
+    chosen = pick(live, tolerance, by)
+    assert chosen is not None
+    enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
+    undecided = [i for i in live if i.name != chosen.name
+                 and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats) < enough)]
+    # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
+    undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]
+    again = [i for i in ([chosen] if undecided else []) + undecided if 0 < i.repeats < max_repeats]
+    gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
+    return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), not undecided,
+                    tuple(i.name for i in undecided), max(gap, tolerance))
+
+
+def _shortfall(chosen: Scored, other: Scored, by: str) -> float:
+    """How far behind `other` the pick may be at most: 1 - the lower bound of their throughput
+    ratio (or the wait ratio's upper excess)."""
+    if by == "throughput":
+        return max(0.0, 1 - throughput_ratio_lower(chosen, other))
+    return max(0.0, wait_ratio_excess_upper(chosen, other))

@@ -1,0 +1,57 @@
+"""What a sweep tells whoever watches it (the CLI's progress view), as typed events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from loadtune.results.record import Record
+from loadtune.trials import Trial
+
+
+@dataclass(frozen=True)
+class SweepStarted:
+    strategy: str
+    device: str
+    dataset_len: int | None
+    out_path: Path
+    resumed: int  # trials kept from an earlier run of the same sweep
+
+
+@dataclass(frozen=True)
+class RunsPlanned:
+    runs: int  # trial processes planned so far, all trials together
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    trial: Trial
+    repeat: int
+    repeats: int  # the most this trial may get
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    trial: Trial
+    outcome: Any  # launch.Outcome
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    trial: Trial
+    record: Record
+    resumed: bool = False  # kept from an earlier run, not measured now
+
+
+@dataclass(frozen=True)
+class SweepFinished:
+    records: tuple[Record, ...]
+
+
+Event = SweepStarted | RunsPlanned | RunStarted | RunFinished | TrialFinished | SweepFinished
+OnEvent = Callable[[Event], None]
+
+
+def ignore(event: Event) -> None:
+    """The watcher of a sweep nobody watches."""

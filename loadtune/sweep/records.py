@@ -1,0 +1,76 @@
+"""Records built from what a sweep observed: a trial's settings, figures and diagnosis as one
+typed results record, and its placing once the sweep is ranked."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping, Sequence
+
+from loadtune.measurement import Measurement
+from loadtune.results.record import RankRecord, Record
+from loadtune.sweep.ranking import Placing
+from loadtune.sweep.stats import TrialStats
+from loadtune.trials import Trial, effective_settings
+
+SKIPPED, OK = "skipped", "ok"
+
+
+def _figures(stats: TrialStats) -> dict[str, Any]:
+    """The columns a trial's stats fill, in the record and in the per-rank file alike."""
+    return dict(
+        wait_ratio=stats.wait_ratio.mean, wait_ratio_lo=stats.wait_ratio.lo, wait_ratio_hi=stats.wait_ratio.hi,
+        throughput=stats.throughput.mean, throughput_lo=stats.throughput.lo, throughput_hi=stats.throughput.hi,
+        wait_ms=stats.wait_ms, wait_p95_ms=stats.wait_p95_ms, h2d_ms=stats.h2d_ms, step_ms=stats.step_ms,
+        first_batch_s=stats.first_batch_s, epoch_start_ms=stats.epoch_start_ms,
+        h2d_gb_per_s=stats.copy_gb_per_s,
+    )
+
+
+def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int, status: str = OK, reason: str = "",
+                 wall_s: float | None = None, stats: TrialStats | None = None,
+                 measurement: Measurement | None = None, diagnosis: Mapping[str, Any] | None = None,
+                 **extra: Any) -> Record:
+    """The record of one trial: `context` holds the machine and run columns; a trial planned
+    but refused before it ran is `skipped` with its reason; `extra` more columns."""
+    if status == SKIPPED:
+        reason = trial.skip_reason or reason
+    values: dict[str, Any] = dict(context)
+    values.update(trial=trial.name, changed=trial.changed, value=trial.value_text, status=status, reason=reason,
+                  round=round_no, trial_wall_s=wall_s, **effective_settings(trial.loader_kwargs))
+    values.update(diagnosis or {})
+    values.update(extra)
+    if measurement is not None:
+        values["pinned"] = measurement.pinned
+    if stats is not None:
+        values.update(_figures(stats), repeats=stats.repeats, batches=stats.batches, ranks=stats.ranks,
+                      wait_ratio_max_rank=stats.wait_ratio_max_rank)
+    return Record.rounded(**values)
+
+
+def rank_records(trial: Trial, per_rank: Sequence[tuple[TrialStats, Measurement]],
+                 context: Mapping[str, Any]) -> list[RankRecord]:
+    """One record per rank of a trial that ran on several: each rank's own figures."""
+    shared = {k: context.get(k) for k in ("config_name", "config_sha", "started_at")}
+    return [RankRecord.rounded(trial=trial.name, dist_rank=index, pinned=measurement.pinned, **shared,
+                               **_figures(stats))
+            for index, (stats, measurement) in enumerate(per_rank)]
+
+
+def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
+                  baseline_throughput: float | None, ideal_throughput: float | None = None) -> list[Record]:
+    """Records with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked records best
+    first, then the unranked reference records that ran (the ideal), then those that did not run."""
+    out = []
+    for record in records:
+        placing = placings.get(record.trial)
+        changes: dict[str, Any] = {"rank": placing.rank if placing else None,
+                                   "tied_with_best": placing.tied_with_best if placing else None}
+        if record.throughput is not None:
+            if baseline_throughput:
+                changes["speedup"] = round(record.throughput / baseline_throughput, 3)
+            if ideal_throughput:
+                changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
+        out.append(dataclasses.replace(record, **changes))
+    ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
+    reference = [r for r in out if r.rank is None and r.status == OK]
+    return ranked + reference + [r for r in out if r.rank is None and r.status != OK]

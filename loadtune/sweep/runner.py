@@ -1,0 +1,394 @@
+"""A whole sweep, in the sweep process: preflight, a strategy choosing trials, interleaved
+repeats each in a trial process of its own, ranking, and the results file."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import random
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loadtune.config import RunSpec
+from loadtune.errors import ConfigError, FactoryError
+from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
+from loadtune.measurement import Measurement
+from loadtune.results.interval import unstable_note
+from loadtune.results.record import RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.sweep import events
+from loadtune.sweep.diagnose import diagnose
+from loadtune.sweep.launch import Outcome, preload, run_in_trial_process
+from loadtune.sweep.plan import baseline_trial, ideal_trial
+from loadtune.sweep.ranking import Scored, order, rank, scored_from_record
+from loadtune.sweep.records import SKIPPED, apply_ranking, rank_records, trial_record
+from loadtune.sweep.resources import shm_fits, shm_need_mb
+from loadtune.sweep.stats import summarize
+from loadtune.sweep.strategy import run_strategy
+from loadtune.sweep.torchrun import local_ranks
+from loadtune.trial.device import is_accelerator, resolve_device
+from loadtune.trial.jobs import PreflightInfo, PreflightJob, TrialJob
+from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial
+
+# Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
+Executor = Callable[[TrialJob, float], Outcome]
+# The first build of a dataset may fill a cache (download, decode, generate): allowed this long
+# at least, whatever measure.timeout_s says about a trial.
+PREFLIGHT_MIN_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    out_path: Path
+    records: tuple[Record, ...]
+    device: str
+    rank_by: str
+    strategy: str
+    warnings: tuple[str, ...] = ()
+    trials: dict[str, Trial] = field(default_factory=dict)
+
+
+def default_output(spec: RunSpec) -> Path:
+    """README, "Commands": config `output`, else results/<name>-<host>-x<scale>.csv; with N > 1 ranks,
+    -r<N> before the suffix of either."""
+    ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
+    if spec.config.output:
+        out = Path(spec.config.output)
+        out = out if out.is_absolute() else spec.base_dir / out
+        return out.with_name(f"{out.stem}{ranks}{out.suffix}") if ranks else out
+    host = socket.gethostname().split(".")[0]
+    return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
+
+
+def preflight(spec: RunSpec, device: str) -> PreflightInfo:
+    """Build every user part once, in a process of its own with a timeout (the longer of
+    measure.timeout_s and PREFLIGHT_MIN_TIMEOUT_S), so a broken factory stops the sweep with a
+    clear error before any trial, not as a failed row per trial."""
+    cfg = spec.config
+    job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
+                       os.getpid(), multiprocessing.get_start_method(), spec.ranks)
+    timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
+    outcome = run_in_trial_process(job, timeout_s)
+    where = f"dataset factory {cfg.dataset.factory!r}"
+    if outcome.status == "timeout":
+        raise FactoryError(f"{where}: building the dataset and step took longer than {timeout_s:g}s "
+                           "(the longer of measure.timeout_s and the time allowed to fill caches)")
+    if outcome.result is None:
+        raise FactoryError(f"{where}: {outcome.reason}")
+    info: PreflightInfo = outcome.result
+    if info.error is not None:
+        raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
+    return info
+
+
+def check_ranks(ranks: int, device: str) -> None:
+    """Each rank on an accelerator needs a device of its own."""
+    if ranks > 1 and is_accelerator(device):
+        import torch
+
+        count = torch.cuda.device_count()
+        if ranks > count:
+            raise ConfigError(f"--ranks {ranks} on {device}: each rank uses a CUDA device of its own and "
+                              f"this machine has {count}; use --ranks {count} or fewer, or --device cpu")
+
+
+def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None, ranks: int = 1) -> str | None:
+    """Why a trial would not fit in /dev/shm (its workers would die of SIGBUS), or None.
+    With ranks, each rank's workers hold their own batches in flight."""
+    if trial.skipped or not batch_bytes or free_mb is None:
+        return None
+    kwargs = trial.loader_kwargs
+    need = shm_need_mb(batch_bytes, kwargs.get("num_workers", 0), kwargs.get("prefetch_factor")) * ranks
+    if shm_fits(need, free_mb):
+        return None
+    return (f"/dev/shm too small: batches in flight need about {need:.0f} MB "
+            f"({batch_bytes / 2**20:.1f} MB per batch) and {free_mb:.0f} MB is free; "
+            "give the container more (docker --shm-size) or use fewer workers or a smaller prefetch_factor")
+
+
+def _merge(measurements: Sequence[Measurement]) -> Measurement:
+    """One trial's repeats, each from a process (or set of ranks) of its own, as one Measurement."""
+    n = len(measurements)
+    return Measurement(
+        first_batch_s=sum(m.first_batch_s for m in measurements) / n,
+        windows=tuple(w for m in measurements for w in m.windows),
+        pinned=measurements[0].pinned,
+        batch_bytes=measurements[0].batch_bytes,
+        resources=tuple(r for m in measurements for r in m.resources),
+        warmup_s=sum(m.warmup_s for m in measurements) / n,
+        setup_s=sum(m.setup_s for m in measurements) / n,
+        ranks=tuple(_merge(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
+    )
+
+
+@dataclass
+class TrialRun:
+    """Everything the sweep holds about one trial: what was asked, each repeat's measurement
+    and wall time, how it ended, and its record once finished."""
+
+    trial: Trial
+    round: int
+    measurements: list[Measurement] = field(default_factory=list)
+    walls_s: list[float] = field(default_factory=list)
+    failure: Outcome | None = None  # the run that failed or timed out; no more repeats then
+    record: Record | None = None
+    score: Scored | None = None
+    resumed: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.record is not None
+
+    @property
+    def repeats(self) -> int:
+        return len(self.measurements)
+
+    @property
+    def mean_wall_s(self) -> float:
+        return sum(self.walls_s) / len(self.walls_s) if self.walls_s else 0.0
+
+
+class Runner:
+    """Measures sets of trials with their repeats interleaved: round-robin over the trials in
+    a shuffled order, one process per repeat, so slow drift of the machine favours none."""
+
+    def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile, *,
+                 emit: events.OnEvent, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
+                 execute: Executor = run_in_trial_process, sampled_ranks: int = 1,
+                 per_rank: ResultsFile | None = None, scratch: str | None = None) -> None:
+        self.spec, self.device, self.context, self.results = spec, device, context, results
+        self.emit, self.execute, self.cores, self.shm_check = emit, execute, cores, shm_check
+        self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
+        self.per_rank = per_rank  # NAME.ranks.csv, with ranks
+        self.scratch = scratch  # a folder for the trials' own files, removed after the sweep
+        self.rng = random.Random(seed)
+        self.runs: dict[str, TrialRun] = {}
+        self.notes: list[str] = []
+        self.runs_planned = 0
+
+    # --- what is known ---------------------------------------------------------------------
+
+    @property
+    def records(self) -> list[Record]:
+        return [r.record for r in self.runs.values() if r.record is not None]
+
+    @property
+    def trials(self) -> dict[str, Trial]:
+        return {name: r.trial for name, r in self.runs.items()}
+
+    def scored(self, name: str) -> Scored:
+        run = self.runs.get(name)
+        return run.score if run is not None and run.score is not None else Scored(name, None, None)
+
+    def throughput(self, name: str) -> float | None:
+        score = self.scored(name)
+        return score.throughput.mean if score.throughput is not None else None
+
+    def resume(self, records: Sequence[Record]) -> None:
+        """Take records measured earlier for this config and machine as already done."""
+        for record in records:
+            self.runs[record.trial] = TrialRun(Trial(record.trial, record.changed or "", record.value, ()),
+                                               record.round or 1, record=record,
+                                               score=scored_from_record(record), resumed=True)
+
+    # --- measuring ---------------------------------------------------------------------------
+
+    def _job(self, trial: Trial) -> TrialJob:
+        cfg = self.spec.config
+        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}), self.device,
+                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(), self.spec.ranks,
+                        scratch=self.scratch)
+
+    def _finish(self, run: TrialRun) -> None:
+        """Derive the trial's figures from its raw samples, write its record, tell the watcher."""
+        trial = run.trial
+        if trial.skipped:
+            run.record = trial_record(trial, self.context, round_no=run.round, status=SKIPPED)
+        elif not run.measurements:
+            failure = run.failure or Outcome("failed", "no repeat finished")
+            run.record = trial_record(trial, self.context, round_no=run.round, status=failure.status,
+                                      reason=failure.reason, wall_s=failure.wall_s)
+        else:
+            measurement = _merge(run.measurements)
+            stats = summarize(measurement)
+            run.score = Scored(trial.name, stats.throughput, stats.wait_ratio)
+            diagnosis = None
+            if trial.feed != FEED_MEMORY:
+                found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores, self.sampled_ranks)
+                diagnosis = found.columns
+                self.notes.extend(w for w in found.warnings if w not in self.notes)
+            run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
+                                      stats=stats, measurement=measurement, diagnosis=diagnosis)
+            if self.per_rank is not None and measurement.ranks:
+                for record in rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
+                    self.per_rank.append(record)
+            note = unstable_note(trial.name, stats.throughput)
+            if note:
+                self.notes.append(note)
+        self.results.append(run.record)
+        self.emit(events.TrialFinished(trial, run.record))
+
+    def _plan_runs(self, count: int) -> None:
+        self.runs_planned += count
+        self.emit(events.RunsPlanned(self.runs_planned))
+
+    def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
+        """Measure the trials not measured yet, `measure.repeats` repeats each, interleaved;
+        the score of every trial asked for."""
+        repeats = self.spec.config.measure.repeats
+        new: list[TrialRun] = []
+        for trial in trials:
+            if trial.name in self.runs:
+                if self.runs[trial.name].resumed and not self.runs[trial.name].trial.settings:
+                    self.runs[trial.name].trial = trial  # now known in full
+                    self.emit(events.TrialFinished(trial, self.runs[trial.name].record, resumed=True))
+                continue
+            why = self.shm_check(trial)
+            run = TrialRun(dataclasses.replace(trial, skip_reason=why) if why else trial, round_no)
+            self.runs[trial.name] = run
+            if run.trial.skipped:
+                self._finish(run)
+            else:
+                new.append(run)
+        self._plan_runs(len(new) * repeats)
+        for repeat in range(1, repeats + 1):
+            batch = [run for run in new if run.failure is None]
+            self.rng.shuffle(batch)
+            for run in batch:
+                self._run_once(run, repeat, repeats)
+                if run.failure is not None:
+                    self._plan_runs(-(repeats - repeat))  # its remaining repeats will not run
+                    self._finish(run)
+                elif repeat == repeats:
+                    self._finish(run)
+        return {t.name: self.scored(t.name) for t in trials}
+
+    def _run_once(self, run: TrialRun, repeat: int, repeats: int) -> None:
+        self.emit(events.RunStarted(run.trial, repeat, repeats))
+        outcome = self.execute(self._job(run.trial), self.spec.config.measure.timeout_s)
+        self.emit(events.RunFinished(run.trial, outcome))
+        if outcome.result is None:
+            run.failure = outcome
+        else:
+            run.measurements.append(outcome.result)
+            run.walls_s.append(outcome.wall_s)
+
+    def flush_partial(self) -> None:
+        """On interruption: trials with some repeats measured keep a record with what they have."""
+        for run in self.runs.values():
+            if not run.finished and run.measurements:
+                self._finish(run)
+
+
+def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
+              on_event: events.OnEvent = events.ignore, seed: int = 0, resume: bool = False,
+              shm_free_mb: float | None | str = "measure", execute: Executor = run_in_trial_process) -> SweepResult:
+    """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
+    checked against ("measure": read it now; None: do not check). `execute` runs each trial
+    job (see Executor)."""
+    cfg = spec.config
+    device = resolve_device(cfg.device)
+    accelerator = is_accelerator(device)
+    # Ranks on this host share its cores, /dev/shm and GPUs; under torchrun, the figures of
+    # the process tree are rank 0's alone.
+    host_ranks = local_ranks() if spec.torchrun else spec.ranks
+    check_ranks(host_ranks, device)
+    preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
+    info = preflight(spec, device)
+    cores = usable_cores()
+    quota = cpu_quota()
+    effective_cores = min(cores, quota) if quota else cores
+    if shm_free_mb == "measure":
+        free_gb = shm_free_gb()
+        shm_free_mb = free_gb * 1024 if free_gb is not None else None
+    context = {
+        **fingerprint(),
+        "config_name": spec.name,
+        "config_sha": spec.sha,
+        "dataset_len": info.dataset_len,
+        "scale": spec.scale,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "device": device,
+        "strategy": strategy,
+        "ranks": spec.ranks,
+    }
+    results = ResultsFile(out_path)
+    kept = resumable_records(out_path, spec, context["host"]) if resume else []
+    results.start(kept)
+    per_rank = None
+    if spec.ranks > 1:
+        names = {r.trial for r in kept}
+        per_rank = ResultsFile(rank_file(out_path), RankRecord)
+        per_rank.start([r for r in read_records(rank_file(out_path), RankRecord)
+                        if r.trial in names and r.config_sha == spec.sha] if kept else [])
+    # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
+    scratch = tempfile.TemporaryDirectory(prefix="loadtune-") if spec.ranks > 1 else None
+    # Under torchrun only rank 0's tree is sampled: its figures are against its share of the cores.
+    runner = Runner(spec, device, context, results, emit=on_event, seed=seed,
+                    cores=effective_cores / host_ranks if spec.torchrun else effective_cores,
+                    shm_check=lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks),
+                    execute=execute, sampled_ranks=1 if spec.torchrun else spec.ranks, per_rank=per_rank,
+                    scratch=scratch.name if scratch is not None else None)
+    runner.resume(kept)
+    on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
+    ideal = ideal_trial(cfg)
+
+    def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
+        # The ideal reference joins the first set measured, interleaved with it.
+        extra = [ideal] if IDEAL not in runner.runs else []
+        return runner.measure([*extra, *trials], round_no)
+
+    try:
+        run_strategy(strategy, cfg, accelerator, measure, rank_by)
+    except KeyboardInterrupt:
+        runner.flush_partial()
+        raise
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+    records = tuple(_ranked(runner, rank_by))
+    warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes,
+                *_disagreement(runner, records))
+    results.replace(records)
+    on_event(events.SweepFinished(records))
+    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials)
+
+
+def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
+    """Records of an earlier sweep at `path` that this one can keep: same config sha, scale,
+    ranks and host, measured in full (status ok, as many repeats and batches as asked now)."""
+    m = spec.config.measure
+    return [r for r in read_records(path)
+            if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
+            and r.ran and r.repeats == m.repeats and r.batches == m.batches]
+
+
+def _ranked(runner: Runner, rank_by: str) -> list[Record]:
+    scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
+    placings = rank(scored, rank_by)
+    return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
+
+
+def _machine_warnings(trials: Any, cores: int, ranks: int = 1) -> list[str]:
+    most = max((t.loader_kwargs.get("num_workers", 0) for t in trials), default=0) * ranks
+    if most > cores:
+        per = f" ({ranks} ranks with their own workers)" if ranks > 1 else ""
+        return [f"trials with up to {most} workers{per} on {cores} usable cores: workers beyond the cores "
+                "compete with the training step; trust throughput over wait ratio for those"]
+    return []
+
+
+def _disagreement(runner: Runner, records: Sequence[Record]) -> list[str]:
+    """Say so when the lowest wait ratio is not among the fastest trials."""
+    scored = [runner.scored(r.trial) for r in records if r.trial != IDEAL and r.rank is not None]
+    if len(scored) < 2:
+        return []
+    lean = order(scored, "wait_ratio")[0].name
+    if lean in {r.trial for r in records if r.tied_with_best}:
+        return []
+    return [f"wait ratio and throughput disagree: {lean} waits least but is not among the fastest; "
+            "its workers probably slow the step itself (CPU contention). Throughput is what training feels"]

@@ -1,0 +1,70 @@
+"""The trial process's line to the sweep process, which samples this process tree from outside
+while the counted windows run (see loadtune.sweep.launch)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+# Told to the sweep process, which samples this process tree meanwhile.
+COUNTED_START = "counted-start"  # at the warm-up: start sampling
+SAMPLING = "sampling"  # the answer: the first reading is taken, the counted windows may start
+COUNTED_END = "counted-end"  # after the counted windows; answered with the same once sampling stopped
+ACK_TIMEOUT_S = 10.0
+
+
+class SweepChannel:
+    """The protocol over the pipe to the sweep; with no pipe (a trial run in-process), every
+    question is answered at once."""
+
+    def __init__(self, conn: Any = None) -> None:
+        self.conn = conn
+        self.asked_at: float | None = None
+
+    def start_sampling(self, main_pids: tuple[int, ...] = ()) -> None:
+        """Tell the sweep to start sampling, without waiting: the warm-up runs on meanwhile (a
+        pause would let the workers fill the queue and flatter the window). `main_pids` are the
+        ranks' processes, each a training loop's main process."""
+        self.asked_at = time.monotonic()
+        if self.conn is not None:
+            try:
+                self.conn.send((COUNTED_START, main_pids))
+            except (OSError, ValueError):
+                pass
+
+    def sampling_ready(self) -> bool:
+        """Whether the sweep's first reading is done (or it is not answering), checked between
+        warm-up batches without blocking."""
+        if self.conn is None or self.asked_at is None or time.monotonic() - self.asked_at > ACK_TIMEOUT_S:
+            return True
+        try:
+            if self.conn.poll(0):
+                self.conn.recv()  # SAMPLING: the only message sent before COUNTED_END's answer
+                return True
+        except (OSError, EOFError, ValueError):
+            return True
+        return False
+
+    def end_sampling(self) -> None:
+        """Tell the sweep the counted windows are over and wait until it has taken its last
+        sample, before the workers are torn down."""
+        if self.conn is None:
+            return
+        try:
+            self.conn.send(COUNTED_END)
+            deadline = time.monotonic() + ACK_TIMEOUT_S
+            while self.conn.poll(max(0.0, deadline - time.monotonic())):
+                if self.conn.recv() == COUNTED_END:  # a late SAMPLING answer is passed over
+                    return
+        except (OSError, EOFError, ValueError):
+            pass
+
+    def send_result(self, result: tuple[str, Any]) -> None:
+        """The one message that ends the trial: ('ok', result) or ('failed', why)."""
+        if self.conn is None:
+            return
+        try:
+            self.conn.send(result)
+            self.conn.close()
+        except (OSError, ValueError):  # the sweep stopped waiting (interrupted): nobody to tell
+            pass

@@ -1,0 +1,164 @@
+"""A trial, measured in this process: its dataset, DataLoader, step and transfer built, then
+the measured loop run while the sweep samples this process tree. With data-parallel ranks,
+each rank runs the same here."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from loadtune.measurement import Measurement, combine_ranks
+from loadtune.trial.channel import SweepChannel
+from loadtune.trial.device import first_tensor_pinned, make_synced_step, make_transfer
+from loadtune.trial.factory import build_dataset
+from loadtune.trial.fetch_notes import install_fetch_notes
+from loadtune.trial.jobs import TrialJob
+from loadtune.trial.loader import Epochs, loader_kwargs
+from loadtune.trial.measure import EmptyLoaderError, measure_loop
+from loadtune.trial.ranks import RankContext, in_group, launch
+from loadtune.trial.steps import build_step
+from loadtune.trials import FEED_MEMORY, WORKER_ONLY
+
+
+def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:
+    """The trial, measured: in this process, or on job.ranks data-parallel ranks at once
+    (launched from here), or as this sweep's rank of a trial run under torchrun."""
+    if job.group is not None:
+        with in_group(job.device, job.measure.timeout_s, job.group) as context:
+            return measure_here(job, context, channel)
+    if job.ranks > 1:
+        return combine_ranks(launch(job, functools.partial(_measure_rank, channel=channel)))
+    return measure_here(job, None, channel)
+
+
+def _measure_rank(job: TrialJob, rank: RankContext, channel: SweepChannel) -> Measurement:
+    return measure_here(job, rank, channel)
+
+
+def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel) -> Measurement:
+    """The trial in this process; `rank` is its place in the group when it is one of several."""
+    started = time.perf_counter()
+    install_fetch_notes()
+    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    kwargs = loader_kwargs(job.trial, job.base_dir)
+    try:
+        parts = _build(job, dataset, kwargs, rank)
+        sampling = _Sampling(channel, rank, job) if job.trial.feed != FEED_MEMORY else None
+        setup_s = time.perf_counter() - started
+        m = job.measure
+        measurement = measure_loop(
+            parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
+            epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
+            sampling=sampling, copy_timer=parts.copy_timer)
+    except EmptyLoaderError as exc:
+        raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
+    pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
+    parts.close()  # shut persistent workers down cleanly before the process ends
+    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned)
+
+
+class _PinProbe:
+    """A transfer that notes whether the first batch it moved was pinned."""
+
+    def __init__(self, transfer: Callable[[Any], Any]) -> None:
+        self.transfer = transfer
+        self.pinned: bool | None = None
+        self.seen = False
+
+    def __call__(self, batch: Any) -> Any:
+        if not self.seen:
+            self.seen, self.pinned = True, first_tensor_pinned(batch)
+        return self.transfer(batch)
+
+
+@dataclass
+class _Parts:
+    loader: Any
+    step: Callable[[Any], None]
+    transfer: Callable[[Any], Any] | None
+    copy_timer: Callable[[], float | None] | None
+    batch_size: int
+
+    def close(self) -> None:
+        self.loader = None
+
+
+def _build(job: TrialJob, dataset: Any, kwargs: dict[str, Any], rank: RankContext | None) -> _Parts:
+    """The step (joined with the other ranks' when there are some), the transfer to the device,
+    and the loader: the DataLoader, or for the ideal one batch on the device, again and again."""
+    from torch.utils.data import DataLoader
+
+    device = rank.device if rank is not None else job.device
+    step = build_step(job.step, job.base_dir, device)
+    if rank is not None:
+        step = rank.synced_step(step)
+        kwargs = rank.shard(dataset, kwargs)
+    step = make_synced_step(step, device)
+    transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
+    batch_size = kwargs.get("batch_size") or 1
+    if job.trial.feed == FEED_MEMORY:
+        in_process = {**kwargs, **{k: v for k, v in WORKER_ONLY.items() if k in kwargs}, "num_workers": 0}
+        in_process.pop("worker_init_fn", None)
+        batch = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
+        if batch is _NO_BATCH:
+            raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch")
+        on_device = transfer(batch) if transfer is not None else batch
+        return _Parts(itertools.repeat(on_device), step, None, None, batch_size)
+    loader: Any = DataLoader(dataset, **kwargs)
+    if hasattr(kwargs.get("sampler"), "set_epoch"):
+        loader = Epochs(loader, kwargs["sampler"])
+    probe = _PinProbe(transfer) if transfer is not None else None
+    return _Parts(loader, step, probe, transfer.copy_s if transfer is not None else None, batch_size)
+
+
+_NO_BATCH = object()
+
+
+class _Sampling:
+    """The sweep samples this process tree (this process with its pin-memory thread, and the
+    workers) while the counted batches run. With ranks, rank 0 tells it, and every rank waits
+    for the answers; ranks launched here are main processes of this tree, while under torchrun
+    each rank's tree (on its own host, perhaps) is its own and only rank 0's is sampled."""
+
+    def __init__(self, channel: SweepChannel, rank: RankContext | None, job: TrialJob) -> None:
+        self.channel, self.rank = channel, rank
+        self.reporter = rank is None or rank.reporter
+        self.main_pids = tuple(rank.gather_pids()) if rank is not None and job.group is None else ()
+
+    def start(self) -> None:
+        if self.reporter:
+            self.channel.start_sampling(self.main_pids)
+
+    def ready(self) -> bool:
+        local = self.channel.sampling_ready() if self.reporter else True
+        return self.rank.agree(local) if self.rank is not None else local
+
+    def end(self) -> None:
+        if self.reporter:
+            self.channel.end_sampling()
+        if self.rank is not None:
+            self.rank.barrier()  # no rank tears its workers down before the last sample
+
+
+def _empty_reason(dataset: Any, kwargs: dict[str, Any], fallback: str, ranks: int = 1) -> str:
+    """Why a DataLoader yielded nothing, in the trial's own numbers when they are known."""
+    try:
+        length = len(dataset)
+    except Exception:  # noqa: BLE001 - an iterable dataset without a length
+        return fallback
+    batch_size = kwargs.get("batch_size", 1)
+    if length == 0:
+        return "the dataset is empty (len 0): the DataLoader yields no batch"
+    share = -(-length // ranks)  # DistributedSampler's share of each rank, padded
+    if kwargs.get("drop_last") and batch_size is not None and batch_size > share:
+        if ranks > 1:
+            return (f"batch_size={batch_size} is larger than each rank's share of the dataset ({share} of its "
+                    f"{length} samples over {ranks} ranks) and drop_last=true drops the only, incomplete batch: "
+                    "the DataLoader yields no batch; use a smaller batch_size or fewer ranks")
+        return (f"batch_size={batch_size} is larger than the dataset (len {length}) and drop_last=true "
+                "drops the only, incomplete batch: the DataLoader yields no batch")
+    return fallback

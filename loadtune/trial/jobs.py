@@ -1,0 +1,60 @@
+"""What the sweep process sends a trial process: a job, picklable, and what preflight returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
+from loadtune.trials import Trial
+
+
+@dataclass(frozen=True)
+class TrialJob:
+    """Everything a trial process needs, picklable: the trial and how to build its parts."""
+
+    trial: Trial
+    dataset: DatasetSpec
+    step: StepSpec
+    measure: MeasureSpec
+    device: str
+    base_dir: str
+    parent_pid: int
+    start_method: str  # how DataLoader starts workers in the user's own process
+    ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial.ranks)
+    group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
+    scratch: str | None = None  # a folder for files the trial leaves, removed by the sweep
+
+    @property
+    def name(self) -> str:
+        return f"trial {self.trial.name}"
+
+
+@dataclass(frozen=True)
+class PreflightInfo:
+    """What the sweep learns by building the user's parts once: or the error that stops it."""
+
+    dataset_len: int | None = None
+    batch_bytes: int | None = None
+    error: str | None = None
+    error_kind: str | None = None  # "config" or "factory"
+
+
+@dataclass(frozen=True)
+class PreflightJob:
+    """Build every user part once, in a process of its own, before any trial: a factory that
+    raises, hangs or crashes stops the sweep with a clear error instead of failing every row."""
+
+    dataset: DatasetSpec
+    baseline: Trial
+    step: StepSpec
+    device: str
+    base_dir: str
+    config_path: str
+    parent_pid: int
+    start_method: str
+    ranks: int = 1
+
+    @property
+    def name(self) -> str:
+        return "preflight"

@@ -1,0 +1,44 @@
+"""A trial's DataLoader: its keywords (specs turned into callables), the epochs it is told of,
+and the ideal feed (one batch kept on the device)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from loadtune.trial.factory import load_callable
+from loadtune.trial.fetch_notes import init_worker
+from loadtune.trials import Trial
+
+
+def loader_kwargs(trial: Trial, base_dir: str) -> dict[str, Any]:
+    """DataLoader keywords for a trial: specs turned into callables, unsupported defaults dropped."""
+    from torch.utils.data import DataLoader
+
+    accepted = inspect.signature(DataLoader).parameters
+    kwargs = {}
+    for key, value in trial.loader_kwargs.items():
+        if key in ("collate_fn", "worker_init_fn") and value is not None:
+            value = load_callable(value, base_dir, f"loader.{key}")
+        if key not in accepted:
+            if key == "in_order" and value is True:
+                continue  # older torch: always in order
+            raise ValueError(f"this torch's DataLoader has no keyword {key!r}")
+        kwargs[key] = value
+    if kwargs.get("num_workers"):
+        # Workers started with spawn or forkserver do not inherit the annotated fetch.
+        kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"))
+    return kwargs
+
+
+class Epochs:
+    """A DataLoader whose DistributedSampler is told each new epoch, so shuffles differ."""
+
+    def __init__(self, loader: Any, sampler: Any) -> None:
+        self.loader, self.sampler, self.epoch = loader, sampler, 0
+
+    def __iter__(self) -> Any:
+        self.sampler.set_epoch(self.epoch)
+        self.epoch += 1
+        return iter(self.loader)

@@ -1,0 +1,38 @@
+"""The entry point of a trial process: one job in, one message back."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import warnings
+from typing import Any
+
+from loadtune.trial.channel import SweepChannel
+from loadtune.trial.execute import measure_trial
+from loadtune.trial.failures import describe
+from loadtune.trial.jobs import PreflightJob, TrialJob
+from loadtune.trial.preflight import run_preflight
+from loadtune.trial.watchdog import exit_with_parent
+
+
+def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
+    """Run `job` in this fresh process and send ('ok', result) or ('failed', why), after the
+    sampling notes of the channel."""
+    channel = SweepChannel(conn)
+    os.setpgrp()  # the trial and its DataLoader workers form one group, killed as one
+    # This process came from the trial server; its workers must start the way they would in
+    # the user's training script (fork on Linux before Python 3.14), not from that server.
+    multiprocessing.set_start_method(job.start_method, force=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the sweep decides what happens on Ctrl-C
+    # The sweep warns once about workers beyond the cores; DataLoader's own warning would
+    # repeat in every trial process.
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+    threading.Thread(target=exit_with_parent, args=(job.parent_pid,), daemon=True).start()
+    try:
+        result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel)
+        message: tuple[str, Any] = ("ok", result)
+    except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
+        message = ("failed", describe(exc))
+    channel.send_result(message)

@@ -1,0 +1,55 @@
+"""Build every user part once, before any trial, as a trial builds them: a factory that raises,
+hangs or crashes stops the sweep with one clear error instead of failing every row."""
+
+from __future__ import annotations
+
+from loadtune.errors import ConfigError, LoadtuneError
+from loadtune.trial.factory import build_dataset
+from loadtune.trial.jobs import PreflightInfo, PreflightJob
+from loadtune.trial.loader import loader_kwargs
+
+
+def run_preflight(job: PreflightJob) -> PreflightInfo:
+    """The preflight's result, or the error that stops the sweep (its kind says which)."""
+    try:
+        return preflight(job)
+    except ConfigError as exc:
+        return PreflightInfo(error=str(exc), error_kind="config")
+    except LoadtuneError as exc:
+        return PreflightInfo(error=str(exc), error_kind="factory")
+
+
+def preflight(job: PreflightJob) -> PreflightInfo:
+    """Dataset, loader specs and step built as a trial builds them; one batch fetched in this
+    process, to know what a batch weighs in shared memory."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from loadtune.trial.factory import dataset_length
+    from loadtune.trial.measure import batch_bytes
+    from loadtune.trial.steps import build_step
+
+    if job.ranks > 1:
+        from loadtune.trial.ranks import join_single
+
+        join_single()  # parts written for ranks may ask for their rank, or wrap a model in DDP
+    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    kwargs = job.baseline.loader_kwargs
+    if isinstance(dataset, IterableDataset) and kwargs.get("shuffle"):
+        raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
+                          f"IterableDataset ({job.dataset.factory}); set shuffle: false")
+    loaded = loader_kwargs(job.baseline, job.base_dir)
+    build_step(job.step, job.base_dir, job.device)
+    in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
+    in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
+    try:
+        first = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
+    except Exception:  # noqa: BLE001 - a failing sample is each trial's row to report, with its index
+        first = _NO_BATCH
+    return PreflightInfo(dataset_len=dataset_length(dataset),
+                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first))
+
+
+_NO_BATCH = object()
+
+
+_NO_BATCH = object()

@@ -1,0 +1,76 @@
+"""What was asked: a trial is one DataLoader configuration to measure, frozen, never what was
+observed (see loadtune.measurement for that). Shared by the sweep process, which plans trials,
+the trial process, which builds them, and the offline readers, which name them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from loadtune.config import LoaderSpec
+
+BASELINE = "baseline"
+COMBINED = "combined"
+IDEAL = "ideal"
+FEED_LOADER = "dataloader"
+FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost at all
+# DataLoader's own defaults (LoaderSpec holds them): a keyword left at its default need not be written.
+LOADER_DEFAULTS: dict[str, Any] = {name: field.default for name, field in LoaderSpec.model_fields.items()}
+# What DataLoader uses for prefetch_factor when workers run and it is left unset.
+DEFAULT_PREFETCH = 2
+# Settings that only mean something with worker processes; dropped when num_workers becomes 0.
+WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
+               "in_order": True}
+
+
+def format_value(value: Any) -> str:
+    """A value as YAML would write it, so a trial name can be pasted into --set."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The swept settings as DataLoader applies them (prefetch_factor 2 when workers use the default)."""
+    workers = kwargs.get("num_workers", 0)
+    prefetch = kwargs.get("prefetch_factor")
+    if workers > 0 and prefetch is None:
+        prefetch = DEFAULT_PREFETCH
+    return {
+        "num_workers": workers,
+        "prefetch_factor": prefetch if workers > 0 else None,
+        "persistent_workers": kwargs.get("persistent_workers", False),
+        "pin_memory": kwargs.get("pin_memory", False),
+        "batch_size": kwargs.get("batch_size"),
+    }
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One DataLoader configuration to measure: what was asked, never what was observed."""
+
+    name: str
+    changed: str
+    value: Any
+    settings: tuple[tuple[str, Any], ...]
+    skip_reason: str | None = None
+    feed: str = FEED_LOADER
+
+    @property
+    def loader_kwargs(self) -> dict[str, Any]:
+        return dict(self.settings)
+
+    @property
+    def skipped(self) -> bool:
+        return self.skip_reason is not None
+
+    @property
+    def value_text(self) -> str | None:
+        """The CSV's `value`: the new value of a single change; every change for combinations."""
+        if self.changed in (BASELINE, IDEAL):
+            return None
+        if self.changed == COMBINED or "+" in self.changed:
+            return str(self.value)
+        return format_value(self.value)

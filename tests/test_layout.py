@@ -1,0 +1,134 @@
+"""The package's shape: no import cycle, and the offline readers never reach the process
+machinery or torch (read statically, every import, those inside functions included)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "loadtune"
+OFFLINE = "loadtune.results"
+PROCESS_SIDES = ("loadtune.sweep", "loadtune.trial")
+HEAVY = ("torch", "torchvision")
+FIXTURE = Path(__file__).parent / "fixtures" / "v1" / "sweep.csv"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package and every module it imports, wherever the import stands."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+                # `from loadtune.sweep import events` imports the module loadtune.sweep.events
+                found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
+        graph[name] = found
+    return graph
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module, or a module importing itself (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in graph:
+                continue
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                item = stack.pop()
+                on_stack.discard(item)
+                group.append(item)
+                if item == node:
+                    break
+            if len(group) > 1 or node in graph.get(node, ()):
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _inside(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_graph_sees_imports_inside_functions():
+    graph = import_graph()
+    assert "loadtune.results.plot" in graph["loadtune.cli"], "cli imports plot inside a command"
+    assert "loadtune.trial.main" in graph["loadtune.sweep.launch"]
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_package():
+    assert _cycles(import_graph()) == []
+
+
+def test_offline_readers_import_neither_the_process_machinery_nor_torch():
+    graph = import_graph()
+    offline = [m for m in graph if m == OFFLINE or m.startswith(OFFLINE + ".")]
+    assert len(offline) >= 5
+    for module in offline:
+        reached = _reach(graph, module)
+        bad = sorted(r for r in reached if _inside(r, PROCESS_SIDES) or r.split(".")[0] in HEAVY)
+        assert not bad, f"{module} reaches {bad}"
+
+
+def test_the_trial_side_imports_nothing_of_the_sweep_side():
+    graph = import_graph()
+    for module in (m for m in graph if m.startswith("loadtune.trial")):
+        reached = _reach(graph, module)
+        assert not [r for r in reached if _inside(r, ("loadtune.sweep",))], module
+
+
+@pytest.mark.parametrize("command", [["report"], ["compare", "--force"]])
+def test_report_and_compare_start_without_torch(command, tmp_path):
+    """Checked in a real process with -X importtime, which lists every module imported."""
+    files = [str(FIXTURE)] if command == ["report"] else [str(FIXTURE), str(FIXTURE)]
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "loadtune", *command, *files],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "loadtune.results.record" in imported
+    assert not [m for m in imported if m.split(".")[0] in HEAVY], "torch was imported"
