@@ -47,11 +47,13 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _overrides(sets: list[str], repeats: int | None, batches: int | None, warmup: int | None,
-               device: str | None) -> list[str]:
+def _overrides(sets: list[str], repeats: int | None = None, batches: int | None = None,
+               warmup: int | None = None, device: str | None = None, tolerance: float | None = None,
+               budget: float | None = None) -> list[str]:
     out = list(sets)
     for key, value in (("measure.repeats", repeats), ("measure.batches", batches),
-                       ("measure.warmup_batches", warmup), ("device", device)):
+                       ("measure.warmup_batches", warmup), ("device", device), ("measure.tolerance", tolerance),
+                       ("measure.budget_s", budget)):
         if value is not None:
             out.append(f"{key}={value}")
     return out
@@ -88,8 +90,9 @@ class _ProgressView:
         elif isinstance(event, events.TrialFinished):
             r = event.record
             if r.status == "ok":
-                kept = " (kept)" if event.resumed else ""
-                text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{kept}"
+                how = " (kept)" if event.resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
+                how += "" if event.resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
+                text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
             else:
                 text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
             self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False)
@@ -111,6 +114,11 @@ def sweep(
     repeats: Optional[int] = typer.Option(None, "--repeats", help="Shorthand for measure.repeats."),
     batches: Optional[int] = typer.Option(None, "--batches", help="Shorthand for measure.batches."),
     warmup: Optional[int] = typer.Option(None, "--warmup", help="Shorthand for measure.warmup_batches."),
+    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Shorthand for measure.tolerance: "
+                                              "trials within this share of the best's throughput are tied "
+                                              "(default 0.03)."),
+    budget: Optional[float] = typer.Option(None, "--budget", help="Shorthand for measure.budget_s: seconds "
+                                           "after which racing adds no more repeats."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
     strategy: str = typer.Option("ofat", "--strategy", help="ofat (one change at a time from the baseline), "
                                  "greedy (coordinate descent) or grid (every combination)."),
@@ -152,8 +160,8 @@ def sweep(
             if not cluster.leader:
                 cluster.follow()  # rank 0 plans, prints and writes the CSV
                 return
-        spec = dataclasses.replace(load_config(config, _overrides(sets, repeats, batches, warmup, device), scale),
-                                   ranks=ranks, torchrun=cluster is not None)
+        asked = _overrides(sets, repeats, batches, warmup, device, tolerance, budget)
+        spec = dataclasses.replace(load_config(config, asked, scale), ranks=ranks, torchrun=cluster is not None)
         out_path = out or default_output(spec)
         result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume,
                            **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
@@ -176,7 +184,8 @@ def sweep(
     meta: dict[str, Any] = dict(
         output=str(result.out_path), config=spec.name, scale=spec.scale,
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-        device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings)
+        device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
+        decision=result.decision)
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
                     out_given=out is not None, torchrun=spec.torchrun)
@@ -300,7 +309,7 @@ def profile(
     from loadtune.profile import profile_run
 
     try:
-        spec = load_config(config, _overrides(sets, None, None, None, device))
+        spec = load_config(config, _overrides(sets, device=device))
         result = profile_run(spec, batches or spec.config.measure.batches, trace, spec.config.device)
     except LoadtuneError as exc:
         _fail(str(exc), debug)

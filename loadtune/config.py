@@ -90,8 +90,22 @@ class MeasureSpec(_Model):
     warmup_batches: int = Field(default=5, ge=0)
     batches: int = Field(default=50, ge=1)
     epoch_batches: Optional[int] = Field(default=None, ge=1)
-    repeats: int = Field(default=3, ge=1)
+    repeats: int = Field(default=3, ge=1)  # the most repeats any trial gets
+    min_repeats: int = Field(default=1, ge=1)  # what every trial gets first
+    tolerance: float = Field(default=0.03, ge=0, lt=1)  # practical-equivalence margin, share of throughput
+    budget_s: Optional[float] = Field(default=None, gt=0)  # time budget for the racing repeats
     timeout_s: float = Field(default=300.0, gt=0)
+
+    @model_validator(mode="after")
+    def _repeats_in_order(self) -> "MeasureSpec":
+        if self.min_repeats > self.repeats:
+            raise ValueError(f"min_repeats ({self.min_repeats}) is more than repeats ({self.repeats}), the most "
+                             "any trial gets: raise repeats or lower min_repeats")
+        return self
+
+
+# How long to measure, not what: sweeps that differ only in these share their config_sha.
+MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s"})
 
 
 SWEEPABLE = tuple(k for k in LoaderSpec.model_fields if k not in SPEC_KEYS)
@@ -163,13 +177,15 @@ class RunSpec:
 
 
 def config_sha(config: Config) -> str:
-    """Hash of a config without its output path. Taken before --scale, so sweeps of one config
-    at several scales (or on several machines) share it and can be compared."""
+    """Hash of a config without its output path and how long it is measured for
+    (MEASURE_PROCEDURE_KEYS). Taken before --scale, so sweeps of one config at several scales
+    (or on several machines) share it and can be compared."""
+    exclude = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
     try:
-        data = config.model_dump(mode="json", exclude={"output"})
+        data = config.model_dump(mode="json", exclude=exclude)
         blob = json.dumps(data, sort_keys=True, default=str).encode()
     except (ValueError, TypeError):  # kwargs JSON cannot hold (e.g. YAML !!binary that is not UTF-8)
-        data = config.model_dump(mode="python", exclude={"output"})
+        data = config.model_dump(mode="python", exclude=exclude)
         blob = json.dumps(data, sort_keys=True, default=repr).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 

@@ -47,6 +47,14 @@ def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def cost_of(settings: Mapping[str, Any]) -> tuple:
+    """What a config costs to run, to choose the cheaper of two that perform alike: workers
+    first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in)."""
+    applied = effective_settings(settings)
+    return (applied["num_workers"] or 0, applied["prefetch_factor"] or 0, bool(applied["persistent_workers"]),
+            bool(applied["pin_memory"]))
+
+
 @dataclass(frozen=True)
 class Trial:
     """One DataLoader configuration to measure: what was asked, never what was observed."""

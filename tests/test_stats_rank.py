@@ -3,9 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtune.measure import Measurement, Window
-from loadtune.rank import Scored, rank
-from loadtune.stats import Interval, summarize
+from loadtune.measurement import Measurement, Window
+from loadtune.sweep.decide import Scored
+from loadtune.sweep.ranking import rank
+from loadtune.results.interval import Interval
+from loadtune.sweep.stats import summarize
 
 
 def window(wait, step, samples=8, starts=None):
@@ -39,28 +41,50 @@ def test_mean_over_repeats_and_a_covering_interval():
 
 
 def test_p95_of_wait():
-    waits = [0.001] * 19 + [0.101]
-    stats = summarize(Measurement(0.1, (window(waits, [0.01] * 20),)))
-    assert stats.wait_p95_ms == pytest.approx(np.percentile(np.array(waits) * 1e3, 95))
+    # 100 counted batches in two windows: 90 waits of 1 ms and 10 of 50 ms, all the long ones
+    # in the second window. The 95th percentile of the 100 waits lies among the ten 50 ms
+    # ones (whatever the interpolation); a per-window figure would differ (1 ms and 50 ms).
+    first = window([0.001] * 50, [0.01] * 50)
+    second = window([0.001] * 40 + [0.050] * 10, [0.01] * 50)
+    stats = summarize(Measurement(0.1, (first, second)))
+    assert stats.wait_p95_ms == pytest.approx(50.0)
+    assert stats.wait_ms == pytest.approx((90 * 1 + 10 * 50) / 100)
+
+
+def test_p95_of_wait_leaves_out_the_few_longest():
+    # 3 waits of 200 ms in 100: fewer than 5%, so the 95th percentile is the 1 ms of the rest,
+    # while the mean is pulled up to 6.97 ms.
+    waits = [0.001] * 60 + [0.200] * 3 + [0.001] * 37
+    stats = summarize(Measurement(0.1, (window(waits, [0.01] * 100),)))
+    assert stats.wait_p95_ms == pytest.approx(1.0)
+    assert stats.wait_ms == pytest.approx(6.97)
 
 
 def scored(name, mean, half):
     return Scored(name, Interval(mean, mean - half, mean + half), Interval(0.5, 0.5 - half / 1000, 0.5 + half / 1000))
 
 
-def test_ties_share_the_leaders_rank():
-    items = [scored("a", 100, 5), scored("b", 97, 5), scored("c", 80, 2), scored("d", 79, 2),
-             scored("e", 50, 1), Scored("skipped", None, None)]
-    placings = rank(items)
+def test_ties_are_shown_within_the_tolerance_and_share_the_leaders_rank():
+    items = [scored("a", 100, 0.5), scored("b", 99, 0.5), scored("c", 90, 0.5), scored("d", 89, 0.5),
+             scored("e", 50, 0.5), Scored("skipped", None, None)]
+    placings = rank(items, tolerance=0.03)
+    # b: at least 98.5 / 100.5 = 0.980 of a, shown within 3%; d likewise of c, which is not of a.
     assert {k: v.rank for k, v in placings.items()} == {"a": 1, "b": 1, "c": 3, "d": 3, "e": 5}
     assert [k for k, v in placings.items() if v.tied_with_best] == ["a", "b"]
     assert "skipped" not in placings
 
 
-def test_overlap_is_measured_against_the_group_leader_not_a_chain():
-    # b overlaps a, c overlaps b but not a: c starts its own group.
-    items = [scored("a", 100, 3), scored("b", 95, 3), scored("c", 90, 3)]
-    assert {k: v.rank for k, v in rank(items).items()} == {"a": 1, "b": 1, "c": 3}
+def test_overlapping_intervals_that_cannot_be_told_apart_are_not_a_tie():
+    # 97 ± 5 overlaps 100 ± 5, but could be 12% slower: undecided, not tied.
+    placings = rank([scored("a", 100, 5), scored("b", 97, 5)], tolerance=0.03)
+    assert (placings["b"].rank, placings["b"].tied_with_best) == (2, False)
+    assert rank([scored("a", 100, 5), scored("b", 97, 5)], tolerance=0.15)["b"].tied_with_best
+
+
+def test_equivalence_is_measured_against_the_group_leader_not_a_chain():
+    # b is within 5% of a, c within 5% of b but not of a: c starts its own group.
+    items = [scored("a", 100, 0.5), scored("b", 96, 0.5), scored("c", 92, 0.5)]
+    assert {k: v.rank for k, v in rank(items, tolerance=0.05).items()} == {"a": 1, "b": 1, "c": 3}
 
 
 def test_rank_by_wait_ratio():

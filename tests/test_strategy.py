@@ -5,20 +5,21 @@ from __future__ import annotations
 import pytest
 
 from loadtune.config import Config
-from loadtune.rank import Scored
-from loadtune.stats import Interval
-from loadtune.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
+from loadtune.results.interval import Interval
+from loadtune.sweep.decide import Scored
+from loadtune.sweep.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
+from loadtune.trials import cost_of
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4, 8], "persistent_workers": [False, True],
          "in_order": [True, False]}
 GRID_TRIALS = 1 + 5 * 4 * 2 * 2  # num_workers=0 collapses prefetch and persistence
 
 
-def config() -> Config:
+def config(loader: dict | None = None, sweep: dict | None = None) -> Config:
     return Config.model_validate({
         "dataset": {"factory": "m:f"},
-        "loader": {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
-        "sweep": SWEEP,
+        "loader": loader or {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
+        "sweep": sweep or SWEEP,
         "step": {"sleep_s": 0.01},
     })
 
@@ -37,9 +38,10 @@ def true_throughput(kw: dict) -> float:
 
 
 class FakeMeasurer:
-    def __init__(self, half_width: float = 1.0) -> None:
+    def __init__(self, half_width: float = 1.0, truth=true_throughput) -> None:
         self.calls: list[tuple[list[str], int]] = []
         self.half_width = half_width
+        self.truth = truth
 
     def __call__(self, trials, round_no):
         self.calls.append(([t.name for t in trials], round_no))
@@ -48,9 +50,10 @@ class FakeMeasurer:
             if t.skipped:
                 out[t.name] = Scored(t.name, None, None)
                 continue
-            tp = true_throughput(t.loader_kwargs)
+            tp = self.truth(t.loader_kwargs)
             h = self.half_width
-            out[t.name] = Scored(t.name, Interval(tp, tp - h, tp + h), Interval(1 / tp, 1 / tp, 1 / tp))
+            out[t.name] = Scored(t.name, Interval(tp, tp - h, tp + h), Interval(1 / tp, 1 / tp, 1 / tp),
+                                 repeats=1, cost=cost_of(t.loader_kwargs))
         return out
 
     @property
@@ -79,23 +82,59 @@ def test_greedy_finds_the_optimum_with_a_third_of_the_grid():
     assert max(rounds) <= MAX_GREEDY_ROUNDS and max(rounds) >= 2, "it stops after a round without gain"
 
 
-def test_greedy_keeps_the_current_setting_when_the_gain_is_within_noise():
-    measurer = FakeMeasurer(half_width=200.0)  # every interval overlaps: nothing is significant
+def test_greedy_keeps_the_current_setting_when_the_gain_is_within_the_tolerance():
+    def truth(kw: dict) -> float:  # workers pay; every other key moves throughput by 1% at most
+        return 100 + 40 * min(kw["num_workers"], 3) + (1.0 if kw["persistent_workers"] else 0.0) \
+            + (0.5 if kw["prefetch_factor"] == 8 else 0.0)
+
+    measurer = FakeMeasurer(half_width=0.5, truth=truth)
     visits = run_greedy(config(), False, measurer)
-    assert {v.round for v in visits} == {1}
-    assert len(visits) == 1 + 5 + 3 + 1 + 1
+    assert {v.round for v in visits} == {1}, "nothing moved after the worker count: no second round"
+    # in_order is swept last, on the current setting of every other key.
+    last = [v.trial.loader_kwargs for v in visits if v.trial.loader_kwargs["in_order"] is False]
+    assert last and all(kw["num_workers"] == 3 for kw in last), "it moved to 3 workers and kept them"
+    assert all(kw["prefetch_factor"] == 2 and kw["persistent_workers"] is False for kw in last), \
+        "gains within the tolerance never move the current setting"
 
 
-def test_ofat_is_one_change_at_a_time_then_combined():
+def test_ofat_follows_up_on_the_winner_and_finds_what_one_change_misses():
     measurer = FakeMeasurer()
     visits = run_ofat(config(), False, measurer)
-    names = [v.trial.name for v in visits]
-    assert names[0] == "baseline" and names[-1] == "combined"
-    assert all(("," not in n) for n in names)
-    combined = visits[-1].trial.loader_kwargs
-    # One at a time from num_workers=1, prefetch 4 does not pay: combined misses it.
-    assert combined["num_workers"] == 3 and combined["persistent_workers"] is True
-    assert visits[-1].round == 2
+    by_round: dict[int, list[str]] = {}
+    for v in visits:
+        by_round.setdefault(v.round, []).append(v.trial.name)
+    assert by_round[1][0] == "baseline" and all("," not in n for n in by_round[1]), "round 1: one change each"
+    # Round 2 sits on the round-1 winner (3 workers); round 3 on the round-2 winner (and prefetch 4).
+    assert all(n.startswith("num_workers=3, ") for n in by_round[2])
+    assert "num_workers=3, prefetch_factor=2" not in by_round[2], "prefetch 2 is the baseline's own value"
+    assert all(n.startswith("num_workers=3, prefetch_factor=4, ") for n in by_round[3])
+    assert true_throughput(best_of(visits)) == 230, "prefetch 4 only pays with 2+ workers: round 2 finds it"
+    assert "combined" not in [v.trial.name for v in visits], "every key at its round-1 best was measured already"
+    assert len(set(measurer.measured)) == len(measurer.measured), "nothing is measured twice"
+
+
+def test_ofat_measures_worker_settings_on_the_best_worker_count_when_the_baseline_has_none():
+    def truth(kw: dict) -> float:  # no workers is best; persistent workers still help those with workers
+        return 300 - 50 * kw["num_workers"] + (20 if kw["persistent_workers"] else 0)
+
+    measurer = FakeMeasurer(truth=truth)
+    sweep = {"num_workers": [0, 1, 2], "prefetch_factor": [1, 4], "persistent_workers": [False, True]}
+    visits = run_ofat(config({"batch_size": 8}, sweep), False, measurer)
+    assert not [v for v in visits if v.trial.skipped], "no key ends skipped: each is measured with workers"
+    follow = [v.trial.name for v in visits if v.round == 2]
+    assert set(follow) == {"num_workers=1, prefetch_factor=1", "num_workers=1, prefetch_factor=4",
+                           "num_workers=1, persistent_workers=true"}, "on the best trial with workers"
+
+
+def test_settings_that_need_workers_are_skipped_rows_only_when_no_trial_with_workers_ran():
+    def truth(kw: dict) -> float:
+        return 300.0
+
+    sweep = {"prefetch_factor": [4], "persistent_workers": [True]}  # no worker count to sit on
+    visits = run_ofat(config({"batch_size": 8}, sweep), False, FakeMeasurer(truth=truth))
+    skipped = {v.trial.name: v.trial.skip_reason for v in visits if v.trial.skipped}
+    assert set(skipped) == {"prefetch_factor=4", "persistent_workers=true"}
+    assert all("num_workers=0" in why for why in skipped.values())
 
 
 def test_unknown_strategy():

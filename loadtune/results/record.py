@@ -137,6 +137,7 @@ class Record(_Table):
     ranks: int | None = _col(INT)
     wait_ratio_max_rank: float | None = _col(FLOAT, 4)
     h2d_gb_per_s: float | None = _col(FLOAT, 3)
+    stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
     format_version: int | None = _col(INT)
 
     @property

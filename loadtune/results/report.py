@@ -122,6 +122,11 @@ class Summary:
     out_given: bool = False  # the output path was given (so the one-rank sweep's is not known)
     torchrun: bool = False
     plot: str | None = None
+    decision: Any = None  # runner.Decision: how sure the pick is
+
+    @property
+    def decided(self) -> bool | None:
+        return self.decision.decided if self.decision is not None else None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -130,6 +135,10 @@ class Summary:
             "warnings": list(self.warnings), "baseline": brief(self.baseline),
             "ideal_throughput": self.ideal_throughput, "best": brief(self.best),
             "recommended": brief(self.recommended), "dataloader": self.dataloader,
+            "decided": self.decided,
+            "tolerance": self.decision.tolerance if self.decision is not None else None,
+            "undecided": list(self.decision.undecided) if self.decision is not None else [],
+            "at_most_lost": self.decision.gap if self.decision is not None else None,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
         }
         if self.ranks > 1:
@@ -167,9 +176,18 @@ def summary_lines(info: Summary) -> list[str]:
         gain += f", {chosen.pct_of_ideal:.0f}% of the ideal (the step fed from memory)"
     lines.append(f"Recommended: {chosen.trial}: {chosen.throughput:.1f} samples/s, "
                  f"wait ratio {chosen.wait_ratio:.3f}{gain}")
+    decision = info.decision
     if best and best.trial != chosen.trial:
-        lines.append(f"  {best.trial} measured fastest but is within noise of it; "
-                     "the recommendation is the cheapest of the tied trials (fewest workers).")
+        within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
+        lines.append(f"  {best.trial} measured fastest; the recommendation is shown within {within} of it and is "
+                     "the cheapest such trial (fewest workers).")
+    if decision is not None and decision.decided:
+        lines.append(f"Decided: the pick is shown as good as every other contender within {decision.tolerance:.0%} "
+                     "of throughput.")
+    elif decision is not None:
+        lines.append(f"Not decided: {decision.why} while {'; '.join(decision.undecided)} could still be up to "
+                     f"{decision.gap:.0%} faster than the pick; rerun with more --repeats (or a larger --budget) "
+                     "to settle it.")
     if base and base.wait_ratio is not None:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
     lines.append(f"Paste: {info.dataloader}")
@@ -205,8 +223,8 @@ def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
 
 
 LEGEND = (
-    "rank: 1 = best by throughput; '=' marks trials within noise of the best (their 95% intervals "
-    "overlap the leader's); 'ref' is the ideal (the step fed from memory), not a setting.",
+    "rank: 1 = best by throughput; '=' marks trials shown within the tolerance (default 3%) of the best "
+    "(tied); 'ref' is the ideal (the step fed from memory), not a setting.",
     "wait ratio: share of the loop spent waiting for data and copying it to the device; "
     "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",
     "wait / p95 ms: mean and 95th percentile wait per counted batch; 1st batch s: worker start-up; "

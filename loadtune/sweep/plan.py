@@ -6,7 +6,8 @@ import itertools
 from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.trials import BASELINE, COMBINED, FEED_MEMORY, IDEAL, WORKER_ONLY, Trial, format_value
+from loadtune.trials import (BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, WORKER_ONLY, Trial,
+                             format_value)
 
 
 def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -15,6 +16,17 @@ def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
+
+
+def _same_prefetch(kwargs: Mapping[str, Any], value: Any, base_value: Any) -> bool:
+    """With workers, prefetch_factor None is DataLoader's default of 2: the same setting."""
+    return kwargs.get("num_workers", 0) > 0 and {value, base_value} == {None, DEFAULT_PREFETCH}
+
+
+def changes_from_baseline(config: Config, trial: Trial) -> dict[str, Any]:
+    """A trial's settings as changes from the baseline, to rebuild it with one key moved."""
+    base = config.loader.model_dump()
+    return {k: v for k, v in trial.settings if k in base and not _same(v, base[k])}
 
 
 def refusal(kwargs: Mapping[str, Any], accelerator: bool) -> str | None:
@@ -58,6 +70,8 @@ def trial_for(config: Config, changes: Mapping[str, Any], accelerator: bool) -> 
     kwargs = _with_change(base, changes)
     if kwargs.get("num_workers") == 0:
         kwargs.update(WORKER_ONLY)
+    if _same_prefetch(kwargs, kwargs.get("prefetch_factor"), base["prefetch_factor"]):
+        kwargs["prefetch_factor"] = base["prefetch_factor"]  # spelled as the baseline does
     diff = {k: v for k, v in kwargs.items() if not _same(v, base[k])}
     keys = [k for k in config.sweep if k in diff] + [k for k in diff if k not in config.sweep]
     if not keys:
@@ -92,7 +106,8 @@ def ofat_plan(config: Config, accelerator: bool) -> list[Trial]:
     for key, values in config.sweep.items():
         for value in values:
             name = f"{key}={format_value(value)}"
-            if _same(value, base[key]) or name in seen:
+            if _same(value, base[key]) or name in seen or (key == "prefetch_factor"
+                                                            and _same_prefetch(base, value, base[key])):
                 continue
             seen.add(name)
             kwargs = _with_change(base, {key: value})

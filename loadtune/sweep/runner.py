@@ -9,6 +9,8 @@ import os
 import random
 import socket
 import tempfile
+import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,7 +26,8 @@ from loadtune.sweep import events
 from loadtune.sweep.diagnose import diagnose
 from loadtune.sweep.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep.plan import baseline_trial, ideal_trial
-from loadtune.sweep.ranking import Scored, order, rank, scored_from_record
+from loadtune.sweep.decide import RaceStep, Scored, order, race_step
+from loadtune.sweep.ranking import rank, scored_from_record
 from loadtune.sweep.records import SKIPPED, apply_ranking, rank_records, trial_record
 from loadtune.sweep.resources import shm_fits, shm_need_mb
 from loadtune.sweep.stats import summarize
@@ -32,7 +35,7 @@ from loadtune.sweep.strategy import run_strategy
 from loadtune.sweep.torchrun import local_ranks
 from loadtune.trial.device import is_accelerator, resolve_device
 from loadtune.trial.jobs import PreflightInfo, PreflightJob, TrialJob
-from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
@@ -50,6 +53,19 @@ class SweepResult:
     strategy: str
     warnings: tuple[str, ...] = ()
     trials: dict[str, Trial] = field(default_factory=dict)
+    decision: "Decision | None" = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """How sure the pick is: decided (shown as good as every other contender, within the
+    tolerance), or not, with the contenders still undecided and what may be left on the table."""
+
+    decided: bool
+    tolerance: float
+    undecided: tuple[str, ...] = ()
+    gap: float = 0.0  # at most this share of throughput may be lost by the pick
+    why: str = ""  # what ended the racing when undecided: the repeats or the budget
 
 
 def default_output(spec: RunSpec) -> Path:
@@ -138,6 +154,7 @@ class TrialRun:
     record: Record | None = None
     score: Scored | None = None
     resumed: bool = False
+    stopped_early: bool = False  # racing stopped it: clearly behind the leader
 
     @property
     def finished(self) -> bool:
@@ -169,6 +186,10 @@ class Runner:
         self.runs: dict[str, TrialRun] = {}
         self.notes: list[str] = []
         self.runs_planned = 0
+        self.rank_by = "throughput"
+        self.started = time.monotonic()
+        self.last_race: RaceStep | None = None
+        self.budget_spent = False
 
     # --- what is known ---------------------------------------------------------------------
 
@@ -204,32 +225,38 @@ class Runner:
                         scratch=self.scratch)
 
     def _finish(self, run: TrialRun) -> None:
-        """Derive the trial's figures from its raw samples, write its record, tell the watcher."""
+        """Derive the trial's figures from its raw samples, write its record (appended the first
+        time, the file rewritten when racing updates it), tell the watcher."""
         trial = run.trial
+        first_time = run.record is None
         if trial.skipped:
             run.record = trial_record(trial, self.context, round_no=run.round, status=SKIPPED)
-        elif not run.measurements:
+        elif run.failure is not None or not run.measurements:
+            # A repeat that fails fails the trial: its other repeats do not make it sound.
             failure = run.failure or Outcome("failed", "no repeat finished")
+            run.score = None
             run.record = trial_record(trial, self.context, round_no=run.round, status=failure.status,
                                       reason=failure.reason, wall_s=failure.wall_s)
         else:
             measurement = _merge(run.measurements)
-            stats = summarize(measurement)
-            run.score = Scored(trial.name, stats.throughput, stats.wait_ratio)
+            stats = summarize(measurement, seed=_seed(trial.name))
+            run.score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.throughput_draws,
+                               stats.wait_ratio_draws, run.repeats, cost_of(trial.loader_kwargs))
             diagnosis = None
             if trial.feed != FEED_MEMORY:
                 found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores, self.sampled_ranks)
                 diagnosis = found.columns
                 self.notes.extend(w for w in found.warnings if w not in self.notes)
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
-                                      stats=stats, measurement=measurement, diagnosis=diagnosis)
-            if self.per_rank is not None and measurement.ranks:
+                                      stats=stats, measurement=measurement, diagnosis=diagnosis,
+                                      stopped_early=run.stopped_early)
+            if self.per_rank is not None and measurement.ranks and first_time:
                 for record in rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
                     self.per_rank.append(record)
-            note = unstable_note(trial.name, stats.throughput)
-            if note:
-                self.notes.append(note)
-        self.results.append(run.record)
+        if first_time:
+            self.results.append(run.record)
+        else:
+            self.results.replace(self.records)
         self.emit(events.TrialFinished(trial, run.record))
 
     def _plan_runs(self, count: int) -> None:
@@ -237,9 +264,9 @@ class Runner:
         self.emit(events.RunsPlanned(self.runs_planned))
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
-        """Measure the trials not measured yet, `measure.repeats` repeats each, interleaved;
-        the score of every trial asked for."""
-        repeats = self.spec.config.measure.repeats
+        """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
+        then race (see race); the score of every trial asked for."""
+        m = self.spec.config.measure
         new: list[TrialRun] = []
         for trial in trials:
             if trial.name in self.runs:
@@ -254,21 +281,60 @@ class Runner:
                 self._finish(run)
             else:
                 new.append(run)
-        self._plan_runs(len(new) * repeats)
-        for repeat in range(1, repeats + 1):
-            batch = [run for run in new if run.failure is None]
-            self.rng.shuffle(batch)
-            for run in batch:
-                self._run_once(run, repeat, repeats)
-                if run.failure is not None:
-                    self._plan_runs(-(repeats - repeat))  # its remaining repeats will not run
-                    self._finish(run)
-                elif repeat == repeats:
-                    self._finish(run)
+        # The ideal is a reference, not a contender: one repeat is enough.
+        first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else m.min_repeats for run in new}
+        self._plan_runs(sum(first.values()))
+        for repeat in range(1, max(first.values(), default=0) + 1):
+            self._run_round([run for run in new if repeat <= first[run.trial.name]])
+        self.race()
         return {t.name: self.scored(t.name) for t in trials}
 
-    def _run_once(self, run: TrialRun, repeat: int, repeats: int) -> None:
-        self.emit(events.RunStarted(run.trial, repeat, repeats))
+    def _run_round(self, runs: Sequence[TrialRun]) -> None:
+        """One more repeat of each run, in a shuffled order; each run's record is (re)made after."""
+        batch = [run for run in runs if run.failure is None]
+        self.rng.shuffle(batch)
+        for run in batch:
+            self._run_once(run)
+            self._finish(run)
+
+    def _budget_left(self) -> bool:
+        budget = self.spec.config.measure.budget_s
+        if budget is not None and time.monotonic() - self.started >= budget:
+            self.budget_spent = True
+        return not self.budget_spent
+
+    def race(self) -> None:
+        """Racing: trials clearly behind the leader stop (stopped_early); the pick and the
+        contenders it is not yet shown as good as get one more repeat each, interleaved, until
+        the pick is decided, or `measure.repeats` or the time budget runs out."""
+        m = self.spec.config.measure
+        while True:
+            contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
+                          and run.trial.name != IDEAL]
+            step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
+                             frozenset(run.trial.name for run in contenders if run.stopped_early))
+            self.last_race = step
+            for name in step.stop:
+                self.runs[name].stopped_early = True
+                self._finish(self.runs[name])
+            if step.decided or not step.again or not self._budget_left():
+                return
+            self._plan_runs(len(step.again))
+            self._run_round([self.runs[name] for name in step.again])
+
+    def decision(self) -> Decision | None:
+        step = self.last_race
+        if step is None or step.pick is None:
+            return None
+        tolerance = self.spec.config.measure.tolerance
+        if step.decided:
+            return Decision(True, tolerance, gap=tolerance)
+        why = "the time budget (--budget) ran out" if self.budget_spent else \
+            f"measure.repeats={self.spec.config.measure.repeats} ran out"
+        return Decision(False, tolerance, step.undecided, step.gap, why)
+
+    def _run_once(self, run: TrialRun) -> None:
+        self.emit(events.RunStarted(run.trial, run.repeats + 1, self.spec.config.measure.repeats))
         outcome = self.execute(self._job(run.trial), self.spec.config.measure.timeout_s)
         self.emit(events.RunFinished(run.trial, outcome))
         if outcome.result is None:
@@ -276,13 +342,6 @@ class Runner:
         else:
             run.measurements.append(outcome.result)
             run.walls_s.append(outcome.wall_s)
-
-    def flush_partial(self) -> None:
-        """On interruption: trials with some repeats measured keep a record with what they have."""
-        for run in self.runs.values():
-            if not run.finished and run.measurements:
-                self._finish(run)
-
 
 def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
               on_event: events.OnEvent = events.ignore, seed: int = 0, resume: bool = False,
@@ -333,6 +392,7 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
                     shm_check=lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks),
                     execute=execute, sampled_ranks=1 if spec.torchrun else spec.ranks, per_rank=per_rank,
                     scratch=scratch.name if scratch is not None else None)
+    runner.rank_by = rank_by
     runner.resume(kept)
     on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
     ideal = ideal_trial(cfg)
@@ -343,33 +403,40 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         return runner.measure([*extra, *trials], round_no)
 
     try:
-        run_strategy(strategy, cfg, accelerator, measure, rank_by)
-    except KeyboardInterrupt:
-        runner.flush_partial()
-        raise
+        run_strategy(strategy, cfg, accelerator, measure, rank_by, cfg.measure.tolerance)
     finally:
         if scratch is not None:
             scratch.cleanup()
     records = tuple(_ranked(runner, rank_by))
-    warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes,
+    unstable = [note for r in records if r.ran and not r.stopped_early and r.trial != IDEAL
+                and (note := unstable_note(r.trial, r.throughput_interval))]
+    warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes, *unstable,
                 *_disagreement(runner, records))
     results.replace(records)
     on_event(events.SweepFinished(records))
-    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials)
+    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision())
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
     """Records of an earlier sweep at `path` that this one can keep: same config sha, scale,
-    ranks and host, measured in full (status ok, as many repeats and batches as asked now)."""
+    ranks and host, measured as asked now (status ok, at least min_repeats and at most repeats
+    repeats, as many batches)."""
     m = spec.config.measure
     return [r for r in read_records(path)
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
-            and r.ran and r.repeats == m.repeats and r.batches == m.batches]
+            and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
+            and r.batches == m.batches]
+
+
+def _seed(name: str) -> int:
+    """Each trial's bootstrap draws its own resamples (the same each time for the same trial):
+    two trials' draws must be independent for the ratio of their draws to mean anything."""
+    return zlib.crc32(name.encode())
 
 
 def _ranked(runner: Runner, rank_by: str) -> list[Record]:
     scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
-    placings = rank(scored, rank_by)
+    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance)
     return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +33,9 @@ class TrialStats:
     ranks: int = 1
     wait_ratio_max_rank: float | None = None  # the slowest-fed rank's wait ratio (ranks > 1)
     copy_gb_per_s: float | None = None  # bytes per batch / device-timed copy, where timed
+    # The bootstrap draws behind the intervals, for comparing trials (see decide).
+    throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
+    wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @property
     def noisy(self) -> bool:
@@ -111,6 +114,7 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
         wr_draws, tp_draws = _bootstrap(strata, rng)
         wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
     else:
+        wr_draws = tp_draws = None
         wr, tp = Interval(wait_ratio, wait_ratio, wait_ratio), Interval(throughput, throughput, throughput)
     wait = np.concatenate([a[0] for a in arrays])
     h2d = np.concatenate([a[1] for a in arrays])
@@ -134,6 +138,8 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
         ranks=max(1, len(measurement.ranks)),
         wait_ratio_max_rank=max(_wait_ratio(r) for r in measurement.ranks) if measurement.ranks else None,
         copy_gb_per_s=copy_gb_per_s,
+        throughput_draws=tp_draws,
+        wait_ratio_draws=wr_draws,
     )
 
 

@@ -1,22 +1,26 @@
-"""How to search the settings: one change at a time (ofat), coordinate descent (greedy), or
-every combination (grid). A strategy decides which trials to measure next from the scores of
-those already measured; measuring is a callback, so tests drive it with a fake measurer."""
+"""How to search the settings: one change at a time with follow-up rounds on the winner (ofat),
+coordinate descent (greedy), or every combination (grid). A strategy decides which trials to
+measure next from the scores of those already measured; measuring is a callback (which also
+races the repeats), so tests drive a strategy with a fake measurer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.trials import Trial
-from loadtune.sweep.plan import baseline_trial, combined_trial, grid_plan, ofat_plan, trial_for
-from loadtune.sweep.ranking import Scored, order, rank
+from loadtune.sweep.decide import DEFAULT_TOLERANCE, Scored, order, pick
+from loadtune.sweep.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
+                                 trial_for)
+from loadtune.sweep.ranking import rank
+from loadtune.trials import IDEAL, Trial
 
 STRATEGIES = ("ofat", "greedy", "grid")
 MAX_GREEDY_ROUNDS = 4
+MAX_FOLLOW_UP_ROUNDS = 4
 
 # Measure these trials (round number given) and return the score of each, by trial name.
-Measure = Callable[[Sequence[Trial], int], dict[str, Scored]]
+Measure = Callable[[Sequence[Trial], int], Mapping[str, Scored]]
 
 
 @dataclass(frozen=True)
@@ -27,34 +31,102 @@ class Visit:
     round: int
 
 
-def _placed(scores: dict[str, Scored], trials: Sequence[Trial], by: str) -> list[tuple[Trial, int | None]]:
-    placings = rank([scores[t.name] for t in trials if t.name in scores], by)
+def _placed(scores: Mapping[str, Scored], trials: Sequence[Trial], by: str,
+            tolerance: float) -> list[tuple[Trial, int | None]]:
+    placings = rank([scores[t.name] for t in trials if t.name in scores], by, tolerance)
     return [(t, placings[t.name].rank if t.name in placings else None) for t in trials]
 
 
-def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "throughput") -> list[Visit]:
-    """Baseline and each single change; then `combined`, every key at its best value, if new."""
+def _winner(scores: Mapping[str, Scored], trials: Mapping[str, Trial], by: str, tolerance: float,
+            where: Callable[[Trial], bool] = lambda t: True) -> Trial | None:
+    """The pick among the measured trials that `where` admits: the cheapest as good as the best."""
+    chosen = pick([s for name, s in scores.items() if name in trials and name != IDEAL and where(trials[name])],
+                  tolerance, by)
+    return trials[chosen.name] if chosen is not None else None
+
+
+def _needs_workers(trial: Trial) -> bool:
+    return trial.skipped and "num_workers=0" in (trial.skip_reason or "")
+
+
+def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
+             tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+    """Round 1: the baseline and each single change from it. Then, when the winner is not the
+    baseline, follow-up rounds: the other swept keys one at a time on top of the winner, while a
+    round's winner gains more than the tolerance. Keys the baseline made invalid (settings that
+    need workers, with num_workers=0) are measured on top of the best worker count. Without
+    follow-up rounds, `combined` (every key at its best value) when that is a new trial."""
     trials = ofat_plan(config, accelerator)
-    scores = measure(trials, 1)
+    known = {t.name: t for t in trials}
+    # Settings that need workers, planned on a baseline without any: measured on a worker count
+    # instead, in a follow-up round; rows saying why they were not only if none could be.
+    deferred = [t for t in trials if _needs_workers(t)]
+    trials = [t for t in trials if t not in deferred]
+    scores = dict(measure(trials, 1))
     visits = [Visit(t, 1) for t in trials]
-    combined = combined_trial(config, _placed(scores, trials, by), accelerator)
-    if combined is not None:
-        measure([combined], 2)
-        visits.append(Visit(combined, 2))
+    baseline = trials[0]
+    winner = _winner(scores, known, by, tolerance)
+    round_no = 1
+    while winner is not None and round_no <= MAX_FOLLOW_UP_ROUNDS:
+        if winner.name == baseline.name:
+            # Only what the baseline could not measure, on the best trial with workers.
+            keys = list(dict.fromkeys(t.changed for t in deferred))
+            on_top = _winner(scores, known, by, tolerance, lambda t: t.loader_kwargs.get("num_workers", 0) > 0)
+        else:
+            moved = changes_from_baseline(config, winner)
+            keys = [k for k in config.sweep if k not in moved]
+            on_top = winner
+        if on_top is None or not keys:
+            break
+        new = []
+        for key in keys:
+            for value in config.sweep[key]:
+                trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
+                if trial.name not in known:
+                    known[trial.name] = trial
+                    new.append(trial)
+        if not new:
+            break
+        round_no += 1
+        scores.update(measure(new, round_no))
+        visits.extend(Visit(t, round_no) for t in new)
+        best = _winner(scores, known, by, tolerance)
+        if best is None or best.name == winner.name or not _gains(scores[best.name], scores[winner.name], by,
+                                                                   tolerance):
+            break
+        winner = best
+    measured_keys = {key for v in visits if not v.trial.skipped for key in changes_from_baseline(config, v.trial)}
+    unmeasured = [t for t in deferred if t.changed not in measured_keys]
+    if unmeasured:
+        measure(unmeasured, 1)
+        visits.extend(Visit(t, 1) for t in unmeasured)
+    combined = combined_trial(config, _placed(scores, trials, by, tolerance), accelerator)
+    if combined is not None and combined.settings not in {t.settings for t in known.values()}:
+        measure([combined], round_no + 1)
+        visits.append(Visit(combined, round_no + 1))
     return visits
 
 
-def run_grid(config: Config, accelerator: bool, measure: Measure, by: str = "throughput") -> list[Visit]:
+def _gains(new: Scored, old: Scored, by: str, tolerance: float) -> bool:
+    """Whether a round's winner is better than the last by more than the tolerance."""
+    if by == "throughput":
+        return new.throughput.mean > (1 + tolerance) * old.throughput.mean
+    return new.wait_ratio.mean < old.wait_ratio.mean - tolerance
+
+
+def run_grid(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
+             tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
     """Every combination of the swept values in one round: the reference the others are checked against."""
     trials = grid_plan(config, accelerator)
     measure(trials, 1)
     return [Visit(t, 1) for t in trials]
 
 
-def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "throughput") -> list[Visit]:
-    """Coordinate descent: sweep one key with the others at their current best, keep the
-    winner only when it beats the current setting beyond noise, go to the next key; repeat
-    whole rounds until one brings no significant gain (or MAX_GREEDY_ROUNDS)."""
+def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
+               tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+    """Coordinate descent: sweep one key with the others at their current best, move to another
+    value only when it is not shown as good as the current setting within the tolerance and is
+    ahead, go to the next key; repeat whole rounds until one moves nothing (or MAX_GREEDY_ROUNDS)."""
     current = baseline_trial(config)
     scores = dict(measure([current], 1))
     visits = [Visit(current, 1)]
@@ -66,19 +138,18 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
             if swept_with.get(key) == others:
                 continue  # nothing else moved since: sweeping it again would repeat the same answer
             swept_with[key] = others
-            base_settings = {k: v for k, v in current.settings}
             candidates: dict[str, Trial] = {current.name: current}
             for value in config.sweep[key]:
-                trial = trial_for(config, {**_changes(config, base_settings), key: value}, accelerator)
+                trial = trial_for(config, {**changes_from_baseline(config, current), key: value}, accelerator)
                 candidates.setdefault(trial.name, trial)
             new = [t for t in candidates.values() if t.name not in scores]
             if new:
                 scores.update(measure(new, round_no))
                 visits.extend(Visit(t, round_no) for t in new)
-            ran = [scores[n] for n in candidates if n in scores and scores[n].throughput is not None]
+            ran = [scores[n] for n in candidates if n in scores and scores[n].ran]
             if not ran:
                 continue
-            placings = rank(ran, by)
+            placings = rank(ran, by, tolerance)
             if current.name not in placings or placings[current.name].rank != 1:
                 current, moved = candidates[order(ran, by)[0].name], True
         if not moved:
@@ -86,14 +157,9 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
     return visits
 
 
-def _changes(config: Config, settings: dict) -> dict:
-    """The settings of a trial as changes from the baseline, to rebuild it with one key moved."""
-    base = config.loader.model_dump()
-    return {k: v for k, v in settings.items() if k in base and (type(v) is not type(base[k]) or v != base[k])}
-
-
-def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput") -> list[Visit]:
+def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
+                 tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
     runner = {"ofat": run_ofat, "greedy": run_greedy, "grid": run_grid}.get(name)
     if runner is None:
         raise ValueError(f"strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
-    return runner(config, accelerator, measure, by)
+    return runner(config, accelerator, measure, by, tolerance)

@@ -1,0 +1,146 @@
+"""Practical ties and racing: on made-up scores, and through the sweep's runner with a fake
+trial process whose throughputs are known, so the repeats each trial gets are exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from loadtune.config import load_config
+from loadtune.measurement import Measurement, Window
+from loadtune.results.interval import Interval
+from loadtune.results.record import ResultsFile, read_records
+from loadtune.sweep import events
+from loadtune.sweep.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, pick, race_step,
+                                   throughput_ratio_lower)
+from loadtune.sweep.launch import Outcome
+from loadtune.sweep.plan import trial_for
+from loadtune.sweep.runner import Runner
+from loadtune.trials import cost_of
+from tests.conftest import tiny_config
+
+
+def scored(name: str, mean: float, half: float, repeats: int = 2, workers: int = 1, draws=None) -> Scored:
+    return Scored(name, Interval(mean, mean - half, mean + half), Interval(0.5, 0.49, 0.51), draws, None, repeats,
+                  cost_of({"num_workers": workers}))
+
+
+def test_ratio_bound_from_draws_is_the_5th_percentile_of_the_ratio():
+    rng = np.random.default_rng(1)
+    a_draws, b_draws = rng.normal(100, 1, 4000), rng.normal(100, 1, 4000)
+    a, b = scored("a", 100, 2, draws=a_draws), scored("b", 100, 2, draws=b_draws)
+    bound = throughput_ratio_lower(a, b)
+    # The ratio of two independent N(100, 1) is about N(1, 0.0141): its 5th percentile is 1 - 1.645 * 0.0141.
+    assert bound == pytest.approx(1 - 1.645 * 0.01414, abs=0.003)
+    assert throughput_ratio_lower(a, a) == 1.0
+    # Without draws (a trial kept from an earlier run), the cautious bound: a's low over b's high.
+    assert throughput_ratio_lower(scored("a", 100, 2), scored("b", 100, 2)) == pytest.approx(98 / 102)
+
+
+def test_as_good_clearly_behind_and_undecided_are_three_states():
+    leader = scored("lead", 100, 1)
+    assert as_good(scored("tied", 99, 0.5), leader, 0.03)  # 98.5 / 101 = 0.975
+    behind = scored("behind", 90, 1)  # 91 < 0.97 * 99 = 96.03
+    assert clearly_behind(behind, leader, 0.03) and not as_good(behind, leader, 0.03)
+    unsure = scored("unsure", 97, 3)  # 94 / 101 = 0.93: not shown as good; 100 > 96.03: not behind
+    assert not as_good(unsure, leader, 0.03) and not clearly_behind(unsure, leader, 0.03)
+
+
+def test_the_pick_is_the_cheapest_shown_as_good_as_the_best():
+    items = [scored("w4", 100, 0.5, workers=4), scored("w2", 99, 0.5, workers=2), scored("w1", 90, 0.5, workers=1)]
+    assert pick(items, 0.03).name == "w2"
+    assert pick(items, 0.0001).name == "w4"
+    assert pick([Scored("x", None, None)], 0.03) is None
+
+
+def test_race_stops_the_clearly_behind_and_measures_the_undecided_again():
+    items = [scored("w4", 100, 3, repeats=1, workers=4), scored("w2", 98, 3, repeats=1, workers=2),
+             scored("w0", 60, 2, repeats=1, workers=0)]
+    step = race_step(items, 0.03, max_repeats=3)
+    assert step.stop == ("w0",)
+    assert step.pick == "w4" and not step.decided
+    assert set(step.again) == {"w4", "w2"} and step.undecided == ("w2",)
+    # w2 may be up to 101 / 97 of the pick: the pick may leave 1 - 97 / 101 on the table.
+    assert step.gap == pytest.approx(1 - 97 / 101, abs=1e-9)
+
+
+def test_race_is_decided_once_the_pick_is_shown_as_good_as_each_contender():
+    items = [scored("w4", 100, 0.5, workers=4), scored("w2", 99.5, 0.5, workers=2)]
+    step = race_step(items, 0.03, max_repeats=3)
+    assert step.decided and step.pick == "w2" and step.again == () and step.gap == 0.03
+    one_each = [scored("w4", 100, 0.5, repeats=1, workers=4), scored("w2", 99.5, 0.5, repeats=1, workers=2)]
+    assert not race_step(one_each, 0.03, max_repeats=3).decided, \
+        f"{MIN_REPEATS_TO_DECIDE} processes each before a tie is believed"
+    at_most = race_step(one_each, 0.03, max_repeats=1)
+    assert at_most.decided, "with one repeat allowed, one is enough"
+
+
+def test_race_never_asks_more_of_a_trial_at_its_limit_or_kept_from_an_earlier_run():
+    items = [scored("w4", 100, 5, repeats=3, workers=4), scored("kept", 99, 5, repeats=0, workers=2)]
+    step = race_step(items, 0.03, max_repeats=3)
+    assert step.again == () and not step.decided
+
+
+# --- through the runner, with a fake trial process ----------------------------------------------
+
+TRUE = {"baseline": 200.0, "no workers": 100.0, "num_workers=2": 400.0, "num_workers=3": 398.0}
+
+
+def fake_measurement(throughput: float, repeat: int) -> Measurement:
+    """20 batches of 8 samples whose times give `throughput`, with a small alternating wobble."""
+    per_batch = 8 / throughput
+    wobble = [per_batch * (1 + 0.01 * ((i + repeat) % 3 - 1)) for i in range(20)]
+    window = Window(tuple(0.2 * t for t in wobble), (0.0,) * 20, tuple(0.8 * t for t in wobble), (8,) * 20,
+                    (False,) * 20)
+    return Measurement(0.1, (window,))
+
+
+class FakeTrials:
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+
+    def __call__(self, job, timeout_s):
+        name = job.trial.name
+        self.runs[name] = self.runs.get(name, 0) + 1
+        truth = TRUE["no workers" if job.trial.loader_kwargs["num_workers"] == 0 else name]
+        return Outcome("ok", "", fake_measurement(truth, self.runs[name]), 0.5)
+
+
+def runner_for(tmp_path: Path, write_config, **measure) -> tuple[Runner, FakeTrials]:
+    config = tiny_config(measure={"warmup_batches": 1, "batches": 20, "timeout_s": 10, **measure})
+    spec = load_config(write_config(config))
+    fake = FakeTrials()
+    results = ResultsFile(tmp_path / "out.csv")
+    results.start()
+    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
+                    shm_check=lambda trial: None, execute=fake)
+    return runner, fake
+
+
+def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config):
+    runner, fake = runner_for(tmp_path, write_config, min_repeats=1, repeats=4, tolerance=0.03)
+    spec = runner.spec.config
+    trials = [trial_for(spec, {}, False), trial_for(spec, {"num_workers": 0}, False),
+              trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)]
+    runner.measure(trials, 1)
+    none = trials[1].name
+    assert fake.runs[none] == 1 and fake.runs["baseline"] == 1, "clearly behind after one repeat"
+    assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early
+    assert fake.runs["num_workers=2"] >= MIN_REPEATS_TO_DECIDE and fake.runs["num_workers=3"] >= 2
+    decision = runner.decision()
+    assert decision.decided, "398 and 400 are within 3% once each has two repeats"
+    records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
+    assert records[none].stopped_early is True and records[none].repeats == 1
+    assert records["num_workers=2"].repeats == fake.runs["num_workers=2"], "the file holds the latest figures"
+    assert len(records) == 4, "a trial measured again is one row, rewritten"
+
+
+def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config):
+    runner, fake = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, budget_s=0.001)
+    spec = runner.spec.config
+    runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    assert fake.runs == {"num_workers=2": 1, "num_workers=3": 1}
+    decision = runner.decision()
+    assert not decision.decided and "budget" in decision.why and decision.undecided
