@@ -89,8 +89,13 @@ measure:
   batches: 10                  # counted batches per repeat. Default: 50.
   epoch_batches: null          # start a new epoch (new iterator) every N batches, so worker
                                # start-up shows; null: at the dataset's end. Default: null.
-  repeats: 2                   # independent repeats per trial, for the 95% intervals.
-                               # Default: 3.
+  repeats: 2                   # the most independent repeats a trial gets (racing gives
+                               # them to the close contenders). Default: 3.
+  min_repeats: 1               # repeats every trial gets first; trials clearly behind stop
+                               # there. Default: 1.
+  tolerance: 0.03              # trials shown within this share of the best's throughput are
+                               # tied; the cheapest tied one is recommended. Default: 0.03.
+  budget_s: null               # seconds after which racing adds no more repeats. Default: null.
   timeout_s: 120               # per trial; past it the trial is stopped and marked timeout.
                                # Default: 300.
 
