@@ -136,7 +136,7 @@ def sweep(
     from loadtune.sweep.ranking import RANK_BY
     from loadtune.results.choice import recommended
     from loadtune.results.record import rank_file
-    from loadtune.results.report import not_run_lines, results_table, summarize_sweep, summary_lines
+    from loadtune.results.report import flagged_lines, not_run_lines, results_table, summarize_sweep, summary_lines
     from loadtune.sweep.runner import default_output, run_sweep
     from loadtune.sweep.strategy import STRATEGIES
 
@@ -185,7 +185,7 @@ def sweep(
         output=str(result.out_path), config=spec.name, scale=spec.scale,
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
         device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
-        decision=result.decision)
+        decision=result.decision, data=result.data)
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
                     out_given=out is not None, torchrun=spec.torchrun)
@@ -196,6 +196,8 @@ def sweep(
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})"))
     for line in not_run_lines(result.records):
         out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
+    for line in flagged_lines(result.records):
+        out_console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
     for warning in result.warnings:
         err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False)
     for line in summary_lines(info):
@@ -272,7 +274,8 @@ def report(
 ) -> None:
     """Show results CSVs as ranked tables with a legend, and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import LEGEND, noise_warnings, not_run_lines, report_title, results_table
+    from loadtune.results.report import (LEGEND, flagged_lines, noise_warnings, not_run_lines, report_title,
+                                         results_table)
 
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     try:
@@ -287,6 +290,8 @@ def report(
         console.print(results_table(rows, title=report_title(rows, path.name)))
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
+        for line in flagged_lines(rows):
+            console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
         for line in noise_warnings(rows):
             console.print(f"[yellow]Warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     for line in LEGEND:

@@ -20,6 +20,12 @@ class Window:
     # The copy itself timed on the device (CUDA events), where it was: h2d_s is the host's
     # wall time for it (launch and synchronisation included), which is what the loop waits.
     copy_s: tuple[float, ...] = ()
+    # What each counted sample was, in order (loadtune.trial.fingerprint): a 64-bit key from a
+    # small slice of its bytes (with its label), and its label or index where the batch has one.
+    # Empty when not taken (the ideal's repeated batch; batches without a per-sample tensor) and
+    # in a combination of ranks, whose keys stay in each rank's own Measurement.
+    keys: tuple[int, ...] = ()
+    labels: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.wait_s)

@@ -188,7 +188,7 @@ def profile_run(
             measurement = measure_loop(loader, step, warmup_batches=warmup, batches=batches, repeats=1,
                                        epoch_batches=config.measure.epoch_batches, transfer=transfer,
                                        default_batch_size=kwargs.get("batch_size") or 1, sampling=window,
-                                       region=torch.profiler.record_function)
+                                       region=torch.profiler.record_function, fingerprint=False)
     except LoadtuneError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's dataset, collate or step failed

@@ -4,6 +4,8 @@ sleep_cost: each sample waits `cost_s` (I/O-like, uses no CPU).
 cpu_cost:   each sample burns `cost_s` of its thread's CPU time (decode-like).
 mixed_cost: some CPU and some waiting, with every n-th sample much slower.
 All return small float tensors of `sample_shape`.
+The streams at the end feed wrong data on purpose (duplicates across workers, shards read twice)
+and augmented_cost changes bytes per read: ground truth for the data check.
 """
 
 from __future__ import annotations
@@ -89,3 +91,59 @@ class MixedCost(SleepCost):
 def mixed_cost(num_samples: int = 512, cpu_s: float = 0.0005, sleep_s: float = 0.001, slow_every: int = 7,
                slow_factor: float = 8.0, sample_shape: Sequence[int] = (16,)) -> MixedCost:
     return MixedCost(num_samples, cpu_s, sleep_s, slow_every, slow_factor, sample_shape)
+
+
+# Streams that feed other samples than they should, for the data check (README, "What is measured").
+
+
+class UnsplitStream(SleepCostStream):
+    """An IterableDataset that never calls get_worker_info(): every DataLoader worker yields the
+    whole stream, so with N workers each sample arrives N times (a common mistake)."""
+
+    def __iter__(self) -> Any:
+        for index in range(self.num_samples):
+            time.sleep(self.cost_s)
+            yield torch.full(self.sample_shape, float(index)), index
+
+
+class ShardedStream(SleepCostStream):
+    """A stream in `num_shards` shards, each worker reading shard `id % num_shards`: with more
+    workers than shards, some shards are read by several workers."""
+
+    def __init__(self, num_samples: int, cost_s: float, sample_shape: Sequence[int], num_shards: int) -> None:
+        super().__init__(num_samples, cost_s, sample_shape)
+        self.num_shards = num_shards
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        workers = info.num_workers if info else 1
+        mine = [info.id % self.num_shards] if info and workers > self.num_shards else \
+            range(info.id if info else 0, self.num_shards, workers)
+        for shard in mine:
+            for index in range(shard, self.num_samples, self.num_shards):
+                time.sleep(self.cost_s)
+                yield torch.full(self.sample_shape, float(index)), index
+
+
+class AugmentedCost(SleepCost):
+    """SleepCost with random noise added to every read, like random augmentation: the same index
+    gives other bytes each time, the same label (its index)."""
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        sample, label = super().__getitem__(index)
+        return sample + torch.rand(self.sample_shape), label
+
+
+def unsplit_stream(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequence[int] = (16,),
+                   ) -> UnsplitStream:
+    return UnsplitStream(num_samples, cost_s, sample_shape)
+
+
+def sharded_stream(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequence[int] = (16,),
+                   num_shards: int = 2) -> ShardedStream:
+    return ShardedStream(num_samples, cost_s, sample_shape, num_shards)
+
+
+def augmented_cost(num_samples: int = 512, cost_s: float = 0.001, sample_shape: Sequence[int] = (16,),
+                   ) -> AugmentedCost:
+    return AugmentedCost(num_samples, cost_s, sample_shape)

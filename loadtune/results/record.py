@@ -25,6 +25,11 @@ INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
 TRUE_TEXT = frozenset({"true", "yes", "1"})
 FALSE_TEXT = frozenset({"false", "no", "0"})
 ENCODING = "utf-8"
+# The data_check column: whether a trial delivered the baseline's samples. Trials that did not
+# (DATA_FLAGGED) keep their figures but are never ranked or recommended.
+DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT = "same", "duplicates", "different"
+DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
+DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
 
 
 def _col(kind: str, digits: int | None = None) -> Any:
@@ -138,11 +143,17 @@ class Record(_Table):
     wait_ratio_max_rank: float | None = _col(FLOAT, 4)
     h2d_gb_per_s: float | None = _col(FLOAT, 3)
     stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
+    data_check: str | None = _col(TEXT)  # same, duplicates, different (DATA_CHECKS); empty: not checked
     format_version: int | None = _col(INT)
 
     @property
     def ran(self) -> bool:
         return self.status == "ok" and self.throughput is not None and self.wait_ratio is not None
+
+    @property
+    def data_flagged(self) -> bool:
+        """It delivered other samples than the baseline (data_check): never ranked or recommended."""
+        return self.data_check in DATA_FLAGGED
 
     @property
     def throughput_interval(self) -> Interval | None:

@@ -58,9 +58,10 @@ def results_table(records: Sequence[Record], title: str = "") -> Table:
                           *([""] * 8), style="dim")
             continue
         mark = "=" if r.tied_with_best else ""
+        flagged = r.data_flagged
         table.add_row(
-            f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
-            Text(r.trial or ""),
+            "-" if flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
+            Text(f"{r.trial or ''} ({r.data_check})" if flagged else r.trial or ""),
             _interval(r, "throughput", 1),
             _interval(r, "wait_ratio", 3),
             _fmt(r.speedup),
@@ -70,7 +71,7 @@ def results_table(records: Sequence[Record], title: str = "") -> Table:
             _fmt(r.step_ms, 1),
             _fmt(r.first_batch_s, 2),
             _fmt(r.epoch_start_ms, 1),
-            style="bold" if r.rank == 1 else "",
+            style="bold" if r.rank == 1 else "yellow" if flagged else "",
         )
     return table
 
@@ -79,14 +80,51 @@ def not_run_lines(records: Sequence[Record]) -> list[str]:
     return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records if r.status != "ok"]
 
 
+def flagged_lines(records: Sequence[Record]) -> list[str]:
+    """The trials the data check kept out of the ranking, with what is wrong."""
+    return [f"{r.trial}: {r.reason or 'data_check ' + str(r.data_check)}" for r in records
+            if r.status == "ok" and r.data_flagged]
+
+
 BRIEF = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_hi", "wait_ratio",
          "wait_ratio_lo", "wait_ratio_hi", "speedup", "tied_with_best", "num_workers", "prefetch_factor",
-         "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal", "verdict", "advice")
+         "persistent_workers", "pin_memory", "batch_size", "pct_of_ideal", "verdict", "advice", "data_check")
 
 
 def brief(record: Record | None) -> dict[str, Any] | None:
     """A record's headline figures and settings, as --json gives them."""
     return None if record is None else {k: getattr(record, k) for k in BRIEF}
+
+
+@dataclass(frozen=True)
+class Flagged:
+    """A trial the data check flagged: it delivered other samples than the baseline."""
+
+    trial: str
+    data_check: str  # duplicates or different
+    reason: str  # what is wrong
+    fixes: tuple[str, ...] = ()  # the cause and its fix, one sentence each
+
+
+@dataclass(frozen=True)
+class DataFindings:
+    """What the data check found over a sweep: the trials flagged, and why some were not checked."""
+
+    flagged: tuple[Flagged, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        lines = []
+        if self.flagged:
+            named = "; ".join(f"{f.trial} ({f.data_check}: {f.reason})" for f in self.flagged)
+            lines.append(f"Not ranked or recommended, by the data check: {named}.")
+            for fix in dict.fromkeys(fix for f in self.flagged for fix in f.fixes):
+                lines.append(f"  {fix}")
+        lines.extend(f"Data check: {note}." for note in self.notes)
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        return {"flagged": [dataclasses.asdict(f) for f in self.flagged], "notes": list(self.notes)}
 
 
 @dataclass(frozen=True)
@@ -123,6 +161,7 @@ class Summary:
     torchrun: bool = False
     plot: str | None = None
     decision: Any = None  # runner.Decision: how sure the pick is
+    data: DataFindings | None = None  # the data check
 
     @property
     def decided(self) -> bool | None:
@@ -140,6 +179,7 @@ class Summary:
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
+            "data_check": self.data.to_json() if self.data is not None else None,
         }
         if self.ranks > 1:
             one = self.one_rank
@@ -169,8 +209,11 @@ def summary_lines(info: Summary) -> list[str]:
     """The closing words: what won, by how much, what to paste, what to watch out for."""
     lines = []
     best, chosen, base = info.best, info.recommended, info.baseline
+    data_lines = info.data.lines() if info.data is not None else []
     if chosen is None:
-        return ["No trial ran successfully: see the reason column of the CSV."]
+        if info.data is not None and info.data.flagged:
+            return ["No trial can be recommended: the data check flagged every trial that ran.", *data_lines]
+        return ["No trial ran successfully: see the reason column of the CSV.", *data_lines]
     gain = f" ({chosen.speedup:.2f}x the baseline)" if chosen.speedup else ""
     if chosen.pct_of_ideal is not None:
         gain += f", {chosen.pct_of_ideal:.0f}% of the ideal (the step fed from memory)"
@@ -196,6 +239,7 @@ def summary_lines(info: Summary) -> list[str]:
             lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
         if base and base.trial == chosen.trial:
             break
+    lines.extend(data_lines)
     lines.extend(_ranks_lines(info, chosen))
     scaled = f" ({info.scaled})" if info.scaled else ""
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
@@ -224,7 +268,8 @@ def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
 
 LEGEND = (
     "rank: 1 = best by throughput; '=' marks trials shown within the tolerance (default 3%) of the best "
-    "(tied); 'ref' is the ideal (the step fed from memory), not a setting.",
+    "(tied); 'ref' is the ideal (the step fed from memory), not a setting; '-' with (duplicates) or "
+    "(different): the trial delivered other samples than the baseline (data_check), so it is not ranked.",
     "wait ratio: share of the loop spent waiting for data and copying it to the device; "
     "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",
     "wait / p95 ms: mean and 95th percentile wait per counted batch; 1st batch s: worker start-up; "
@@ -237,7 +282,7 @@ def noise_warnings(records: Sequence[Record]) -> list[str]:
     notes = []
     for r in records:
         interval = r.throughput_interval
-        if r.status == "ok" and interval is not None and interval.mean:
+        if r.status == "ok" and not r.data_flagged and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:
                 notes.append(note)

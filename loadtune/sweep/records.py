@@ -59,7 +59,8 @@ def rank_records(trial: Trial, per_rank: Sequence[tuple[TrialStats, Measurement]
 def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
                   baseline_throughput: float | None, ideal_throughput: float | None = None) -> list[Record]:
     """Records with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked records best
-    first, then the unranked reference records that ran (the ideal), then those that did not run."""
+    first, then the unranked reference records that ran (the ideal), then those the data check
+    flagged, then those that did not run."""
     out = []
     for record in records:
         placing = placings.get(record.trial)
@@ -72,5 +73,6 @@ def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
                 changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
         out.append(dataclasses.replace(record, **changes))
     ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
-    reference = [r for r in out if r.rank is None and r.status == OK]
-    return ranked + reference + [r for r in out if r.rank is None and r.status != OK]
+    reference = [r for r in out if r.rank is None and r.status == OK and not r.data_flagged]
+    flagged = [r for r in out if r.rank is None and r.status == OK and r.data_flagged]
+    return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != OK]

@@ -21,14 +21,16 @@ from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
 from loadtune.results.interval import unstable_note
-from loadtune.results.record import RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.record import DATA_FLAGGED, RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep import events
 from loadtune.sweep.diagnose import diagnose
 from loadtune.sweep.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep.plan import baseline_trial, ideal_trial
+from loadtune.sweep.datacheck import CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, streams
 from loadtune.sweep.decide import RaceStep, Scored, order, race_step
 from loadtune.sweep.ranking import rank, scored_from_record
-from loadtune.sweep.records import SKIPPED, apply_ranking, rank_records, trial_record
+from loadtune.sweep.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
 from loadtune.sweep.resources import shm_fits, shm_need_mb
 from loadtune.sweep.stats import summarize
 from loadtune.sweep.strategy import run_strategy
@@ -54,6 +56,7 @@ class SweepResult:
     warnings: tuple[str, ...] = ()
     trials: dict[str, Trial] = field(default_factory=dict)
     decision: "Decision | None" = None
+    data: DataFindings | None = None  # the data check: trials flagged, and why some were not checked
 
 
 @dataclass(frozen=True)
@@ -155,10 +158,19 @@ class TrialRun:
     score: Scored | None = None
     resumed: bool = False
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
+    check: Check | None = None  # its data check (datacheck), once there was something to compare
+    delivered: tuple[int, Delivery | None] | None = None  # (repeats, delivery) it was taken from
 
     @property
     def finished(self) -> bool:
         return self.record is not None
+
+    @property
+    def flagged(self) -> bool:
+        """It delivered other samples than the baseline: kept out of racing, ranking and the pick."""
+        if self.check is not None:
+            return self.check.verdict in DATA_FLAGGED
+        return self.resumed and self.record is not None and self.record.data_flagged
 
     @property
     def repeats(self) -> int:
@@ -176,7 +188,8 @@ class Runner:
     def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile, *,
                  emit: events.OnEvent, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
                  execute: Executor = run_in_trial_process, sampled_ranks: int = 1,
-                 per_rank: ResultsFile | None = None, scratch: str | None = None) -> None:
+                 per_rank: ResultsFile | None = None, scratch: str | None = None,
+                 stable_bytes: bool | None = True, iterable: bool | None = None) -> None:
         self.spec, self.device, self.context, self.results = spec, device, context, results
         self.emit, self.execute, self.cores, self.shm_check = emit, execute, cores, shm_check
         self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
@@ -190,6 +203,10 @@ class Runner:
         self.started = time.monotonic()
         self.last_race: RaceStep | None = None
         self.budget_spent = False
+        # The data check compares content keys, or labels where the bytes change per read
+        # (preflight's stable_bytes); the fixes it names depend on the dataset's kind.
+        self.key_kind = LABEL if stable_bytes is False else CONTENT
+        self.iterable = iterable
 
     # --- what is known ---------------------------------------------------------------------
 
@@ -202,12 +219,17 @@ class Runner:
         return {name: r.trial for name, r in self.runs.items()}
 
     def scored(self, name: str) -> Scored:
+        """The trial's score as racing, ranking and the strategies see it: a trial flagged by the
+        data check is as one that did not run."""
         run = self.runs.get(name)
-        return run.score if run is not None and run.score is not None else Scored(name, None, None)
+        if run is None or run.score is None or run.flagged:
+            return Scored(name, None, None)
+        return run.score
 
     def throughput(self, name: str) -> float | None:
-        score = self.scored(name)
-        return score.throughput.mean if score.throughput is not None else None
+        run = self.runs.get(name)
+        score = run.score if run is not None else None
+        return score.throughput.mean if score is not None and score.throughput is not None else None
 
     def resume(self, records: Sequence[Record]) -> None:
         """Take records measured earlier for this config and machine as already done."""
@@ -249,7 +271,7 @@ class Runner:
                 self.notes.extend(w for w in found.warnings if w not in self.notes)
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
-                                      stopped_early=run.stopped_early)
+                                      stopped_early=run.stopped_early, **_check_columns(run.check))
             if self.per_rank is not None and measurement.ranks and first_time:
                 for record in rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
                     self.per_rank.append(record)
@@ -290,12 +312,66 @@ class Runner:
         return {t.name: self.scored(t.name) for t in trials}
 
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
-        """One more repeat of each run, in a shuffled order; each run's record is (re)made after."""
+        """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
+        and the data checks once the round is done."""
         batch = [run for run in runs if run.failure is None]
         self.rng.shuffle(batch)
         for run in batch:
             self._run_once(run)
             self._finish(run)
+        self.check_data()
+
+    # --- the data check ----------------------------------------------------------------------
+
+    def _delivery(self, run: TrialRun) -> Delivery | None:
+        if run.delivered is None or run.delivered[0] != run.repeats:
+            measurement = _merge(run.measurements)
+            run.delivered = (run.repeats, delivery(streams(measurement), self.key_kind,
+                                                   self.spec.config.measure.epoch_batches))
+        return run.delivered[1]
+
+    def check_data(self) -> None:
+        """Each measured trial's data check against the reference (the baseline, unless it repeats
+        samples itself); a record whose check changed is rewritten (the baseline may be measured
+        after a trial, and every new trial can move the reference)."""
+        measured = {name: run for name, run in self.runs.items()
+                    if name != IDEAL and not run.resumed and run.failure is None and run.measurements}
+        deliveries = {name: found for name, run in measured.items() if (found := self._delivery(run)) is not None}
+        checks = check_all(deliveries, BASELINE)
+        changed = False
+        for name, run in measured.items():
+            check = checks.get(name, Check(None, reason=self._unchecked_reason()))
+            if check == run.check:
+                continue
+            run.check = check
+            if run.record is not None and run.record.status == OK:
+                run.record = dataclasses.replace(run.record, **_check_columns(check))
+                changed = True
+        if changed:
+            self.results.replace(self.records)
+
+    def _unchecked_reason(self) -> str:
+        if self.key_kind == LABEL:
+            return ("the samples' bytes change from one read to the next (random augmentation?) and the batches "
+                    "carry no 1-D integer tensor (labels or indices) to compare instead")
+        return "the batches hold no tensor with one row per sample to take keys from"
+
+    def data_findings(self) -> DataFindings:
+        """The trials the data check flagged, with the fixes, and why some were not checked."""
+        flagged = tuple(Flagged(name, run.check.verdict, run.check.reason, fixes(run.check, self.iterable))
+                        for name, run in self.runs.items()
+                        if run.check is not None and run.flagged and run.failure is None)
+        flagged += tuple(Flagged(name, run.record.data_check, run.record.reason or "", ())
+                         for name, run in self.runs.items() if run.check is None and run.flagged)
+        checks = [run.check for run in self.runs.values() if run.check is not None]
+        notes = []
+        unchecked = [c for c in checks if c.verdict is None]
+        if unchecked:
+            notes.append(f"not checked for {len(unchecked)} of {len(checks)} trials: {unchecked[0].reason}")
+        if self.key_kind == LABEL and len(unchecked) < len(checks):
+            notes.append("the samples' bytes change from one read to the next (random augmentation?): trials "
+                         "were compared by their labels or indices instead")
+        return DataFindings(flagged, tuple(notes))
 
     def _budget_left(self) -> bool:
         budget = self.spec.config.measure.budget_s
@@ -310,7 +386,7 @@ class Runner:
         m = self.spec.config.measure
         while True:
             contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
-                          and run.trial.name != IDEAL]
+                          and run.trial.name != IDEAL and not run.flagged]
             step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
                              frozenset(run.trial.name for run in contenders if run.stopped_early))
             self.last_race = step
@@ -391,7 +467,8 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
                     cores=effective_cores / host_ranks if spec.torchrun else effective_cores,
                     shm_check=lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks),
                     execute=execute, sampled_ranks=1 if spec.torchrun else spec.ranks, per_rank=per_rank,
-                    scratch=scratch.name if scratch is not None else None)
+                    scratch=scratch.name if scratch is not None else None, stable_bytes=info.stable_bytes,
+                    iterable=info.iterable)
     runner.rank_by = rank_by
     runner.resume(kept)
     on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
@@ -408,13 +485,14 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
         if scratch is not None:
             scratch.cleanup()
     records = tuple(_ranked(runner, rank_by))
-    unstable = [note for r in records if r.ran and not r.stopped_early and r.trial != IDEAL
+    unstable = [note for r in records if r.ran and not r.stopped_early and not r.data_flagged and r.trial != IDEAL
                 and (note := unstable_note(r.trial, r.throughput_interval))]
     warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes, *unstable,
                 *_disagreement(runner, records))
     results.replace(records)
     on_event(events.SweepFinished(records))
-    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision())
+    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
+                       runner.data_findings())
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
@@ -426,6 +504,14 @@ def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
             and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
             and r.batches == m.batches]
+
+
+def _check_columns(check: Check | None) -> dict[str, Any]:
+    """A record's data_check and, when flagged, its reason: what is wrong."""
+    if check is None:
+        return {}
+    flagged = check.verdict in DATA_FLAGGED
+    return {"data_check": check.verdict, "reason": f"data_check {check.verdict}: {check.reason}" if flagged else ""}
 
 
 def _seed(name: str) -> int:

@@ -53,7 +53,7 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
-            sampling=sampling, copy_timer=parts.copy_timer)
+            sampling=sampling, copy_timer=parts.copy_timer, fingerprint=job.trial.feed != FEED_MEMORY)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None

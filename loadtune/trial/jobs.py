@@ -38,6 +38,10 @@ class PreflightInfo:
     batch_bytes: int | None = None
     error: str | None = None
     error_kind: str | None = None  # "config" or "factory"
+    iterable: bool | None = None  # the dataset is an IterableDataset
+    # Whether the first batch, read twice, had the same bytes (sample keys): False where samples
+    # change from one read to the next (random augmentation); None where it could not be told.
+    stable_bytes: bool | None = None
 
 
 @dataclass(frozen=True)

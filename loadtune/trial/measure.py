@@ -9,8 +9,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
+import numpy as np
+
 from loadtune.errors import LoadtuneError
 from loadtune.measurement import Measurement, Window
+from loadtune.trial.fingerprint import sample_keys
 
 Clock = Callable[[], float]
 Step = Callable[[Any], None]
@@ -55,6 +58,13 @@ def batch_bytes(batch: Any) -> int:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return total
+
+
+def _joined(parts: list[np.ndarray | None]) -> tuple[int, ...]:
+    """A window's per-batch keys (or labels) as one tuple; none when a batch had none."""
+    if not parts or any(p is None for p in parts):
+        return ()
+    return tuple(np.concatenate(parts).tolist())
 
 
 class Feed:
@@ -131,6 +141,7 @@ def measure_loop(
     sampling: Sampling | None = None,
     copy_timer: Callable[[], float | None] | None = None,
     region: Region | None = None,
+    fingerprint: bool = True,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -139,14 +150,16 @@ def measure_loop(
     `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
     the time blocked in next() (a new epoch's iterator creation included), h2d the
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
-    the parts of a window add up to its wall time. `sampling.start` runs once the first
+    the parts of a window add up to its wall time (less the fingerprints, below). `sampling.start` runs once the first
     batch is in, before the warm-up batches, and `sampling.end` just after the last counted
     batch; the warm-up goes on past `warmup_batches`, batch after batch as before (never
     pausing, which would let the queue fill), until `sampling.ready()`: a sampler's first
     reading then never overlaps a counted window. `copy_timer`, when given, returns the
     device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
     wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
-    record_function); the parts are timed the same way.
+    record_function); the parts are timed the same way. With `fingerprint`, each counted
+    batch's samples get their keys and labels (Window.keys, .labels) after its step, outside
+    the timed parts: the clock restarts after them, so they add nothing to wait, h2d or step.
     """
     feed = Feed(loader, epoch_batches)
     fetch, move, run_step = feed.next, transfer, step
@@ -173,6 +186,8 @@ def measure_loop(
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):
             wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
+            keys: list[np.ndarray | None] = []
+            labels: list[np.ndarray | None] = []
             t0 = clock()
             for _ in range(batches):
                 batch, new_epoch = fetch()
@@ -191,9 +206,16 @@ def measure_loop(
                 stepped.append(t3 - t2)
                 samples.append(batch_len(batch, default_batch_size))
                 starts.append(new_epoch)
-                t0 = t3
+                if fingerprint:
+                    found = sample_keys(batch, samples[-1])
+                    keys.append(found[0])
+                    labels.append(found[1])
+                    t0 = clock()
+                else:
+                    t0 = t3
             copy_s = tuple(copies) if copies and None not in copies else ()
-            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s))
+            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s,
+                                  keys=_joined(keys), labels=_joined(labels)))
         if sampling is not None:
             sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,

@@ -45,11 +45,36 @@ def preflight(job: PreflightJob) -> PreflightInfo:
         first = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
     except Exception:  # noqa: BLE001 - a failing sample is each trial's row to report, with its index
         first = _NO_BATCH
+    iterable = isinstance(dataset, IterableDataset)
     return PreflightInfo(dataset_len=dataset_length(dataset),
-                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first))
+                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first), iterable=iterable,
+                         stable_bytes=None if first is _NO_BATCH else stable_bytes(dataset, in_process))
 
 
-_NO_BATCH = object()
+def stable_bytes(dataset: object, kwargs: dict) -> bool | None:
+    """Whether the first batch, read twice in order (no shuffle), holds the same bytes: the
+    sample keys can then tell samples apart across trials. False where samples change from one
+    read to the next (random augmentation); None where it cannot be told (no per-sample tensor,
+    no batch)."""
+    from torch.utils.data import DataLoader
+
+    from loadtune.trial.measure import batch_len
+    from loadtune.trial.fingerprint import sample_keys
+
+    in_order = {**kwargs, "shuffle": False}
+    found = []
+    for _ in range(2):
+        try:
+            batch = next(iter(DataLoader(dataset, **in_order)), _NO_BATCH)
+        except Exception:  # noqa: BLE001 - as above: the trials report it
+            return None
+        if batch is _NO_BATCH:
+            return None
+        keys, _ = sample_keys(batch, batch_len(batch, kwargs.get("batch_size") or 1))
+        if keys is None:
+            return None
+        found.append(keys)
+    return len(found[0]) == len(found[1]) and bool((found[0] == found[1]).all())
 
 
 _NO_BATCH = object()

@@ -1,0 +1,254 @@
+"""Whether each trial delivered the samples the baseline delivers (README, "What is measured"):
+a faster config that repeats samples or loses some changes training, so it is never ranked or
+recommended.
+
+Each counted sample has a key (loadtune.trial.fingerprint: a hash of a small slice of its
+bytes, with its label; or its label or index alone where the bytes change from one read to the
+next). Keys are compared per epoch, so that order never matters (shuffle, in_order=False):
+
+- duplicates: more of a trial's samples come again within one epoch than in the trial that
+  repeats least (a small share is allowed: genuinely equal samples repeat in every config), or
+  ranks get the same samples in the same epoch (beyond a DistributedSampler's padding);
+- different: where both observed a complete epoch (its first batch to its last, inside one
+  window), the trial's epoch holds another number of samples (duplicates where it is a whole
+  multiple of the reference's: the stream came several times), or samples the reference never
+  delivered, or misses some it delivered (beyond one batch and a small share: drop_last drops a
+  different remainder each epoch);
+- same: none of that.
+
+Pure functions over keys, so tests drive them with made-up ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from loadtune.measurement import Measurement, Window
+from loadtune.results.record import DATA_DIFFERENT, DATA_DUPLICATES, DATA_SAME
+
+# Which key a check uses: the content key (bytes and label), or the label or index alone.
+CONTENT, LABEL = "content", "label"
+# A trial repeats samples when the share of its samples that come again within their epoch is
+# above REPEAT_FACTOR times the least-repeating trial's share plus REPEAT_MARGIN.
+REPEAT_FACTOR = 2.0
+REPEAT_MARGIN = 0.05
+# Keys that repeat more than this within an epoch even in the least-repeating trial (class
+# labels, say) cannot show repeats: then only complete epochs are compared.
+UNIQUE_KEYS_MAX_REPEAT = 0.05
+# Complete epochs differ when their sizes or contents differ by more than one batch per rank
+# plus this share of the epoch.
+EPOCH_DIFFERENCE = 0.05
+
+# Causes, each with the fix the summary gives.
+REPEATED, ACROSS_RANKS, EPOCH_SIZE, EPOCH_CONTENT = "repeated", "across ranks", "epoch size", "epoch content"
+WORKERS_FIX = ("Each DataLoader worker ran the whole IterableDataset: split the stream in __iter__ with "
+               "torch.utils.data.get_worker_info() (its id and num_workers), so that each worker yields its "
+               "own part.")
+SHARDS_FIX = ("A sharded dataset read by more workers than it has shards gives some shards to several workers: "
+              "keep num_workers at or below the number of shards.")
+SAMPLER_FIX = "The sampler gave some samples twice in one epoch: give each index once per epoch."
+RANKS_FIX = ("The ranks received the same samples: give each rank its own share, with a DistributedSampler "
+             "for a map-style dataset, or by splitting an IterableDataset on torch.distributed.get_rank() "
+             "and get_world_size().")
+DIFFERENT_FIX = ("The samples depend on the settings: make each sample depend only on its index or place in the "
+                 "stream (not on the worker or rank that reads it), and check that the split between workers "
+                 "covers every sample once.")
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What one trial delivered, by one kind of key: its counted samples, those that came again
+    within their epoch on the same rank, those another rank also got in the same epoch, and its
+    complete epochs (all ranks' parts together), each as its keys sorted."""
+
+    samples: int
+    repeated: int
+    ranks: int = 1
+    shared: int = 0  # samples another rank also got, in the same window and epoch
+    shared_allowance: int = 0  # a DistributedSampler's padding: 2 * (ranks - 1) per epoch compared
+    batch: int = 0  # the largest batch, in samples
+    epochs: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
+    seen: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64), compare=False, repr=False)
+
+    @property
+    def repeat_rate(self) -> float:
+        return self.repeated / self.samples if self.samples else 0.0
+
+    @property
+    def shared_rate(self) -> float:
+        return self.shared / self.samples if self.samples else 0.0
+
+
+@dataclass(frozen=True)
+class Check:
+    """A trial's data_check: SAME, DUPLICATES or DIFFERENT, or None when it could not be checked;
+    the causes found and what is wrong, in words, for the reason column."""
+
+    verdict: str | None
+    causes: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def _keys(window: Window, kind: str) -> np.ndarray | None:
+    values = window.keys if kind == CONTENT else window.labels
+    if not values or len(values) != sum(window.samples):
+        return None
+    if kind == CONTENT:
+        return np.asarray(values, dtype=np.uint64)
+    return np.asarray(values, dtype=np.int64).view(np.uint64)
+
+
+def segments(window: Window, kind: str = CONTENT, epoch_batches: int | None = None,
+             ) -> list[tuple[np.ndarray, bool]] | None:
+    """A window's keys split into its epochs' parts, each with whether it is a complete epoch
+    (from an epoch's first batch to the batch before the next epoch's first; not one cut short
+    by measure.epoch_batches). None when the window has no keys of that kind."""
+    keys = _keys(window, kind)
+    if keys is None:
+        return None
+    ends = np.cumsum(window.samples)
+    batches = len(window.samples)
+    firsts = sorted({0, *(i for i, start in enumerate(window.epoch_start) if start)})
+    found = []
+    for j, first in enumerate(firsts):
+        last = firsts[j + 1] if j + 1 < len(firsts) else batches
+        lo, hi = (int(ends[first - 1]) if first else 0), int(ends[last - 1])
+        complete = (window.epoch_start[first] and j + 1 < len(firsts)
+                    and (epoch_batches is None or last - first < epoch_batches))
+        found.append((keys[lo:hi], bool(complete)))
+    return found
+
+
+def delivery(per_rank: Sequence[Sequence[Window]], kind: str = CONTENT, epoch_batches: int | None = None,
+             ) -> Delivery | None:
+    """What a trial delivered: `per_rank` holds each rank's windows, in the same order (one
+    rank: the trial's windows). None when a window lacks keys of that kind."""
+    split = []
+    for windows in per_rank:
+        found = [segments(w, kind, epoch_batches) for w in windows]
+        if not found or any(f is None for f in found):
+            return None
+        split.append(found)
+    ranks = len(split)
+    samples = repeated = shared = allowance = 0
+    epochs, everything = [], []
+    for rank_windows in split:
+        for window in rank_windows:
+            for keys, _ in window:
+                samples += len(keys)
+                repeated += len(keys) - len(np.unique(keys))
+                everything.append(keys)
+    for at in range(len(split[0])):
+        parts = [rank_windows[at] for rank_windows in split]
+        for k in range(min(len(p) for p in parts)):
+            same_epoch = [p[k] for p in parts]
+            if ranks > 1:
+                for r, (keys, _) in enumerate(same_epoch):
+                    others = np.concatenate([o for s, (o, _) in enumerate(same_epoch) if s != r])
+                    shared += int(np.isin(keys, others).sum())
+                allowance += 2 * (ranks - 1)
+            if all(complete for _, complete in same_epoch):
+                epochs.append(np.sort(np.concatenate([keys for keys, _ in same_epoch])))
+    batch = max((max(w.samples, default=0) for windows in per_rank for w in windows), default=0)
+    seen = np.unique(np.concatenate(everything)) if everything else np.empty(0, np.uint64)
+    return Delivery(samples, repeated, ranks, shared, allowance, batch, tuple(epochs), seen)
+
+
+def streams(measurement: Measurement) -> list[tuple[Window, ...]]:
+    """Each rank's windows (the trial's own with one rank): the keys are kept per rank."""
+    return [m.windows for m in measurement.ranks] if measurement.ranks else [measurement.windows]
+
+
+def repeat_limit(floor: float) -> float:
+    """The most a trial's samples may repeat within an epoch, given the least-repeating trial's share."""
+    return REPEAT_FACTOR * floor + REPEAT_MARGIN
+
+
+def compare(trial: Delivery, reference: Delivery, floor: float, reference_name: str = "the baseline") -> Check:
+    """The check of one trial against the reference trial's delivery; `floor` is the share of
+    samples the least-repeating trial repeated within an epoch."""
+    causes, why = [], []
+    unique = floor <= UNIQUE_KEYS_MAX_REPEAT
+    if unique:
+        limit = repeat_limit(floor)
+        if trial.repeat_rate > limit:
+            causes.append(REPEATED)
+            why.append(f"{trial.repeat_rate:.0%} of its samples came again within the same epoch, against "
+                       f"{reference.repeat_rate:.0%} in {reference_name}")
+        if trial.ranks > 1 and trial.shared > trial.shared_allowance and trial.shared_rate > limit:
+            causes.append(ACROSS_RANKS)
+            why.append(f"{trial.shared_rate:.0%} of its samples also went to another rank in the same epoch")
+    if causes:
+        return Check(DATA_DUPLICATES, tuple(causes), "; ".join(why))
+    if trial.epochs and reference.epochs:
+        different = _epochs_differ(trial, reference, reference_name)
+        if different is not None:
+            return different
+    elif not unique:
+        return Check(None, reason=f"even the trial that repeats least repeats {floor:.0%} of its samples within "
+                                  "an epoch, so the keys do not tell samples apart, and no whole epoch fit in a "
+                                  "window to compare (raise measure.batches above the batches of an epoch)")
+    return Check(DATA_SAME)
+
+
+def _epochs_differ(trial: Delivery, reference: Delivery, reference_name: str) -> Check | None:
+    """DIFFERENT where the complete epochs differ in size or content by more than one batch per
+    rank plus EPOCH_DIFFERENCE of the epoch (DUPLICATES where an epoch holds a whole multiple of
+    the reference's samples: the stream delivered several times); else None."""
+    per_batch = max(trial.batch, reference.batch) * trial.ranks
+
+    def allowed(n: int) -> float:
+        return per_batch + EPOCH_DIFFERENCE * n
+
+    sizes = sorted({len(e) for e in reference.epochs})
+    for epoch in trial.epochs:
+        n = len(epoch)
+        nearest = min(sizes, key=lambda size: abs(size - n))
+        if abs(n - nearest) > allowed(max(n, nearest)):
+            times = round(n / nearest) if nearest else 0
+            if times >= 2 and abs(n - times * nearest) <= allowed(n):  # the whole stream, several times
+                return Check(DATA_DUPLICATES, (REPEATED,),
+                             f"an epoch delivered {n} samples where {reference_name} delivered {nearest}: "
+                             f"each sample {times} times")
+            return Check(DATA_DIFFERENT, (EPOCH_SIZE,),
+                         f"an epoch delivered {n} samples where {reference_name} delivered {nearest}")
+        foreign = int(np.count_nonzero(~np.isin(epoch, reference.seen)))
+        if foreign > allowed(n):
+            return Check(DATA_DIFFERENT, (EPOCH_CONTENT,),
+                         f"{foreign / n:.0%} of an epoch's samples never came in {reference_name}")
+    for epoch in reference.epochs:
+        missing = int(np.count_nonzero(~np.isin(epoch, trial.seen)))
+        if missing > allowed(len(epoch)):
+            return Check(DATA_DIFFERENT, (EPOCH_CONTENT,),
+                         f"{missing / len(epoch):.0%} of the samples of an epoch of {reference_name} never came")
+    return None
+
+
+def check_all(deliveries: Mapping[str, Delivery], baseline: str) -> dict[str, Check]:
+    """Every trial's check. The reference is the baseline, unless it repeats samples itself
+    (then the trial that repeats least)."""
+    if not deliveries:
+        return {}
+    floor = min(d.repeat_rate for d in deliveries.values())
+    reference = baseline
+    if baseline not in deliveries or (floor <= UNIQUE_KEYS_MAX_REPEAT
+                                      and deliveries[baseline].repeat_rate > repeat_limit(floor)):
+        reference = min(deliveries, key=lambda name: deliveries[name].repeat_rate)
+    name = "the baseline" if reference == baseline else reference
+    return {trial: compare(d, deliveries[reference], floor, name) for trial, d in deliveries.items()}
+
+
+def fixes(check: Check, iterable: bool | None) -> tuple[str, ...]:
+    """The fix for each cause of a flagged check, one sentence each."""
+    found: list[str] = []
+    for cause in check.causes:
+        if cause == REPEATED:
+            found.extend((WORKERS_FIX, SHARDS_FIX) if iterable is not False else (SAMPLER_FIX,))
+        elif cause == ACROSS_RANKS:
+            found.append(RANKS_FIX)
+        else:
+            found.append(DIFFERENT_FIX)
+    return tuple(dict.fromkeys(found))

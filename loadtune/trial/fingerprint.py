@@ -1,0 +1,129 @@
+"""What a batch holds, cheaply: one 64-bit key per sample, from a small fixed slice of its bytes,
+and the sample's integer label or index where the batch carries one.
+
+The sweep compares these keys across trials and ranks (loadtune.sweep.datacheck) to tell
+whether a faster config still feeds the same samples. A key hashes SLICE_ELEMENTS elements
+spread evenly over each sample of the batch's first tensor (never the whole batch), with the
+label mixed in, using numpy integer arithmetic: the same bytes give the same key in every
+process (Python's salted hash() would not).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+# Elements read from each sample: spread evenly over it (stride n // SLICE_ELEMENTS).
+SLICE_ELEMENTS = 32
+_WORD_BYTES = 8
+# Odd 64-bit multipliers, one per word of a slice and one for the label: a key is the sum of
+# each word times its multiplier (wrapping), the label's likewise; enough to tell samples apart.
+_WORD_MULTIPLIERS = (np.random.default_rng(0x10AD).integers(0, 2**63, size=64, dtype=np.uint64) * np.uint64(2)
+                     + np.uint64(1))
+_LABEL_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _is_array(item: Any) -> bool:
+    shape = getattr(item, "shape", None)
+    return shape is not None and len(shape) > 0 and hasattr(item, "dtype")
+
+
+def _leaves(batch: Any) -> list[Any]:
+    """Tensors and arrays of a batch in the order batch_len looks at them (breadth first)."""
+    found, queue = [], [batch]
+    while queue:
+        item = queue.pop(0)
+        if _is_array(item):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            queue.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            queue.extend(item)
+    return found
+
+
+def _is_integer(item: Any) -> bool:
+    dtype = item.dtype
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in "iu"
+    return not (item.is_floating_point() or item.is_complex()) and str(dtype) != "torch.bool"
+
+
+@functools.lru_cache(maxsize=64)
+def _picks(sample_shape: tuple[int, ...]) -> tuple[int, tuple[np.ndarray, ...]]:
+    """Where the SLICE_ELEMENTS elements of a sample lie: the stride over the flattened sample,
+    and the same positions as an index per dimension (for samples not laid out contiguously)."""
+    per_sample = math.prod(sample_shape)
+    stride = max(per_sample // SLICE_ELEMENTS, 1)
+    flat = np.arange(0, per_sample, stride)[:SLICE_ELEMENTS]
+    return stride, np.unravel_index(flat, sample_shape)
+
+
+def _as_numpy(item: Any) -> np.ndarray | None:
+    """A CPU tensor as a numpy array sharing its memory (types numpy lacks, like bfloat16, as
+    same-width integers); a device tensor is sliced first, then copied."""
+    if isinstance(item, np.ndarray):
+        return item if item.dtype.kind in "biufc" else None
+    import torch
+
+    if item.device.type != "cpu":
+        stride, _ = _picks(tuple(item.shape[1:]))
+        item = item.reshape(item.shape[0], -1)[:, ::stride][:, :SLICE_ELEMENTS].cpu()
+    item = item.detach()
+    try:
+        return item.numpy()
+    except TypeError:  # a dtype numpy does not have
+        width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(item.element_size())
+        return item.view(width).numpy() if width is not None else None
+
+
+def _slice_bytes(item: Any, size: int) -> np.ndarray | None:
+    """SLICE_ELEMENTS elements spread evenly over each sample of `item` (in logical order,
+    whatever the memory layout), as bytes: (size, width) uint8."""
+    array = _as_numpy(item)
+    if array is None or array.size == 0:
+        return None
+    if array.ndim == 1:
+        rows = array[:, None]
+    elif array.flags.c_contiguous:
+        stride, _ = _picks(array.shape[1:])
+        rows = array.reshape(size, -1)[:, ::stride][:, :SLICE_ELEMENTS]
+    else:
+        rows = array[(slice(None), *_picks(array.shape[1:])[1])]
+    return np.ascontiguousarray(rows).view(np.uint8)
+
+
+def _hash_rows(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit key for each row of a (n, width) uint8 array: its 8-byte words times their
+    multipliers, summed (wrapping)."""
+    n, width = rows.shape
+    pad = -width % _WORD_BYTES
+    if pad:
+        rows = np.concatenate([rows, np.zeros((n, pad), np.uint8)], axis=1)
+    words = rows.view(np.uint64)
+    return (words * _WORD_MULTIPLIERS[:words.shape[1]]).sum(axis=1, dtype=np.uint64) + np.uint64(width)
+
+
+def sample_keys(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per sample of a batch of `size` samples: its key (uint64; the content slice of the first
+    tensor or array whose first dimension is `size`, with the label mixed in) and its label
+    (int64; the first 1-D integer tensor of length `size`). Either is None when the batch has
+    no such tensor."""
+    leaves = [x for x in _leaves(batch) if int(x.shape[0]) == size]
+    if not leaves or size <= 0:
+        return None, None
+    label = next((x for x in leaves if len(x.shape) == 1 and _is_integer(x)), None)
+    labels = None
+    if label is not None:
+        labels = (label if isinstance(label, np.ndarray) else label.detach().cpu().numpy()).astype(np.int64,
+                                                                                                  copy=False)
+    rows = _slice_bytes(leaves[0], size)
+    if rows is None:
+        return None, labels
+    keys = _hash_rows(rows)
+    if labels is not None:
+        keys = keys + labels.view(np.uint64) * _LABEL_MULTIPLIER
+    return keys, labels

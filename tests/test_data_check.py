@@ -1,0 +1,326 @@
+"""The data check: a faster config must feed the same samples. The comparison on made-up keys
+(exact), the fingerprints, the measured loop's keys, the runner keeping flagged trials out of
+the pick, and real sweeps of streams split and unsplit between workers and ranks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from loadtune.config import load_config
+from loadtune.measurement import Measurement, Window, combine_ranks
+from loadtune.results.record import ResultsFile, read_records
+from loadtune.sweep import events
+from loadtune.sweep.datacheck import (ACROSS_RANKS, EPOCH_CONTENT, EPOCH_SIZE, LABEL, RANKS_FIX, REPEATED,
+                                      SHARDS_FIX, WORKERS_FIX, Check, check_all, delivery, fixes, segments, streams)
+from loadtune.sweep.launch import Outcome
+from loadtune.sweep.plan import trial_for
+from loadtune.sweep.runner import Runner, _ranked
+from loadtune.trial.fingerprint import sample_keys
+from loadtune.trial.measure import measure_loop
+from loadtune.trial.preflight import stable_bytes
+from loadtune import synthetic
+from tests.conftest import run_cli, tiny_config
+
+
+def window(batches: list[list[int]], starts: set[int] = frozenset(), labels: bool = False) -> Window:
+    """A window whose batches hold these keys (as labels too, with `labels`); `starts` are the
+    batches that begin an epoch."""
+    n = len(batches)
+    keys = tuple(k for b in batches for k in b)
+    return Window((0.01,) * n, (0.0,) * n, (0.01,) * n, tuple(len(b) for b in batches),
+                  tuple(i in starts for i in range(n)), keys=() if labels else keys, labels=keys if labels else ())
+
+
+def batched(keys: list[int], size: int = 4) -> list[list[int]]:
+    return [keys[i:i + size] for i in range(0, len(keys), size)]
+
+
+def epochs(stream: list[int], count: int, size: int = 4) -> tuple[list[list[int]], set[int]]:
+    """`count` whole epochs of `stream` in batches, preceded and followed by one batch of a
+    neighbouring epoch, and the batches that start an epoch."""
+    per_epoch = batched(stream, size)
+    batches = [per_epoch[-1]] + per_epoch * count + [per_epoch[0]]
+    starts = {1 + e * len(per_epoch) for e in range(count + 1)}
+    return batches, starts
+
+
+DATASET = list(range(24))
+
+
+def one_rank(batches, starts=frozenset(), labels=False):
+    return delivery([[window(batches, starts, labels)]], LABEL if labels else "content")
+
+
+# --- the comparison, on made-up keys -------------------------------------------------------------
+
+
+def test_a_window_splits_at_epoch_starts_and_only_whole_epochs_are_complete():
+    batches, starts = epochs(DATASET, 2)
+    found = segments(window(batches, starts))
+    assert [(keys.tolist(), complete) for keys, complete in found] == [
+        ([20, 21, 22, 23], False), (DATASET, True), (DATASET, True), ([0, 1, 2, 3], False)]
+    # Epochs of exactly measure.epoch_batches batches may have been cut short: not complete.
+    assert [complete for _, complete in segments(window(batches, starts), epoch_batches=6)] == [False] * 4
+    assert [complete for _, complete in segments(window(batches, starts), epoch_batches=7)] == [False, True, True,
+                                                                                              False]
+
+
+def test_repeats_count_within_an_epoch_only():
+    batches, starts = epochs(DATASET, 2)
+    assert one_rank(batches, starts).repeated == 0, "the same samples in the next epoch are no repeat"
+    assert one_rank([[0, 1, 2, 3], [0, 1, 4, 5]]).repeated == 2
+
+
+def test_an_unsplit_stream_is_duplicates_and_a_new_order_is_the_same():
+    rng = np.random.default_rng(0)
+    shuffled = [int(k) for k in rng.permutation(DATASET)]
+    # Two workers each yielding the whole stream, batch by batch in turn.
+    unsplit = [b for batch in batched(DATASET) for b in (batch, batch)]
+    checks = check_all({"baseline": one_rank(*epochs(DATASET, 2)), "shuffle=True": one_rank(*epochs(shuffled, 2)),
+                        "num_workers=2": one_rank(unsplit[:10])}, "baseline")
+    assert checks["baseline"] == Check("same") and checks["shuffle=True"] == Check("same")
+    assert checks["num_workers=2"] == Check("duplicates", (REPEATED,), "50% of its samples came again within the "
+                                                                       "same epoch, against 0% in the baseline")
+    assert fixes(checks["num_workers=2"], iterable=True) == (WORKERS_FIX, SHARDS_FIX)
+
+
+def test_a_whole_epoch_that_holds_the_stream_twice_is_duplicates_even_by_labels_that_repeat():
+    classes = [k % 3 for k in DATASET]  # class labels: repeat within every epoch
+    doubled = [c for batch in batched(classes) for c in batch] * 2
+    checks = check_all({"baseline": one_rank(*epochs(classes, 2), labels=True),
+                        "num_workers=2": one_rank(*epochs(doubled, 1), labels=True)}, "baseline")
+    assert checks["baseline"] == Check("same")
+    assert checks["num_workers=2"] == Check("duplicates", (REPEATED,), "an epoch delivered 48 samples where the "
+                                                                       "baseline delivered 24: each sample 2 times")
+
+
+def test_labels_that_repeat_without_a_whole_epoch_cannot_be_checked():
+    classes = [k % 3 for k in DATASET]
+    checks = check_all({"baseline": one_rank(batched(classes)[:4], labels=True),
+                        "num_workers=2": one_rank(batched(classes)[:4], labels=True)}, "baseline")
+    assert checks["num_workers=2"].verdict is None
+    assert checks["num_workers=2"].reason.startswith("even the trial that repeats least repeats 81% of its samples")
+
+
+def test_samples_missing_from_or_foreign_to_a_whole_epoch_are_different():
+    baseline = one_rank(*epochs(DATASET, 2))
+    checks = check_all({
+        "baseline": baseline,
+        "missing": one_rank(*epochs(DATASET[:12], 2)),
+        "foreign": one_rank(*epochs([k + 100 for k in DATASET], 2)),
+        "one batch off": one_rank(*epochs(DATASET[:20] + [200, 201, 202, 203], 2)),  # drop_last's remainder
+    }, "baseline")
+    assert checks["missing"] == Check("different", (EPOCH_SIZE,), "an epoch delivered 12 samples where the "
+                                                                  "baseline delivered 24")
+    assert checks["foreign"] == Check("different", (EPOCH_CONTENT,), "100% of an epoch's samples never came in "
+                                                                     "the baseline")
+    assert checks["one batch off"] == Check("same"), "within one batch: drop_last drops a different remainder"
+
+
+def test_missing_samples_of_the_same_count_are_different():
+    # Each sample of the first half twice, the second half never: as many samples per epoch.
+    half = DATASET[:12]
+    twice = [k for k in half for _ in range(2)]
+    checks = check_all({"baseline": one_rank(*epochs(DATASET, 2)), "t": one_rank(*epochs(twice, 2))}, "baseline")
+    assert checks["t"].verdict == "duplicates", "repeats within the epoch are named first"
+
+
+def test_ranks_that_get_the_same_samples_are_duplicates_and_a_samplers_padding_is_not():
+    def two_ranks(rank0, rank1):
+        return delivery([[window(*epochs(rank0, 2))], [window(*epochs(rank1, 2))]])
+
+    evens, odds = DATASET[0::2], DATASET[1::2]
+    padded = DATASET[:23]  # 23 samples over 2 ranks: the sampler repeats one to even them out
+    deliveries = {
+        "baseline": two_ranks(evens, odds),
+        "padded": two_ranks(padded[0::2], padded[1::2] + [padded[0]]),
+        "unsharded": two_ranks(DATASET, DATASET),
+    }
+    checks = check_all(deliveries, "baseline")
+    assert deliveries["unsharded"].shared == 112 and deliveries["padded"].shared == 4
+    assert deliveries["padded"].shared_allowance == 8, "2 per epoch part compared: the padded sample on each side"
+    assert checks["baseline"] == Check("same") and checks["padded"] == Check("same")
+    assert checks["unsharded"] == Check("duplicates", (ACROSS_RANKS,), "100% of its samples also went to another "
+                                                                       "rank in the same epoch")
+    assert fixes(checks["unsharded"], iterable=True) == (RANKS_FIX,)
+
+
+def test_a_baseline_that_repeats_is_flagged_against_the_trial_that_repeats_least():
+    unsplit = [b for batch in batched(DATASET) for b in (batch, batch)]
+    checks = check_all({"baseline": one_rank(unsplit[:10]), "num_workers=0": one_rank(*epochs(DATASET, 2))},
+                       "baseline")
+    assert checks["num_workers=0"] == Check("same")
+    assert checks["baseline"] == Check("duplicates", (REPEATED,), "50% of its samples came again within the same "
+                                                                  "epoch, against 0% in num_workers=0")
+
+
+def test_a_trial_without_keys_is_not_checked():
+    assert delivery([[Window((0.1,), (0.0,), (0.1,), (4,), (False,))]]) is None
+    assert delivery([[window([[1, 2, 3]])]], LABEL) is None, "no labels"
+
+
+def test_combined_ranks_keep_each_ranks_keys():
+    per_rank = [Measurement(0.1, (window([[0, 2], [4, 6]]),)), Measurement(0.1, (window([[1, 3], [5, 7]]),))]
+    combined = combine_ranks(per_rank)
+    assert combined.windows[0].keys == (), "the combination is no one stream"
+    assert [w[0].keys for w in streams(combined)] == [(0, 2, 4, 6), (1, 3, 5, 7)]
+
+
+# --- the fingerprints ----------------------------------------------------------------------------
+
+
+def test_keys_tell_samples_apart_and_mix_the_label_in():
+    data = torch.arange(64, dtype=torch.float32).view(8, 8)
+    keys, labels = sample_keys((data, torch.arange(8)), 8)
+    assert len(set(keys.tolist())) == 8 and labels.tolist() == list(range(8))
+    same_rows, _ = sample_keys((data[[0, 0]], torch.tensor([3, 4])), 2)
+    assert same_rows[0] != same_rows[1], "equal bytes with other labels"
+    assert sample_keys({"text": ["a", "b"]}, 2) == (None, None)
+
+
+def test_keys_are_the_same_for_the_same_values_in_any_layout_or_process():
+    images = torch.rand(4, 3, 8, 8)
+    keys, _ = sample_keys((images,), 4)
+    assert keys.tolist() == sample_keys((images.to(memory_format=torch.channels_last),), 4)[0].tolist()
+    assert keys.tolist() == sample_keys((images.numpy(),), 4)[0].tolist()
+    code = ("import sys, torch\nfrom loadtune.trial.fingerprint import sample_keys\n"
+            "torch.manual_seed(0)\nprint(sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist())")
+    torch.manual_seed(0)
+    here = sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist()
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(there) == here
+
+
+def test_the_loop_keys_each_counted_sample_outside_the_timed_parts():
+    loader = [(torch.full((4, 2), float(i)), torch.arange(4 * i, 4 * i + 4)) for i in range(20)]
+    ticks = iter(range(10_000))
+    m = measure_loop(loader, lambda batch: None, warmup_batches=2, batches=5, repeats=2,
+                     clock=lambda: float(next(ticks)))
+    first, second = m.windows
+    assert first.labels == tuple(range(8, 28)) and second.labels == tuple(range(28, 48))
+    assert len(first.keys) == 20 and len(set(first.keys + second.keys)) == 40
+    # One tick per part: the keys' time (the clock read after them) is in no part.
+    assert first.wait_s == (1.0,) * 5 and first.step_s == (1.0,) * 5
+    plain = measure_loop(loader, lambda batch: None, warmup_batches=2, batches=5, repeats=1, fingerprint=False)
+    assert plain.windows[0].keys == () and plain.windows[0].labels == ()
+
+
+def test_bytes_that_change_per_read_are_told_apart_from_stable_ones():
+    kwargs = {"batch_size": 4, "num_workers": 0}
+    assert stable_bytes(synthetic.sleep_cost(16, 0.0), kwargs) is True
+    assert stable_bytes(synthetic.augmented_cost(16, 0.0), kwargs) is False
+    assert stable_bytes(synthetic.sleep_cost_stream(16, 0.0), kwargs) is True
+
+
+# --- the runner: flagged trials stay in the file, out of racing, ranking and the pick ----------------
+
+
+def keyed(throughput: float, batches: list[list[int]], starts: set[int]) -> Measurement:
+    n = len(batches)
+    per_batch = len(batches[0]) / throughput
+    w = Window((0.2 * per_batch,) * n, (0.0,) * n, (0.8 * per_batch,) * n, tuple(len(b) for b in batches),
+               tuple(i in starts for i in range(n)), keys=tuple(k for b in batches for k in b))
+    return Measurement(0.1, (w,))
+
+
+def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it(tmp_path, write_config):
+    config = tiny_config(measure={"warmup_batches": 1, "batches": 14, "timeout_s": 10, "min_repeats": 1,
+                                  "repeats": 2})
+    spec = load_config(write_config(config))
+    unsplit = [b for batch in batched(DATASET) for b in (batch, batch)]
+    by_workers = {1: (100.0, *epochs(DATASET, 2)), 0: (100.0, *epochs(DATASET, 2)),
+                  2: (180.0, unsplit, set())}
+
+    def execute(job, timeout_s):
+        throughput, batches, starts = by_workers[job.trial.loader_kwargs["num_workers"]]
+        return Outcome("ok", "", keyed(throughput, batches, starts), 0.5)
+
+    results = ResultsFile(tmp_path / "out.csv")
+    results.start()
+    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
+                    shm_check=lambda trial: None, execute=execute, iterable=True)
+    trials = [trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 0}, False),
+              trial_for(spec.config, {"num_workers": 2}, False)]
+    scores = runner.measure(trials, 1)
+    assert not scores["num_workers=2"].ran, "a flagged trial is as one that did not run, for the strategies"
+    assert runner.decision() is not None and runner.last_race.pick != "num_workers=2"
+    written = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
+    assert written["num_workers=2"].data_check == "duplicates" and written["baseline"].data_check == "same"
+    assert written["num_workers=2"].reason.startswith("data_check duplicates: 50% of its samples came again")
+    assert written["num_workers=2"].throughput == pytest.approx(180.0, rel=0.01), "its figures stay"
+    ranked = {r.trial: r for r in _ranked(runner, "throughput")}
+    assert ranked["num_workers=2"].rank is None and ranked["baseline"].rank == 1
+    assert ranked["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
+    findings = runner.data_findings()
+    assert [(f.trial, f.data_check) for f in findings.flagged] == [("num_workers=2", "duplicates")]
+    assert findings.flagged[0].fixes == (WORKERS_FIX, SHARDS_FIX)
+
+
+# --- real sweeps through the CLI -----------------------------------------------------------------
+
+
+def sweep_json(write_config, tmp_path: Path, marker: str, factory: str, sweep: dict, loader: dict | None = None,
+               kwargs: dict | None = None, *args: str) -> tuple[dict, dict]:
+    """A small real sweep: its --json summary, and its CSV's records by trial."""
+    config = tiny_config(
+        dataset={"factory": f"loadtune.synthetic:{factory}",
+                 "kwargs": {"num_samples": 24, "cost_s": 0.0005, **(kwargs or {})}},
+        loader={"batch_size": 8, "num_workers": 0, **(loader or {})},
+        sweep=sweep, step={"sleep_s": 0.002},
+        measure={"warmup_batches": 2, "batches": 10, "repeats": 1, "timeout_s": 60})
+    out = tmp_path / "out.csv"
+    done = run_cli("sweep", str(write_config(config)), "--out", str(out), "--json", *args, marker=marker,
+                   timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout), {r.trial: r for r in read_records(out)}
+
+
+@pytest.mark.slow
+def test_an_unsplit_stream_is_flagged_with_two_workers_or_more_and_never_recommended(write_config, tmp_path,
+                                                                                     marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "unsplit_stream", {"num_workers": [1, 2, 4]})
+    assert {t: rows[t].data_check for t in ("baseline", "num_workers=1", "num_workers=2", "num_workers=4")} == {
+        "baseline": "same", "num_workers=1": "same", "num_workers=2": "duplicates", "num_workers=4": "duplicates"}
+    assert rows["num_workers=2"].rank is None and rows["num_workers=2"].status == "ok"
+    assert summary["recommended"]["trial"] in ("baseline", "num_workers=1")
+    flagged = {f["trial"]: f for f in summary["data_check"]["flagged"]}
+    assert set(flagged) == {"num_workers=2", "num_workers=4"}
+    assert WORKERS_FIX in flagged["num_workers=2"]["fixes"]
+
+
+@pytest.mark.slow
+def test_a_split_stream_and_a_shuffled_map_style_dataset_are_the_same(write_config, tmp_path, marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost_stream", {"num_workers": [1, 2, 4]})
+    assert {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"} == {"same"}
+    assert summary["data_check"]["flagged"] == []
+    summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost", {"num_workers": [2], "in_order": [False]},
+                               loader={"shuffle": True, "num_workers": 2})
+    assert {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"} == {"same"}
+    assert summary["recommended"] is not None
+
+
+@pytest.mark.slow
+def test_more_workers_than_shards_are_flagged(write_config, tmp_path, marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "sharded_stream", {"num_workers": [2, 3]},
+                               kwargs={"num_shards": 2})
+    assert (rows["baseline"].data_check, rows["num_workers=2"].data_check) == ("same", "same")
+    assert rows["num_workers=3"].data_check == "duplicates"
+    assert summary["recommended"]["trial"] != "num_workers=3"
+
+
+@pytest.mark.slow
+def test_two_ranks_without_a_distributed_sampler_on_a_stream_are_duplicates(write_config, tmp_path, marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "unsplit_stream", {"num_workers": [1]},
+                               None, None, "--ranks", "2")
+    checked = {t: r for t, r in rows.items() if t != "ideal"}
+    assert {r.data_check for r in checked.values()} == {"duplicates"}
+    assert all("another rank" in r.reason for r in checked.values())
+    assert summary["recommended"] is None
+    assert RANKS_FIX in summary["data_check"]["flagged"][0]["fixes"]
