@@ -295,15 +295,23 @@ def test_an_unsplit_stream_is_flagged_with_two_workers_or_more_and_never_recomme
     assert WORKERS_FIX in flagged["num_workers=2"]["fixes"]
 
 
+def checked(rows: dict) -> set:
+    return {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"}
+
+
 @pytest.mark.slow
-def test_a_split_stream_and_a_shuffled_map_style_dataset_are_the_same(write_config, tmp_path, marker):
+def test_a_stream_split_between_workers_is_the_same(write_config, tmp_path, marker):
     summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost_stream", {"num_workers": [1, 2, 4]})
-    assert {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"} == {"same"}
-    assert summary["data_check"]["flagged"] == []
-    summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost", {"num_workers": [2], "in_order": [False]},
-                               loader={"shuffle": True, "num_workers": 2})
-    assert {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"} == {"same"}
+    assert checked(rows) == {"same"} and summary["data_check"]["flagged"] == []
     assert summary["recommended"] is not None
+
+
+@pytest.mark.slow
+def test_a_shuffled_map_style_dataset_out_of_order_is_the_same(write_config, tmp_path, marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost", {"num_workers": [0], "in_order": [False]},
+                               loader={"shuffle": True, "num_workers": 2})
+    assert set(rows) >= {"baseline", "num_workers=0", "in_order=false"}
+    assert checked(rows) == {"same"} and summary["recommended"] is not None
 
 
 @pytest.mark.slow
@@ -313,6 +321,14 @@ def test_more_workers_than_shards_are_flagged(write_config, tmp_path, marker):
     assert (rows["baseline"].data_check, rows["num_workers=2"].data_check) == ("same", "same")
     assert rows["num_workers=3"].data_check == "duplicates"
     assert summary["recommended"]["trial"] != "num_workers=3"
+
+
+@pytest.mark.slow
+def test_two_ranks_sharded_by_loadtunes_distributed_sampler_are_the_same(write_config, tmp_path, marker):
+    summary, rows = sweep_json(write_config, tmp_path, marker, "sleep_cost", {"num_workers": [1]},
+                               {"shuffle": True}, {"num_samples": 25}, "--ranks", "2")
+    assert checked(rows) == {"same"}, "25 samples over 2 ranks: the sampler's one padded sample is allowed"
+    assert summary["recommended"] is not None
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """What a batch holds, cheaply: one 64-bit key per sample, from a small fixed slice of its bytes,
-and the sample's integer label or index where the batch carries one.
+and the sample's integer label or index where the batch carries one. In the measured loop only
+the slices are copied out per batch; they are hashed once the window is over.
 
 The sweep compares these keys across trials and ranks (loadtune.sweep.datacheck) to tell
 whether a faster config still feeds the same samples. A key hashes SLICE_ELEMENTS elements
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -31,18 +32,17 @@ def _is_array(item: Any) -> bool:
     return shape is not None and len(shape) > 0 and hasattr(item, "dtype")
 
 
-def _leaves(batch: Any) -> list[Any]:
+def _leaves(batch: Any) -> Iterator[Any]:
     """Tensors and arrays of a batch in the order batch_len looks at them (breadth first)."""
-    found, queue = [], [batch]
+    queue = [batch]
     while queue:
         item = queue.pop(0)
         if _is_array(item):
-            found.append(item)
+            yield item
         elif isinstance(item, Mapping):
             queue.extend(item.values())
         elif isinstance(item, (list, tuple)):
             queue.extend(item)
-    return found
 
 
 def _is_integer(item: Any) -> bool:
@@ -72,7 +72,8 @@ def _as_numpy(item: Any) -> np.ndarray | None:
     if item.device.type != "cpu":
         stride, _ = _picks(tuple(item.shape[1:]))
         item = item.reshape(item.shape[0], -1)[:, ::stride][:, :SLICE_ELEMENTS].cpu()
-    item = item.detach()
+    if item.requires_grad:
+        item = item.detach()
     try:
         return item.numpy()
     except TypeError:  # a dtype numpy does not have
@@ -104,26 +105,62 @@ def _hash_rows(rows: np.ndarray) -> np.ndarray:
     if pad:
         rows = np.concatenate([rows, np.zeros((n, pad), np.uint8)], axis=1)
     words = rows.view(np.uint64)
-    return (words * _WORD_MULTIPLIERS[:words.shape[1]]).sum(axis=1, dtype=np.uint64) + np.uint64(width)
+    return words.dot(_WORD_MULTIPLIERS[:words.shape[1]]) + np.uint64(width)
 
 
-def sample_keys(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Per sample of a batch of `size` samples: its key (uint64; the content slice of the first
-    tensor or array whose first dimension is `size`, with the label mixed in) and its label
-    (int64; the first 1-D integer tensor of length `size`). Either is None when the batch has
-    no such tensor."""
-    leaves = [x for x in _leaves(batch) if int(x.shape[0]) == size]
-    if not leaves or size <= 0:
+def sample_slice(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """What the keys of a batch of `size` samples are made of, copied out of the batch: the
+    bytes of SLICE_ELEMENTS elements of each sample of its first tensor or array whose first
+    dimension is `size` ((size, width) uint8), and its labels (int64: the first 1-D integer
+    tensor of length `size`). Either is None when the batch has no such tensor."""
+    content = label = None
+    for item in _leaves(batch):
+        if item.shape[0] != size:
+            continue
+        if content is None:
+            content = item
+        if item.ndim == 1 and _is_integer(item):
+            label = item
+            break
+    if content is None or size <= 0:
         return None, None
-    label = next((x for x in leaves if len(x.shape) == 1 and _is_integer(x)), None)
     labels = None
     if label is not None:
-        labels = (label if isinstance(label, np.ndarray) else label.detach().cpu().numpy()).astype(np.int64,
-                                                                                                  copy=False)
-    rows = _slice_bytes(leaves[0], size)
-    if rows is None:
-        return None, labels
+        labels = np.array(label if isinstance(label, np.ndarray) else label.cpu().numpy(), dtype=np.int64)
+    rows = _slice_bytes(content, size)
+    return (None if rows is None else np.array(rows, order="C")), labels
+
+
+def keys_of(rows: np.ndarray, labels: np.ndarray | None) -> np.ndarray:
+    """Each sample's key (uint64) from its slice's bytes, with its label mixed in where there is one."""
     keys = _hash_rows(rows)
     if labels is not None:
         keys = keys + labels.view(np.uint64) * _LABEL_MULTIPLIER
-    return keys, labels
+    return keys
+
+
+def sample_keys(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Per sample of a batch: its key (uint64) and its label (int64); either None when the
+    batch has no tensor to take it from (see sample_slice)."""
+    rows, labels = sample_slice(batch, size)
+    return (None if rows is None else keys_of(rows, labels)), labels
+
+
+Taken = tuple[np.ndarray | None, np.ndarray | None]  # a batch's sample_slice
+
+
+def window_keys(taken: Sequence[Taken]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A window's keys and labels, one per counted sample in order, from each batch's slices:
+    hashed once the window is over, all batches together where their slices are alike. Empty
+    when a batch had none."""
+    rows = [r for r, _ in taken]
+    labels = [lab for _, lab in taken]
+    has_labels = bool(labels) and all(lab is not None for lab in labels)
+    all_labels = np.concatenate(labels) if has_labels else None
+    if not rows or any(r is None for r in rows):
+        keys: tuple[int, ...] = ()
+    elif len({r.shape[1] for r in rows}) == 1:
+        keys = tuple(keys_of(np.concatenate(rows), all_labels).tolist())
+    else:
+        keys = tuple(k for r, lab in taken for k in keys_of(r, lab if has_labels else None).tolist())
+    return keys, tuple(all_labels.tolist()) if all_labels is not None else ()

@@ -9,11 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
-import numpy as np
-
 from loadtune.errors import LoadtuneError
 from loadtune.measurement import Measurement, Window
-from loadtune.trial.fingerprint import sample_keys
+from loadtune.trial.fingerprint import Taken, sample_slice, window_keys
 
 Clock = Callable[[], float]
 Step = Callable[[Any], None]
@@ -58,13 +56,6 @@ def batch_bytes(batch: Any) -> int:
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
     return total
-
-
-def _joined(parts: list[np.ndarray | None]) -> tuple[int, ...]:
-    """A window's per-batch keys (or labels) as one tuple; none when a batch had none."""
-    if not parts or any(p is None for p in parts):
-        return ()
-    return tuple(np.concatenate(parts).tolist())
 
 
 class Feed:
@@ -158,8 +149,9 @@ def measure_loop(
     device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
     wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
     record_function); the parts are timed the same way. With `fingerprint`, each counted
-    batch's samples get their keys and labels (Window.keys, .labels) after its step, outside
-    the timed parts: the clock restarts after them, so they add nothing to wait, h2d or step.
+    batch's samples get their keys and labels (Window.keys, .labels): a small slice of each
+    is copied out after its step, outside the timed parts (the clock restarts after it, so it
+    adds nothing to wait, h2d or step), and hashed once the window is over.
     """
     feed = Feed(loader, epoch_batches)
     fetch, move, run_step = feed.next, transfer, step
@@ -186,8 +178,7 @@ def measure_loop(
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):
             wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
-            keys: list[np.ndarray | None] = []
-            labels: list[np.ndarray | None] = []
+            taken: list[Taken] = []
             t0 = clock()
             for _ in range(batches):
                 batch, new_epoch = fetch()
@@ -207,15 +198,14 @@ def measure_loop(
                 samples.append(batch_len(batch, default_batch_size))
                 starts.append(new_epoch)
                 if fingerprint:
-                    found = sample_keys(batch, samples[-1])
-                    keys.append(found[0])
-                    labels.append(found[1])
+                    taken.append(sample_slice(batch, samples[-1]))
                     t0 = clock()
                 else:
                     t0 = t3
             copy_s = tuple(copies) if copies and None not in copies else ()
+            keys, labels = window_keys(taken)
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s,
-                                  keys=_joined(keys), labels=_joined(labels)))
+                                  keys=keys, labels=labels))
         if sampling is not None:
             sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
