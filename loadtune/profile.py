@@ -1,8 +1,9 @@
 """`loadtune profile`: run the baseline loop under torch.profiler and say where the time goes.
 
-The loop is the one a sweep measures (README, "What is measured"): wait (blocked in next()), h2d (the copy to
-the device) and step, each inside a torch.profiler.record_function region named
-`loadtune.wait`, `loadtune.h2d` and `loadtune.step`, so they stand out in the operator table
+The loop is the very loop a sweep measures (README, "What is measured"): wait (blocked in
+next()), h2d (the copy to the device, on an accelerator only) and step, each inside a
+torch.profiler.record_function region named `loadtune.wait`, `loadtune.h2d` (where there is a
+copy) and `loadtune.step`, so they stand out in the operator table
 and in a Chrome / Perfetto trace. Only the main process is profiled: DataLoader workers run
 in processes of their own, so their work shows as `loadtune.wait` here.
 
@@ -119,8 +120,9 @@ class _ProfiledWindow:
         pass
 
     def ready(self) -> bool:
-        self.profiler.__enter__()
-        self.running = True
+        if not self.running:
+            self.profiler.__enter__()
+            self.running = True
         return True
 
     def end(self) -> None:

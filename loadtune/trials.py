@@ -65,6 +65,7 @@ class Trial:
     settings: tuple[tuple[str, Any], ...]
     skip_reason: str | None = None
     feed: str = FEED_LOADER
+    asked_by: str | None = None  # the trial whose verdict's advice asked for this one
 
     @property
     def loader_kwargs(self) -> dict[str, Any]:

@@ -48,6 +48,15 @@ def tiny_config(**changes) -> dict:
     return config
 
 
+def wait_until(condition, timeout_s: float = 10.0, every_s: float = 0.02) -> bool:
+    """Poll `condition()` every `every_s` until it is true (True) or `timeout_s` has passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(every_s)
 
 
 def run_cli(*args: str, cwd: Path | None = None, marker: str | None = None, timeout: float = 240,

@@ -122,6 +122,7 @@ def test_the_trial_side_imports_nothing_of_the_sweep_side():
         assert not [r for r in reached if _inside(r, ("loadtune.sweep",))], module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["report"], ["compare", "--force"]])
 def test_report_and_compare_start_without_torch(command, tmp_path):
     """Checked in a real process with -X importtime, which lists every module imported."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtune.measure import EmptyLoaderError, batch_len, measure_loop
-from loadtune.stats import summarize
+from loadtune.trial.measure import EmptyLoaderError, batch_len, measure_loop
+from loadtune.sweep.stats import summarize
 
 
 class FakeClock:
@@ -138,13 +138,19 @@ def test_warmup_runs_on_until_sampling_is_ready_and_order_of_hooks():
     events: list[str] = []
     answers = iter([False, False, False, True])  # asked after each warm-up batch from the 2nd on
 
-    def ready() -> bool:
-        events.append("asked")
-        return next(answers)
+    class Hooks:
+        def start(self) -> None:
+            events.append("start")
+
+        def ready(self) -> bool:
+            events.append("asked")
+            return next(answers)
+
+        def end(self) -> None:
+            events.append("end")
 
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=2, batches=5, repeats=1, clock=clock,
-                     on_sampling_start=lambda: events.append("start"),
-                     on_sampling_end=lambda: events.append("end"), sampling_ready=ready)
+                     sampling=Hooks())
     assert events == ["start", "asked", "asked", "asked", "asked", "end"]
     # 5 warm-up batches in all (2 asked for, 3 more until ready), the first set apart.
     assert loader.iterators == 1
@@ -156,6 +162,12 @@ def test_warmup_runs_on_until_sampling_is_ready_and_order_of_hooks():
 def test_warmup_ends_at_warmup_batches_when_sampling_is_ready_at_once():
     clock = FakeClock()
     loader = FakeLoader(clock, length=1000, fetch_s=0.010)
+    class Ready:
+        def start(self) -> None: ...
+        def ready(self) -> bool:
+            return True
+        def end(self) -> None: ...
+
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=2, repeats=1, clock=clock,
-                     sampling_ready=lambda: True)
+                     sampling=Ready())
     assert m.warmup_s == pytest.approx(0.030 + 2 * 0.040)

@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from loadtune.errors import ConfigError
-from loadtune.measure import Measurement, Window, combine_ranks
-from loadtune.run import STOPPED_BY_PEER, Outcome
-from loadtune.stats import summarize
-from loadtune.torchrun import combine_outcomes, launched, refuse_nested_ranks
+from loadtune.measurement import Measurement, Window, combine_ranks
+from loadtune.sweep.launch import STOPPED_BY_PEER, Outcome
+from loadtune.sweep.stats import summarize
+from loadtune.sweep.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 PARTS = str(Path(__file__).with_name("rank_parts.py"))
@@ -69,7 +69,7 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
 def test_more_ranks_than_gpus_are_refused(monkeypatch):
     import torch
 
-    from loadtune.sweep import check_ranks
+    from loadtune.sweep.runner import check_ranks
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
@@ -88,12 +88,13 @@ def test_ranks_under_torchrun_are_refused(monkeypatch):
     refuse_nested_ranks(1)
 
 
+@pytest.mark.slow
 def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path):
     """torch marks a process whose CUDA runtime was asked anything, and its forked children
     cannot use CUDA: the launcher's config must not ask (it would, for NUMA bindings)."""
     code = (
         "import multiprocessing as mp, sys, torch\n"
-        "from loadtune.ranks import launch_config\n"
+        "from loadtune.trial.ranks import launch_config\n"
         f"config = launch_config(2, {str(tmp_path)!r})\n"
         "assert config.numa_options is None and config.nproc_per_node == 2\n"
         "def child(q): q.put(torch.cuda._is_in_bad_fork())\n"
@@ -108,7 +109,7 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
 
 def test_ranks_write_beside_the_one_rank_csv(tmp_path):
     from loadtune.config import load_config
-    from loadtune.sweep import default_output
+    from loadtune.sweep.runner import default_output
 
     path = tmp_path / "c.yaml"
     import yaml

@@ -125,6 +125,19 @@ class Summary:
     decision: Any = None  # runner.Decision: how sure the pick is
 
     @property
+    def advice_measured(self) -> list[dict[str, Any]]:
+        """Trials a verdict's advice asked for, each against the trial whose verdict asked."""
+        by_name = {r.trial: r for r in self.trials}
+        out = []
+        for r in self.trials:
+            asker = by_name.get(r.asked_by) if r.asked_by else None
+            if asker is not None:
+                gain = r.throughput / asker.throughput if r.ran and asker.ran and asker.throughput else None
+                out.append({"trial": r.trial, "asked_by": r.asked_by, "status": r.status,
+                            "throughput": r.throughput, "gain": gain})
+        return out
+
+    @property
     def decided(self) -> bool | None:
         return self.decision.decided if self.decision is not None else None
 
@@ -139,6 +152,7 @@ class Summary:
             "tolerance": self.decision.tolerance if self.decision is not None else None,
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
+            "advice_measured": self.advice_measured,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
         }
         if self.ranks > 1:
@@ -196,6 +210,13 @@ def summary_lines(info: Summary) -> list[str]:
             lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
         if base and base.trial == chosen.trial:
             break
+    for measured in info.advice_measured:
+        if measured["gain"] is None:
+            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
+                         f"which did not run ({measured['status']}).")
+        else:
+            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}: "
+                         f"{measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on.")
     lines.extend(_ranks_lines(info, chosen))
     scaled = f" ({info.scaled})" if info.scaled else ""
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "

@@ -14,17 +14,65 @@ from loadtune.sweep.verdict import (
     epoch_starts_per_batch,
     epoch_wait_share,
     oversubscription_warning,
+    suggestions,
     verdict,
 )
 
 COLUMNS = ("cpu_util", "main_cpu_util", "workers_cpu_util", "peak_pss_mb", "worker_pss_mb", "pss_growth_mb",
-           "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice")
+           "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice",
+           "fetch_ms", "fetch_cpu_share", "worker_idle_share", "handover_ms", "outside_cpu")
+
+
+@dataclass(frozen=True)
+class WindowEvidence:
+    """What the counted windows show of a trial from inside it, over their repeats: the tree's
+    CPU and the machine's, each loading process's fetches, and the training thread's CPU while
+    it waited. Utilisations are shares of the usable cores."""
+
+    cpu_util: float | None  # the tree's CPU / wall / usable cores
+    main_cpu_util: float | None
+    workers_cpu_util: float | None
+    machine_busy: float | None  # every process on the machine, as the kernel counts it
+    outside_cpu: float | None  # the machine's busy share less the tree's: other processes (largest window)
+    fetch_ms: float | None  # wall time per batch fetched, in the loading processes
+    fetch_cpu_share: float | None  # CPU / wall inside those fetches, 0-1
+    worker_idle_share: float | None  # share of a window each worker spent not fetching (mean over workers)
+    handover_ms: float | None  # training-thread CPU per batch inside next(), with workers: receiving a batch
+
+
+def window_evidence(measurement: Measurement, usable_cores: float, workers: int) -> WindowEvidence:
+    """The in-trial figures of a measurement's windows (None where a window did not read them)."""
+    cpus = [w.cpu for w in measurement.windows if w.cpu is not None and w.cpu.wall_s > 0]
+    wall = sum(c.wall_s for c in cpus)
+    main = sum(c.main_cpu_s for c in cpus)
+    work = sum(c.workers_cpu_s for c in cpus)
+    busy = [c for c in cpus if c.machine_busy_s is not None and c.machine_cpus]
+    machine = sum(c.machine_busy_s for c in busy) / sum(c.wall_s * c.machine_cpus for c in busy) if busy else None
+    outside = [max(0.0, c.machine_busy_s - c.main_cpu_s - c.workers_cpu_s) / c.wall_s / usable_cores for c in busy]
+    uses = [u for w in measurement.windows for u in w.loaders]
+    fetched = sum(u.batches for u in uses)
+    fetch_wall = sum(u.fetch_wall_s for u in uses)
+    idle = [max(0.0, 1 - u.fetch_wall_s / w.cpu.wall_s) for w in measurement.windows if w.cpu is not None
+            for u in w.loaders if u.worker >= 0]
+    wait_cpu = [c for w in measurement.windows for c in w.wait_cpu_s]
+    return WindowEvidence(
+        cpu_util=(main + work) / wall / usable_cores if wall else None,
+        main_cpu_util=main / wall / usable_cores if wall else None,
+        workers_cpu_util=work / wall / usable_cores if wall else None,
+        machine_busy=machine,
+        outside_cpu=max(outside) if outside else None,
+        fetch_ms=fetch_wall / fetched * 1e3 if fetched else None,
+        fetch_cpu_share=min(1.0, sum(u.fetch_cpu_s for u in uses) / fetch_wall) if fetch_wall > 0 else None,
+        worker_idle_share=statistics.fmean(idle) if idle and workers else None,
+        handover_ms=statistics.fmean(wait_cpu) * 1e3 if wait_cpu and workers else None,
+    )
 
 
 @dataclass(frozen=True)
 class Diagnosis:
     columns: dict[str, Any]
     warnings: tuple[str, ...] = ()
+    suggestions: tuple[tuple[tuple[str, Any], ...], ...] = ()  # settings the advice names (verdict.suggestions)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -45,20 +93,27 @@ def resource_figures(measurement: Measurement, usable_cores: float) -> list[Reso
 def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats: TrialStats,
              usable_cores: float, ranks: int = 1) -> Diagnosis:
     """Resource columns, the verdict and its advice, and warnings for one trial that ran.
-    With ranks, each runs its own workers: the figures are of all of them together."""
+    With ranks, each runs its own workers: the figures are of all of them together. CPU comes
+    from inside the trial, at the edges of each counted window; memory, threads and reads from
+    the sweep's sampler of the trial's tree."""
     figures = resource_figures(measurement, usable_cores)
     per_rank = kwargs.get("num_workers", 0)
     workers = per_rank * ranks
     prefetch = kwargs.get("prefetch_factor")
     need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
+    inside = window_evidence(measurement, usable_cores, workers)
     columns: dict[str, Any] = {c: None for c in COLUMNS}
-    columns["shm_need_mb"] = need_mb
-    if not figures:
+    columns.update(shm_need_mb=need_mb, fetch_ms=inside.fetch_ms, fetch_cpu_share=inside.fetch_cpu_share,
+                   worker_idle_share=inside.worker_idle_share, handover_ms=inside.handover_ms,
+                   outside_cpu=inside.outside_cpu)
+    if inside.cpu_util is None and not figures:
         return Diagnosis(columns)
-    cpu_util = statistics.fmean(f.cpu_util for f in figures)
+    cpu_util = inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu_util for f in figures)
+    main_util = inside.main_cpu_util if inside.main_cpu_util is not None else \
+        statistics.fmean(f.main_cpu_util for f in figures)
+    workers_util = inside.workers_cpu_util if inside.workers_cpu_util is not None else \
+        statistics.fmean(f.workers_cpu_util for f in figures)
     threads = _mean([f.threads_per_worker for f in figures])
-    main_util = statistics.fmean(f.main_cpu_util for f in figures)
-    workers_util = statistics.fmean(f.workers_cpu_util for f in figures)
     # Share of one core each loading process used: the workers' mean, or the main process.
     loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores / ranks
     columns.update(
@@ -70,7 +125,7 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
         read_mb=_mean([f.read_mb for f in figures]),
         threads_per_worker=threads,
-        memory_metric=figures[0].memory_metric,
+        memory_metric=figures[0].memory_metric if figures else None,
     )
     evidence = Evidence(
         # With ranks, the most starved rank sets the pace of all (each step ends together).
@@ -88,7 +143,16 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
         loader_busy=loader_busy,
         ranks=ranks,
+        machine_busy=inside.machine_busy,
+        outside_cpu=inside.outside_cpu,
+        fetch_cpu_share=inside.fetch_cpu_share,
+        worker_idle_share=inside.worker_idle_share,
+        handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
+        and stats.wait_ms > 0 else None,
+        prefetch_factor=prefetch,
+        in_order=kwargs.get("in_order", True),
     )
     columns["verdict"], columns["advice"] = verdict(evidence)
     warning = oversubscription_warning(workers, threads, usable_cores)
-    return Diagnosis(columns, (f"{name}: {warning}",) if warning else ())
+    suggested = tuple(tuple(sorted(change.items())) for change in suggestions(evidence))
+    return Diagnosis(columns, (f"{name}: {warning}",) if warning else (), suggested)

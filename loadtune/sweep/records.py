@@ -36,7 +36,8 @@ def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int, sta
         reason = trial.skip_reason or reason
     values: dict[str, Any] = dict(context)
     values.update(trial=trial.name, changed=trial.changed, value=trial.value_text, status=status, reason=reason,
-                  round=round_no, trial_wall_s=wall_s, **effective_settings(trial.loader_kwargs))
+                  round=round_no, trial_wall_s=wall_s, asked_by=trial.asked_by,
+                  **effective_settings(trial.loader_kwargs))
     values.update(diagnosis or {})
     values.update(extra)
     if measurement is not None:

@@ -246,6 +246,7 @@ class Runner:
             if trial.feed != FEED_MEMORY:
                 found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores, self.sampled_ranks)
                 diagnosis = found.columns
+                run.score = dataclasses.replace(run.score, suggests=found.suggestions)
                 self.notes.extend(w for w in found.warnings if w not in self.notes)
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,

@@ -1,19 +1,44 @@
-"""Errors raised while loading a sample or collating a batch name the dataset index at which
-they happened: torch's map-style fetch, the same steps, with a note added to the error."""
+"""Inside each loading process, around torch's fetch of a batch: errors raised while loading
+a sample or collating name the dataset index at which they happened (torch's map-style fetch,
+the same steps, with a note added to the error), and each fetch's wall and CPU time is added to
+counters the training process reads at the edges of a window (see execute)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 from loadtune.trial.failures import NOTE_PREFIX
 
+# Per loading process, in a shared array of doubles: batches, fetch wall s, fetch CPU s. Slot i
+# is worker i; the last slot is the training process (loading without workers).
+FIELDS = 3
+_counters: Any = None
+_slot = 0
 
-def init_worker(user_init: Callable[[int], Any] | None, worker_id: int) -> None:
-    """A worker's first call: notes installed in this process (spawned and forkserver workers
-    do not inherit them), then the user's own worker_init_fn."""
+
+def count_fetches(counters: Any, slot: int) -> None:
+    """Add this process's fetches to `slot` of `counters` (None: count nothing)."""
+    global _counters, _slot
+    _counters, _slot = counters, slot
+
+
+def init_worker(user_init: Callable[[int], Any] | None, counters: Any, worker_id: int) -> None:
+    """A worker's first call: notes and counting installed in this process (spawned and
+    forkserver workers do not inherit them), then the user's own worker_init_fn."""
     install_fetch_notes()
+    count_fetches(counters, worker_id)
     if user_init is not None:
         user_init(worker_id)
+
+
+def _count(started_s: float, started_cpu_s: float) -> None:
+    counters = _counters
+    if counters is not None:
+        at = _slot * FIELDS
+        counters[at] += 1
+        counters[at + 1] += time.perf_counter() - started_s
+        counters[at + 2] += time.thread_time() - started_cpu_s
 
 
 def _indices_text(indices: Sequence[Any]) -> str:
@@ -33,7 +58,27 @@ def _note(exc: BaseException, text: str) -> None:
 
 def _annotated_fetch(self: Any, possibly_batched_index: Any) -> Any:
     """torch's _MapDatasetFetcher.fetch, the same steps, with the failing index noted on the
-    error. A `try` costs nothing until it raises; the loop runs as many calls as before."""
+    error, and counted. A `try` costs nothing until it raises; the loop runs as many calls as before."""
+    started_s, started_cpu_s = time.perf_counter(), time.thread_time()
+    try:
+        return _map_fetch(self, possibly_batched_index)
+    finally:
+        _count(started_s, started_cpu_s)
+
+
+def _counted(fetch: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def counted_fetch(self: Any, possibly_batched_index: Any) -> Any:
+        started_s, started_cpu_s = time.perf_counter(), time.thread_time()
+        try:
+            return fetch(self, possibly_batched_index)
+        finally:
+            _count(started_s, started_cpu_s)
+
+    counted_fetch.counted = True  # type: ignore[attr-defined]
+    return counted_fetch
+
+
+def _map_fetch(self: Any, possibly_batched_index: Any) -> Any:
     dataset = self.dataset
     if self.auto_collation:
         if hasattr(dataset, "__getitems__") and dataset.__getitems__:
@@ -65,7 +110,8 @@ def _annotated_fetch(self: Any, possibly_batched_index: Any) -> Any:
 
 
 def install_fetch_notes() -> None:
-    """Make map-style fetches in this process name the index at which the dataset failed."""
+    """Make map-style fetches in this process name the index at which the dataset failed, and
+    count every fetch (map-style and iterable)."""
     try:
         from torch.utils.data._utils import fetch
     except ImportError:  # a torch without this private module: errors just lack the index
@@ -73,3 +119,6 @@ def install_fetch_notes() -> None:
     fetcher = getattr(fetch, "_MapDatasetFetcher", None)
     if fetcher is not None and fetcher.fetch is not _annotated_fetch:
         fetcher.fetch = _annotated_fetch
+    iterable = getattr(fetch, "_IterableDatasetFetcher", None)
+    if iterable is not None and not getattr(iterable.fetch, "counted", False):
+        iterable.fetch = _counted(iterable.fetch)

@@ -12,8 +12,9 @@ from loadtune.trial.fetch_notes import init_worker
 from loadtune.trials import Trial
 
 
-def loader_kwargs(trial: Trial, base_dir: str) -> dict[str, Any]:
-    """DataLoader keywords for a trial: specs turned into callables, unsupported defaults dropped."""
+def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None) -> dict[str, Any]:
+    """DataLoader keywords for a trial: specs turned into callables, unsupported defaults dropped;
+    each worker counts its fetches in `counters` (see fetch_notes)."""
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
@@ -28,7 +29,7 @@ def loader_kwargs(trial: Trial, base_dir: str) -> dict[str, Any]:
         kwargs[key] = value
     if kwargs.get("num_workers"):
         # Workers started with spawn or forkserver do not inherit the annotated fetch.
-        kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"))
+        kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"), counters)
     return kwargs
 
 

@@ -109,6 +109,13 @@ REGIONS = tuple(f"loadtune.{part}" for part in PARTS)
 Region = Callable[[str], ContextManager[Any]]
 
 
+class EdgeProbe(Protocol):
+    """Read at each window's edges; `between` gives the Window's `cpu` and `loaders`."""
+
+    def read(self) -> Any: ...
+    def between(self, start: Any, end: Any) -> tuple[Any, tuple[Any, ...]]: ...
+
+
 def _in_region(region: Region, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
     def inside(*args: Any) -> Any:
         with region(name):
@@ -131,6 +138,8 @@ def measure_loop(
     sampling: Sampling | None = None,
     copy_timer: Callable[[], float | None] | None = None,
     region: Region | None = None,
+    probe: EdgeProbe | None = None,
+    cpu_clock: Clock = time.thread_time,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -146,7 +155,10 @@ def measure_loop(
     reading then never overlaps a counted window. `copy_timer`, when given, returns the
     device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
     wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
-    record_function); the parts are timed the same way.
+    record_function); the parts are timed the same way. `probe`, when given, is read at each
+    window's edges (outside its timed parts) and what it saw between them kept in the Window
+    (its CPU and each loading process's fetches). `cpu_clock` is the training thread's CPU
+    clock: its time inside each wait is kept apart (Window.wait_cpu_s).
     """
     feed = Feed(loader, epoch_batches)
     fetch, move, run_step = feed.next, transfer, step
@@ -172,11 +184,14 @@ def measure_loop(
         windows = []
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):
-            wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
+            wait, h2d, stepped, samples, starts, copies, wait_cpu = [], [], [], [], [], [], []
+            edge = probe.read() if probe is not None else None
             t0 = clock()
+            c0 = cpu_clock()
             for _ in range(batches):
                 batch, new_epoch = fetch()
                 t1 = clock()
+                wait_cpu.append(cpu_clock() - c0)
                 if move is not None:
                     moved = move(batch)
                     t2 = clock()
@@ -192,8 +207,11 @@ def measure_loop(
                 samples.append(batch_len(batch, default_batch_size))
                 starts.append(new_epoch)
                 t0 = t3
+                c0 = cpu_clock()
+            use = probe.between(edge, probe.read()) if probe is not None else (None, ())
             copy_s = tuple(copies) if copies and None not in copies else ()
-            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s))
+            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s,
+                                  tuple(wait_cpu), *use))
         if sampling is not None:
             sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
