@@ -232,6 +232,9 @@ def test_idle_workers_stay_io_bound():
 def test_evidence_from_inside_decides_cpu_against_io_whatever_the_trees_share():
     # The tree reads 0.8 of the cores, but the kernel counts them 97% busy: saturated, so cpu.
     assert judge(cpu_util=0.8, machine_busy=0.97, fetch_cpu_share=0.5, num_workers=4)[0] == DATA_BOUND_CPU
+    # Busy cores, but the fetch itself sleeps or reads: not a CPU bottleneck of this loader.
+    assert judge(cpu_util=0.1, machine_busy=0.97, fetch_cpu_share=0.05, num_workers=4,
+                 outside_cpu=0.87)[0] == DATA_BOUND_IO
     # Cores not busy: a fetch that is mostly CPU is cpu (add workers), one that waits is io/latency.
     name, advice = judge(cpu_util=0.5, machine_busy=0.5, fetch_cpu_share=0.95, num_workers=1)
     assert name == DATA_BOUND_CPU and "add workers up to the cores" in advice

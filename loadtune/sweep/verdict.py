@@ -31,6 +31,9 @@ COMPUTE_BOUND_WAIT_RATIO = 0.10
 CPU_SATURATED_UTIL = 0.85
 # Inside a fetch, CPU / wall at or above this: loading is CPU work; below, it waits (reads, sleeps).
 FETCH_CPU_BOUND_SHARE = 0.5
+# On saturated cores a CPU-bound fetch also waits for a core, so its share falls; a fetch that
+# sleeps or reads stays far below this even then.
+FETCH_CPU_CONTENDED_SHARE = 0.2
 # At least this share of the loop's wait spent receiving batches (training-thread CPU inside
 # next(), with workers): the hand-over is the bottleneck; at least the smaller share: a part of it.
 HANDOVER_MAIN_SHARE = 0.5
@@ -176,7 +179,7 @@ def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
             f"lists of them), numpy arrays rather than Python objects, and smaller dtypes; more workers "
             f"will not help."
         )
-    if busy >= CPU_SATURATED_UTIL:
+    if busy >= CPU_SATURATED_UTIL and (e.fetch_cpu_share is None or e.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE):
         return DATA_BOUND_CPU, (
             f"{waiting} while the {_cores(e.usable_cores)} are {busy:.0%} busy{_outside(e)}: more workers "
             f"will not help; make the transforms cheaper, give the job more cores, or move decoding "
