@@ -24,6 +24,8 @@ from loadtune.text import one_line, short_repr
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 # Loader keys whose values are "module:callable" specs: they can be set, not swept.
 SPEC_KEYS = ("collate_fn", "worker_init_fn")
+# Loader keys that are thread settings, applied by loadtune, not passed to DataLoader.
+THREAD_KEYS = ("main_threads", "worker_threads")
 MAX_VALUE_CHARS = 60
 
 
@@ -59,6 +61,10 @@ class LoaderSpec(_Model):
     worker_init_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
     multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = None
     in_order: bool = True
+    # Not DataLoader keywords: threads of the training process (torch intra-op) and of each
+    # worker (torch and the OpenMP/BLAS pools); null leaves them as they are.
+    main_threads: Optional[int] = Field(default=None, ge=1)
+    worker_threads: Optional[int] = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _workers_needed(self) -> "LoaderSpec":
@@ -180,7 +186,9 @@ def config_sha(config: Config) -> str:
     """Hash of a config without its output path and how long it is measured for
     (MEASURE_PROCEDURE_KEYS). Taken before --scale, so sweeps of one config at several scales
     (or on several machines) share it and can be compared."""
-    exclude = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
+    exclude: dict[str, Any] = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
+    # Keys added since the first results format change no hash while left at their default.
+    exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
     try:
         data = config.model_dump(mode="json", exclude=exclude)
         blob = json.dumps(data, sort_keys=True, default=str).encode()

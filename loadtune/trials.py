@@ -20,7 +20,7 @@ LOADER_DEFAULTS: dict[str, Any] = {name: field.default for name, field in Loader
 DEFAULT_PREFETCH = 2
 # Settings that only mean something with worker processes; dropped when num_workers becomes 0.
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
-               "in_order": True}
+               "in_order": True, "worker_threads": None}
 
 
 def format_value(value: Any) -> str:
@@ -44,6 +44,8 @@ def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "persistent_workers": kwargs.get("persistent_workers", False),
         "pin_memory": kwargs.get("pin_memory", False),
         "batch_size": kwargs.get("batch_size"),
+        "main_threads": kwargs.get("main_threads"),
+        "worker_threads": kwargs.get("worker_threads") if workers > 0 else None,
     }
 
 

@@ -144,6 +144,8 @@ class Record(_Table):
     handover_ms: float | None = _col(FLOAT, 3)  # training-thread CPU per batch inside next(), with workers
     outside_cpu: float | None = _col(FLOAT, 3)  # share of the usable cores other processes used (largest window)
     asked_by: str | None = _col(TEXT)  # the trial whose verdict's advice asked for this one
+    main_threads: int | None = _col(INT)  # torch intra-op threads of the training process (empty: unchanged)
+    worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
     format_version: int | None = _col(INT)
 
     @property

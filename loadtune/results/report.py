@@ -21,9 +21,18 @@ TRIAL_WIDTH_MAX = 48
 
 
 def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
-    """Settings as a DataLoader call a user can paste into a training script."""
+    """Settings as a DataLoader call a user can paste into a training script, with the thread
+    settings (not DataLoader keywords) as the calls that make them."""
     parts = ["dataset"]
+    threads = []
+    if loader_kwargs.get("main_threads") is not None:
+        threads.append(f"torch.set_num_threads({loader_kwargs['main_threads']}) in the training process")
+    if loader_kwargs.get("worker_threads") is not None:
+        threads.append(f"torch.set_num_threads({loader_kwargs['worker_threads']}) and "
+                       f"threadpoolctl.threadpool_limits({loader_kwargs['worker_threads']}) in worker_init_fn")
     for key, value in loader_kwargs.items():
+        if key in ("main_threads", "worker_threads"):
+            continue
         if key not in ALWAYS_SHOWN and value == LOADER_DEFAULTS.get(key, object()):
             continue
         if key in ("collate_fn", "worker_init_fn"):
@@ -31,7 +40,7 @@ def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
         else:
             value_text = repr(value)
         parts.append(f"{key}={value_text}")
-    return f"DataLoader({', '.join(parts)})"
+    return f"DataLoader({', '.join(parts)})" + "".join(f"; {t}" for t in threads)
 
 
 def _interval(record: Record, key: str, digits: int) -> str:

@@ -18,7 +18,7 @@ from loadtune.trial.device import first_tensor_pinned, make_synced_step, make_tr
 from loadtune.trial.factory import build_dataset
 from loadtune.trial.fetch_notes import FIELDS, count_fetches, install_fetch_notes
 from loadtune.trial.jobs import TrialJob
-from loadtune.trial.loader import Epochs, loader_kwargs
+from loadtune.trial.loader import Epochs, apply_main_threads, loader_kwargs
 from loadtune.trial.measure import EmptyLoaderError, measure_loop
 from loadtune.trial.ranks import RankContext, in_group, launch
 from loadtune.trial.steps import build_step
@@ -130,6 +130,7 @@ def _build(job: TrialJob, dataset: Any, kwargs: dict[str, Any], rank: RankContex
     from torch.utils.data import DataLoader
 
     device = rank.device if rank is not None else job.device
+    apply_main_threads(job.trial.loader_kwargs.get("main_threads"))
     step = build_step(job.step, job.base_dir, device)
     if rank is not None:
         step = rank.synced_step(step)

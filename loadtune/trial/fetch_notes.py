@@ -23,11 +23,19 @@ def count_fetches(counters: Any, slot: int) -> None:
     _counters, _slot = counters, slot
 
 
-def init_worker(user_init: Callable[[int], Any] | None, counters: Any, worker_id: int) -> None:
+def init_worker(user_init: Callable[[int], Any] | None, counters: Any, threads: int | None,
+                worker_id: int) -> None:
     """A worker's first call: notes and counting installed in this process (spawned and
-    forkserver workers do not inherit them), then the user's own worker_init_fn."""
+    forkserver workers do not inherit them), its threads set when the trial sets them (torch's
+    and the OpenMP/BLAS pools'), then the user's own worker_init_fn."""
     install_fetch_notes()
     count_fetches(counters, worker_id)
+    if threads is not None:
+        import torch
+        from threadpoolctl import threadpool_limits
+
+        torch.set_num_threads(threads)
+        threadpool_limits(threads)
     if user_init is not None:
         user_init(worker_id)
 

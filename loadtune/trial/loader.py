@@ -7,6 +7,7 @@ import functools
 import inspect
 from typing import Any
 
+from loadtune.config import THREAD_KEYS
 from loadtune.trial.factory import load_callable
 from loadtune.trial.fetch_notes import init_worker
 from loadtune.trials import Trial
@@ -20,6 +21,8 @@ def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None) -> dict[str
     accepted = inspect.signature(DataLoader).parameters
     kwargs = {}
     for key, value in trial.loader_kwargs.items():
+        if key in THREAD_KEYS:
+            continue  # applied by loadtune (see apply_main_threads, fetch_notes.init_worker)
         if key in ("collate_fn", "worker_init_fn") and value is not None:
             value = load_callable(value, base_dir, f"loader.{key}")
         if key not in accepted:
@@ -29,8 +32,17 @@ def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None) -> dict[str
         kwargs[key] = value
     if kwargs.get("num_workers"):
         # Workers started with spawn or forkserver do not inherit the annotated fetch.
-        kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"), counters)
+        kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"), counters,
+                                                     trial.loader_kwargs.get("worker_threads"))
     return kwargs
+
+
+def apply_main_threads(threads: int | None) -> None:
+    """The training process's torch intra-op threads, when the trial sets them."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 class Epochs:
