@@ -185,12 +185,14 @@ def sweep(
         output=str(result.out_path), config=spec.name, scale=spec.scale,
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
         device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
-        decision=result.decision)
+        decision=result.decision, source=result.source, factory=spec.config.dataset.factory)
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
                     out_given=out is not None, torchrun=spec.torchrun)
     chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
-    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None, **meta)
+    baseline = result.trials.get("baseline")
+    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
+                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})"))

@@ -110,6 +110,27 @@ class MeasureSpec(_Model):
         return self
 
 
+def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str = "loader") -> LoaderSpec:
+    """The baseline when the dataset factory built a DataLoader: that loader's settings, with
+    the keys the config sets itself (`loader` block, --set) on top."""
+    if not settings:
+        return loader
+    explicit = loader.model_fields_set
+    merged = {k: v for k, v in settings.items() if k in LoaderSpec.model_fields}
+    merged.update({k: getattr(loader, k) for k in explicit})
+    if merged.get("num_workers", 0) == 0:  # settings that need workers go when the config removes them
+        for key, default in (("prefetch_factor", None), ("persistent_workers", False),
+                             ("multiprocessing_context", None), ("worker_threads", None)):
+            if key not in explicit:
+                merged[key] = default
+    try:
+        adopted = LoaderSpec.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {_format_validation(exc)}") from None
+    object.__setattr__(adopted, "__pydantic_fields_set__", set(explicit))
+    return adopted
+
+
 # How long to measure, not what: sweeps that differ only in these share their config_sha.
 MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s"})
 
@@ -171,6 +192,7 @@ class RunSpec:
     sha: str = ""  # of the config as written and overridden, before scaling; see config_sha()
     ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks, or torchrun's world size)
     torchrun: bool = False  # this sweep runs under torchrun, as its rank 0
+    source: str = "dataset"  # what the dataset factory returned: a dataset, a DataLoader, a data module
 
     @property
     def base_dir(self) -> Path:

@@ -132,6 +132,10 @@ class Summary:
     torchrun: bool = False
     plot: str | None = None
     decision: Any = None  # runner.Decision: how sure the pick is
+    source: str = "dataset"  # what the dataset factory returned
+    factory: str | None = None
+    loader_kwargs: dict[str, Any] | None = None  # the recommended trial's settings
+    change: dict[str, Any] | None = None  # those that differ from the baseline's
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -162,6 +166,9 @@ class Summary:
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
             "advice_measured": self.advice_measured,
+            "source": self.source,
+            "loader_kwargs": self.loader_kwargs,
+            "change": self.change,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
         }
         if self.ranks > 1:
@@ -175,9 +182,16 @@ class Summary:
 
 
 def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwargs: Mapping[str, Any] | None,
-                    **meta: Any) -> Summary:
-    """The summary of a ranked sweep; `loader_kwargs` are the chosen trial's full settings."""
+                    baseline_kwargs: Mapping[str, Any] | None = None, **meta: Any) -> Summary:
+    """The summary of a ranked sweep; `loader_kwargs` are the chosen trial's full settings,
+    `baseline_kwargs` the baseline's (what to change in the user's own code is the difference)."""
+    change = None
+    if loader_kwargs is not None and baseline_kwargs is not None:
+        change = {k: v for k, v in loader_kwargs.items()
+                  if k not in baseline_kwargs or type(v) is not type(baseline_kwargs[k]) or v != baseline_kwargs[k]}
     return Summary(
+        loader_kwargs=dict(loader_kwargs) if loader_kwargs is not None else None,
+        change=change,
         baseline=next((r for r in records if r.trial == BASELINE), None),
         best=next((r for r in records if r.rank == 1), None),
         recommended=chosen,
@@ -213,7 +227,11 @@ def summary_lines(info: Summary) -> list[str]:
                      "to settle it.")
     if base and base.wait_ratio is not None:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
-    lines.append(f"Paste: {info.dataloader}")
+    if info.source != "dataset" and info.change is not None:
+        what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
+        lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
+    else:
+        lines.append(f"Paste: {info.dataloader}")
     for label, record in (("baseline", base), ("recommended", chosen)):
         if record and record.verdict:
             lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loadtune.config import RunSpec
+from loadtune.config import RunSpec, adopt_loader
 from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
@@ -54,6 +54,7 @@ class SweepResult:
     warnings: tuple[str, ...] = ()
     trials: dict[str, Trial] = field(default_factory=dict)
     decision: "Decision | None" = None
+    source: str = "dataset"  # what the dataset factory returned (the baseline came from its DataLoader)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     clear error before any trial, not as a failed row per trial."""
     cfg = spec.config
     job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
-                       os.getpid(), multiprocessing.get_start_method(), spec.ranks)
+                       os.getpid(), multiprocessing.get_start_method(), spec.ranks, cfg.loader)
     timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
     outcome = run_in_trial_process(job, timeout_s)
     where = f"dataset factory {cfg.dataset.factory!r}"
@@ -99,6 +100,16 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     if info.error is not None:
         raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
     return info
+
+
+def adopt_source(spec: RunSpec, info: PreflightInfo) -> RunSpec:
+    """When the dataset factory built a DataLoader (or a data module did), its settings are the
+    baseline, with what the config's loader block sets on top; swept keys change from there."""
+    if not info.source_settings:
+        return spec
+    loader = adopt_loader(spec.config.loader, info.source_settings, f"{spec.path}: loader")
+    return dataclasses.replace(spec, config=spec.config.model_copy(update={"loader": loader}),
+                               source=info.source_kind)
 
 
 def check_ranks(ranks: int, device: str) -> None:
@@ -359,6 +370,8 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     check_ranks(host_ranks, device)
     preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
     info = preflight(spec, device)
+    spec = adopt_source(spec, info)
+    cfg = spec.config
     cores = usable_cores()
     quota = cpu_quota()
     effective_cores = min(cores, quota) if quota else cores
@@ -415,7 +428,8 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
                 *_disagreement(runner, records))
     results.replace(records)
     on_event(events.SweepFinished(records))
-    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision())
+    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
+                       spec.source)
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:

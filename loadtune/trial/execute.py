@@ -15,7 +15,7 @@ from loadtune.measurement import CpuWindow, LoaderUse, Measurement, combine_rank
 from loadtune.trial.channel import SweepChannel
 from loadtune.trial.cpu import CpuReading, read_cpu, window_between
 from loadtune.trial.device import first_tensor_pinned, make_synced_step, make_transfer
-from loadtune.trial.factory import build_dataset
+from loadtune.trial.factory import build_source
 from loadtune.trial.fetch_notes import FIELDS, count_fetches, install_fetch_notes
 from loadtune.trial.jobs import TrialJob
 from loadtune.trial.loader import Epochs, apply_main_threads, loader_kwargs
@@ -44,11 +44,12 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     """The trial in this process; `rank` is its place in the group when it is one of several."""
     started = time.perf_counter()
     install_fetch_notes()
-    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    dataset = source.dataset
     workers = job.trial.loader_kwargs.get("num_workers", 0)
     counters = _fetch_counters(workers, job.start_method)
     count_fetches(counters, workers)  # the training process's own fetches, without workers
-    kwargs = loader_kwargs(job.trial, job.base_dir, counters)
+    kwargs = loader_kwargs(job.trial, job.base_dir, counters, source.parts)
     try:
         parts = _build(job, dataset, kwargs, rank)
         loading = job.trial.feed != FEED_MEMORY

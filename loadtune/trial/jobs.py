@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
+from loadtune.config import DatasetSpec, LoaderSpec, MeasureSpec, StepSpec
 from loadtune.trials import Trial
 
 
@@ -38,6 +38,8 @@ class PreflightInfo:
     batch_bytes: int | None = None
     error: str | None = None
     error_kind: str | None = None  # "config" or "factory"
+    source_kind: str = "dataset"  # what the factory returned (factory.Source.kind)
+    source_settings: dict[str, Any] | None = None  # its DataLoader's plain settings: the baseline
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class PreflightJob:
     parent_pid: int
     start_method: str
     ranks: int = 1
+    loader: LoaderSpec | None = None  # the config's loader block, which a factory's DataLoader completes
 
     @property
     def name(self) -> str:

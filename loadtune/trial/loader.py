@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import Any, Mapping
 
 from loadtune.config import THREAD_KEYS
 from loadtune.trial.factory import load_callable
@@ -13,9 +13,12 @@ from loadtune.trial.fetch_notes import init_worker
 from loadtune.trials import Trial
 
 
-def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None) -> dict[str, Any]:
+def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None,
+                  parts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """DataLoader keywords for a trial: specs turned into callables, unsupported defaults dropped;
-    each worker counts its fetches in `counters` (see fetch_notes)."""
+    the objects of the user's own DataLoader (`parts`: its sampler or batch_sampler, collate_fn,
+    worker_init_fn, generator) kept unless the config sets the same thing; each worker counts
+    its fetches in `counters` (see fetch_notes)."""
     from torch.utils.data import DataLoader
 
     accepted = inspect.signature(DataLoader).parameters
@@ -30,11 +33,24 @@ def loader_kwargs(trial: Trial, base_dir: str, counters: Any = None) -> dict[str
                 continue  # older torch: always in order
             raise ValueError(f"this torch's DataLoader has no keyword {key!r}")
         kwargs[key] = value
+    _keep_parts(kwargs, parts or {})
     if kwargs.get("num_workers"):
         # Workers started with spawn or forkserver do not inherit the annotated fetch.
         kwargs["worker_init_fn"] = functools.partial(init_worker, kwargs.get("worker_init_fn"), counters,
                                                      trial.loader_kwargs.get("worker_threads"))
     return kwargs
+
+
+def _keep_parts(kwargs: dict[str, Any], parts: Mapping[str, Any]) -> None:
+    if "batch_sampler" in parts:  # it decides batch size, order and the last batch itself
+        for key in ("batch_size", "shuffle", "sampler", "drop_last"):
+            kwargs.pop(key, None)
+        kwargs["batch_sampler"] = parts["batch_sampler"]
+    elif "sampler" in parts and not kwargs.get("shuffle"):  # shuffle set in the config replaces it
+        kwargs["sampler"] = parts["sampler"]
+    for key in ("collate_fn", "worker_init_fn", "generator"):
+        if kwargs.get(key) is None and key in parts:
+            kwargs[key] = parts[key]
 
 
 def apply_main_threads(threads: int | None) -> None:

@@ -3,8 +3,11 @@ hangs or crashes stops the sweep with one clear error instead of failing every r
 
 from __future__ import annotations
 
+import dataclasses
+
+from loadtune.config import adopt_loader
 from loadtune.errors import ConfigError, LoadtuneError
-from loadtune.trial.factory import build_dataset
+from loadtune.trial.factory import build_source
 from loadtune.trial.jobs import PreflightInfo, PreflightJob
 from loadtune.trial.loader import loader_kwargs
 
@@ -32,12 +35,17 @@ def preflight(job: PreflightJob) -> PreflightInfo:
         from loadtune.trial.ranks import join_single
 
         join_single()  # parts written for ranks may ask for their rank, or wrap a model in DDP
-    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
-    kwargs = job.baseline.loader_kwargs
+    source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    dataset = source.dataset
+    baseline = job.baseline
+    if source.settings and job.loader is not None:
+        adopted = adopt_loader(job.loader, source.settings, f"{job.config_path}: loader")
+        baseline = dataclasses.replace(baseline, settings=tuple(sorted(adopted.model_dump().items())))
+    kwargs = baseline.loader_kwargs
     if isinstance(dataset, IterableDataset) and kwargs.get("shuffle"):
         raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
                           f"IterableDataset ({job.dataset.factory}); set shuffle: false")
-    loaded = loader_kwargs(job.baseline, job.base_dir)
+    loaded = loader_kwargs(baseline, job.base_dir, parts=source.parts)
     build_step(job.step, job.base_dir, job.device)
     in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
     in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
@@ -46,7 +54,8 @@ def preflight(job: PreflightJob) -> PreflightInfo:
     except Exception:  # noqa: BLE001 - a failing sample is each trial's row to report, with its index
         first = _NO_BATCH
     return PreflightInfo(dataset_len=dataset_length(dataset),
-                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first))
+                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first),
+                         source_kind=source.kind, source_settings=source.settings or None)
 
 
 _NO_BATCH = object()
