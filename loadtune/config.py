@@ -360,6 +360,13 @@ def load_config(
     """Load `path`, apply `--set` overrides and `--scale`, validate, and return a RunSpec."""
     path = Path(path)
     data = _read_yaml(path)
+    return config_from_data(data, path, overrides, scale)
+
+
+def config_from_data(data: dict, path: Path, overrides: list[str] | tuple[str, ...] = (),
+                     scale: float = 1.0) -> RunSpec:
+    """A config given as data (a mapping, as YAML would load it): `path` names it in messages,
+    and relative factory paths and `output` are taken from its folder."""
     _refuse_cycles(data, str(path))
     for assignment in overrides:
         data = apply_override(data, assignment)
