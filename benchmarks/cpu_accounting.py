@@ -21,7 +21,7 @@ import sys
 
 from _common import machine_line, run_baseline, spec_from
 from loadtune.machine import usable_cores
-from loadtune.sweep.diagnose import resource_figures, window_evidence
+from loadtune.sweep_process.diagnose import resource_figures, window_evidence
 
 GOAL = 0.05
 

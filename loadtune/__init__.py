@@ -10,7 +10,7 @@ The command line is `loadtune`; from Python (a notebook, a script):
 
 from typing import Any
 
-__version__ = "0.1.0"
+from loadtune.version import __version__  # noqa: F401 - part of the package's interface
 
 
 def sweep(config: Any, **options: Any) -> Any:

@@ -103,7 +103,7 @@ def sweep(config: str | Path | Mapping[str, Any], *, out: str | Path | None = No
 
     from loadtune.results.choice import recommended
     from loadtune.results.report import summarize_sweep
-    from loadtune.sweep.runner import default_output, run_sweep
+    from loadtune.sweep_process.runner import default_output, run_sweep
 
     run = {k: options.pop(k) for k in list(options) if k in RUN_OPTIONS}
     spec = load(config, overrides, run.pop("scale", 1.0), **options)

@@ -70,7 +70,7 @@ class _ProgressView:
         self.console = console
 
     def __call__(self, event: Any) -> None:
-        from loadtune.sweep import events
+        from loadtune.sweep_process import events
 
         if isinstance(event, events.SweepStarted):
             self.console.print(f"Sweeping ({event.strategy}) on {event.device}, dataset length "
@@ -133,12 +133,12 @@ def sweep(
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.config import load_config
-    from loadtune.sweep.ranking import RANK_BY
+    from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.results.choice import recommended
     from loadtune.results.record import rank_file
     from loadtune.results.report import not_run_lines, results_table, summarize_sweep, summary_lines
-    from loadtune.sweep.runner import default_output, run_sweep
-    from loadtune.sweep.strategy import STRATEGIES
+    from loadtune.sweep_process.runner import default_output, run_sweep
+    from loadtune.sweep_process.strategy import STRATEGIES
 
     if rank_by not in RANK_BY:
         raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
@@ -151,7 +151,7 @@ def sweep(
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     cluster = None
     try:
-        from loadtune.sweep import torchrun
+        from loadtune.sweep_process import torchrun
 
         torchrun.refuse_nested_ranks(ranks)
         if torchrun.launched():
@@ -224,7 +224,7 @@ def _one_rank(spec: Any) -> Any:
     from loadtune.results.choice import recommended
     from loadtune.results.record import read_records
     from loadtune.results.report import OneRank
-    from loadtune.sweep.runner import default_output
+    from loadtune.sweep_process.runner import default_output
 
     path = default_output(dataclasses.replace(spec, ranks=1))
     try:

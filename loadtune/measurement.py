@@ -1,5 +1,5 @@
 """What was observed: a trial's raw per-batch samples, kept as measured. Every figure is derived
-from these (loadtune.sweep.stats), so a new statistic never needs a new measurement. Built in a
+from these (loadtune.sweep_process.stats), so a new statistic never needs a new measurement. Built in a
 trial process, sent to the sweep process, and never written to disk as such."""
 
 from __future__ import annotations

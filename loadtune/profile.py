@@ -20,7 +20,7 @@ from typing import Any
 
 from loadtune.config import RunSpec
 from loadtune.errors import LoadtuneError
-from loadtune.trial.measure import PARTS
+from loadtune.trial_process.measure import PARTS
 
 TABLE_ROWS = 25
 # Kineto (the profiler's C++ side) logs its stages and, without a GPU, a harmless
@@ -150,13 +150,13 @@ def profile_run(
     from torch.utils.data import DataLoader
 
     from loadtune.results.report import dataloader_line
-    from loadtune.sweep.plan import baseline_trial
-    from loadtune.trial.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.trial.factory import build_dataset
-    from loadtune.trial.failures import describe
-    from loadtune.trial.loader import loader_kwargs
-    from loadtune.trial.measure import measure_loop
-    from loadtune.trial.steps import build_step
+    from loadtune.sweep_process.plan import baseline_trial
+    from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
+    from loadtune.trial_process.factory import build_dataset
+    from loadtune.trial_process.failures import describe
+    from loadtune.trial_process.loader import loader_kwargs
+    from loadtune.trial_process.measure import measure_loop
+    from loadtune.trial_process.steps import build_step
 
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")

@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from loadtune.config import load_config
-from loadtune.sweep.plan import baseline_trial
-from loadtune.sweep.launch import run_in_trial_process
-from loadtune.trial.jobs import TrialJob
+from loadtune.sweep_process.plan import baseline_trial
+from loadtune.sweep_process.launch import run_in_trial_process
+from loadtune.trial_process.jobs import TrialJob
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config
 from tests.fault_datasets import MEMORY_LIMIT_VAR
 from tests.test_cli_sweep import SPEC_COLUMNS

@@ -15,9 +15,9 @@ import pytest
 
 from loadtune.errors import ConfigError
 from loadtune.measurement import Measurement, Window, combine_ranks
-from loadtune.sweep.launch import STOPPED_BY_PEER, Outcome
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.torchrun import combine_outcomes, launched, refuse_nested_ranks
+from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 PARTS = str(Path(__file__).with_name("rank_parts.py"))
@@ -69,7 +69,7 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
 def test_more_ranks_than_gpus_are_refused(monkeypatch):
     import torch
 
-    from loadtune.sweep.runner import check_ranks
+    from loadtune.sweep_process.runner import check_ranks
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
@@ -94,7 +94,7 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
     cannot use CUDA: the launcher's config must not ask (it would, for NUMA bindings)."""
     code = (
         "import multiprocessing as mp, sys, torch\n"
-        "from loadtune.trial.ranks import launch_config\n"
+        "from loadtune.trial_process.ranks import launch_config\n"
         f"config = launch_config(2, {str(tmp_path)!r})\n"
         "assert config.numa_options is None and config.nproc_per_node == 2\n"
         "def child(q): q.put(torch.cuda._is_in_bad_fork())\n"
@@ -109,7 +109,7 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
 
 def test_ranks_write_beside_the_one_rank_csv(tmp_path):
     from loadtune.config import load_config
-    from loadtune.sweep.runner import default_output
+    from loadtune.sweep_process.runner import default_output
 
     path = tmp_path / "c.yaml"
     import yaml

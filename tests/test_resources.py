@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from loadtune.sweep.resources import (
+from loadtune.sweep_process.resources import (
     BYTES_PER_MB,
     MEMORY_USS,
     SHM_SAFETY_MARGIN,
@@ -25,7 +25,7 @@ from loadtune.sweep.resources import (
     summarize_resources,
 )
 from loadtune.machine import usable_cores
-from loadtune.trial.measure import batch_bytes
+from loadtune.trial_process.measure import batch_bytes
 from tests.conftest import wait_until
 
 MB = BYTES_PER_MB

@@ -8,8 +8,8 @@ import pytest
 
 from loadtune.config import Config
 from loadtune.results.interval import Interval
-from loadtune.sweep.decide import Scored
-from loadtune.sweep.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
+from loadtune.sweep_process.decide import Scored
+from loadtune.sweep_process.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
 from loadtune.trials import cost_of
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4, 8], "persistent_workers": [False, True],

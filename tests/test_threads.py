@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from loadtune.config import load_config
-from loadtune.sweep.plan import ofat_plan
+from loadtune.sweep_process.plan import ofat_plan
 from tests.conftest import run_cli, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from loadtune.measurement import Measurement, Window
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.verdict import (
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.verdict import (
     BASE_WORKER_THREADS,
     COMPUTE_BOUND,
     COMPUTE_BOUND_WAIT_RATIO,

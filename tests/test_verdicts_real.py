@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from loadtune.machine import usable_cores
-from loadtune.sweep.verdict import (DATA_BOUND_CPU, DATA_BOUND_HANDOVER, DATA_BOUND_IO, DATA_BOUND_STARVED,
+from loadtune.sweep_process.verdict import (DATA_BOUND_CPU, DATA_BOUND_HANDOVER, DATA_BOUND_IO, DATA_BOUND_STARVED,
                                     FETCH_CPU_CONTENDED_SHARE)
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
@@ -136,7 +136,7 @@ def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write
     """Against a faked free /dev/shm of 0.01 MB: every trial with workers is skipped, with the
     figures in its reason; the trial without workers (no shared memory) still runs."""
     from loadtune.config import load_config
-    from loadtune.sweep.runner import run_sweep
+    from loadtune.sweep_process.runner import run_sweep
 
     config = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost",
                                   "kwargs": {"num_samples": 200, "cost_s": 0.0005, "sample_shape": [256]}},

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from loadtune.measurement import Measurement
-from loadtune.sweep.resources import ResourceFigures, shm_need_mb, summarize_resources
-from loadtune.sweep.stats import TrialStats
-from loadtune.sweep.verdict import (
+from loadtune.sweep_process.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.sweep_process.stats import TrialStats
+from loadtune.sweep_process.verdict import (
     Evidence,
     epoch_starts_per_batch,
     epoch_wait_share,

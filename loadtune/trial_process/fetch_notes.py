@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
-from loadtune.trial.failures import NOTE_PREFIX
+from loadtune.trial_process.failures import NOTE_PREFIX
 
 # Per loading process, in a shared array of doubles: batches, fetch wall s, fetch CPU s. Slot i
 # is worker i; the last slot is the training process (loading without workers).

@@ -22,19 +22,19 @@ from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
 from loadtune.results.interval import unstable_note
 from loadtune.results.record import RankRecord, Record, ResultsFile, rank_file, read_records
-from loadtune.sweep import events
-from loadtune.sweep.diagnose import diagnose
-from loadtune.sweep.launch import Outcome, preload, run_in_trial_process
-from loadtune.sweep.plan import baseline_trial, ideal_trial
-from loadtune.sweep.decide import RaceStep, Scored, order, race_step
-from loadtune.sweep.ranking import rank, scored_from_record
-from loadtune.sweep.records import SKIPPED, apply_ranking, rank_records, trial_record
-from loadtune.sweep.resources import shm_fits, shm_need_mb
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.strategy import run_strategy
-from loadtune.sweep.torchrun import local_ranks
-from loadtune.trial.device import is_accelerator, resolve_device
-from loadtune.trial.jobs import PreflightInfo, PreflightJob, TrialJob
+from loadtune.sweep_process import events
+from loadtune.sweep_process.diagnose import diagnose
+from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
+from loadtune.sweep_process.plan import baseline_trial, ideal_trial
+from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
+from loadtune.sweep_process.ranking import rank, scored_from_record
+from loadtune.sweep_process.records import SKIPPED, apply_ranking, rank_records, trial_record
+from loadtune.sweep_process.resources import shm_fits, shm_need_mb
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.strategy import run_strategy
+from loadtune.sweep_process.torchrun import local_ranks
+from loadtune.trial_process.device import is_accelerator, resolve_device
+from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.

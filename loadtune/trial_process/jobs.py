@@ -21,7 +21,7 @@ class TrialJob:
     base_dir: str
     parent_pid: int
     start_method: str  # how DataLoader starts workers in the user's own process
-    ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial.ranks)
+    ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial_process.ranks)
     group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
     scratch: str | None = None  # a folder for files the trial leaves, removed by the sweep
 

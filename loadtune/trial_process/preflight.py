@@ -7,9 +7,9 @@ import dataclasses
 
 from loadtune.config import adopt_loader
 from loadtune.errors import ConfigError, LoadtuneError
-from loadtune.trial.factory import build_source
-from loadtune.trial.jobs import PreflightInfo, PreflightJob
-from loadtune.trial.loader import loader_kwargs
+from loadtune.trial_process.factory import build_source
+from loadtune.trial_process.jobs import PreflightInfo, PreflightJob
+from loadtune.trial_process.loader import loader_kwargs
 
 
 def run_preflight(job: PreflightJob) -> PreflightInfo:
@@ -27,12 +27,12 @@ def preflight(job: PreflightJob) -> PreflightInfo:
     process, to know what a batch weighs in shared memory."""
     from torch.utils.data import DataLoader, IterableDataset
 
-    from loadtune.trial.factory import dataset_length
-    from loadtune.trial.measure import batch_bytes
-    from loadtune.trial.steps import build_step
+    from loadtune.trial_process.factory import dataset_length
+    from loadtune.trial_process.measure import batch_bytes
+    from loadtune.trial_process.steps import build_step
 
     if job.ranks > 1:
-        from loadtune.trial.ranks import join_single
+        from loadtune.trial_process.ranks import join_single
 
         join_single()  # parts written for ranks may ask for their rank, or wrap a model in DDP
     source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)

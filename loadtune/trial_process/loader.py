@@ -8,8 +8,8 @@ import inspect
 from typing import Any, Mapping
 
 from loadtune.config import THREAD_KEYS
-from loadtune.trial.factory import load_callable
-from loadtune.trial.fetch_notes import init_worker
+from loadtune.trial_process.factory import load_callable
+from loadtune.trial_process.fetch_notes import init_worker
 from loadtune.trials import Trial
 
 

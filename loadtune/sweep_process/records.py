@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.measurement import Measurement
 from loadtune.results.record import RankRecord, Record
-from loadtune.sweep.ranking import Placing
-from loadtune.sweep.stats import TrialStats
+from loadtune.sweep_process.ranking import Placing
+from loadtune.sweep_process.stats import TrialStats
 from loadtune.trials import Trial, effective_settings
 
 SKIPPED, OK = "skipped", "ok"

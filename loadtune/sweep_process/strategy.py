@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.sweep.decide import DEFAULT_TOLERANCE, Scored, order, pick
-from loadtune.sweep.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
+from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, order, pick
+from loadtune.sweep_process.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
                                  trial_for)
-from loadtune.sweep.ranking import rank
+from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial
 
 STRATEGIES = ("ofat", "greedy", "grid")

@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loadtune.measurement import CpuWindow, LoaderUse, Measurement, combine_ranks
-from loadtune.trial.channel import SweepChannel
-from loadtune.trial.cpu import CpuReading, read_cpu, window_between
-from loadtune.trial.device import first_tensor_pinned, make_synced_step, make_transfer
-from loadtune.trial.factory import build_source
-from loadtune.trial.fetch_notes import FIELDS, count_fetches, install_fetch_notes
-from loadtune.trial.jobs import TrialJob
-from loadtune.trial.loader import Epochs, apply_main_threads, loader_kwargs
-from loadtune.trial.measure import EmptyLoaderError, measure_loop
-from loadtune.trial.ranks import RankContext, in_group, launch
-from loadtune.trial.steps import build_step
+from loadtune.trial_process.channel import SweepChannel
+from loadtune.trial_process.cpu import CpuReading, read_cpu, window_between
+from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
+from loadtune.trial_process.factory import build_source
+from loadtune.trial_process.fetch_notes import FIELDS, count_fetches, install_fetch_notes
+from loadtune.trial_process.jobs import TrialJob
+from loadtune.trial_process.loader import Epochs, apply_main_threads, loader_kwargs
+from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
+from loadtune.trial_process.ranks import RankContext, in_group, launch
+from loadtune.trial_process.steps import build_step
 from loadtune.trials import FEED_MEMORY, WORKER_ONLY
 
 
