@@ -96,6 +96,8 @@ class _ProgressView:
             else:
                 text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
             self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False)
+        elif isinstance(event, events.Notice):
+            self.progress.console.print(f"[yellow]Warning:[/] {escape(event.text)}", highlight=False)
         elif isinstance(event, events.SweepFinished):
             self.stop()
 

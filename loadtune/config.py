@@ -100,6 +100,8 @@ class MeasureSpec(_Model):
     min_repeats: int = Field(default=1, ge=1)  # what every trial gets first
     tolerance: float = Field(default=0.03, ge=0, lt=1)  # practical-equivalence margin, share of throughput
     budget_s: Optional[float] = Field(default=None, gt=0)  # time budget for the racing repeats
+    # Share of the usable cores other processes may use during a window before it is measured again.
+    max_outside_cpu: float = Field(default=0.25, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
@@ -132,7 +134,7 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
 
 
 # How long to measure, not what: sweeps that differ only in these share their config_sha.
-MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s"})
+MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s", "max_outside_cpu"})
 
 
 SWEEPABLE = tuple(k for k in LoaderSpec.model_fields if k not in SPEC_KEYS)

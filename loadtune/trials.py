@@ -51,10 +51,13 @@ def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
 
 def cost_of(settings: Mapping[str, Any]) -> tuple:
     """What a config costs to run, to choose the cheaper of two that perform alike: workers
-    first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in)."""
+    first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in); then
+    what departs from the defaults without a cost in resources (batches out of order, thread
+    settings), so that of two alike the one nearer the user's code is kept."""
     applied = effective_settings(settings)
     return (applied["num_workers"] or 0, applied["prefetch_factor"] or 0, bool(applied["persistent_workers"]),
-            bool(applied["pin_memory"]))
+            bool(applied["pin_memory"]), settings.get("in_order", True) is False,
+            settings.get("worker_threads") is not None, settings.get("main_threads") is not None)
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,7 @@ class Record(_Table):
     asked_by: str | None = _col(TEXT)  # the trial whose verdict's advice asked for this one
     main_threads: int | None = _col(INT)  # torch intra-op threads of the training process (empty: unchanged)
     worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
+    disturbed_repeats: int | None = _col(INT)  # repeats measured again: other processes used the cores
     format_version: int | None = _col(INT)
 
     @property

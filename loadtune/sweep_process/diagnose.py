@@ -40,6 +40,29 @@ class WindowEvidence:
     handover_ms: float | None  # training-thread CPU per batch inside next(), with workers: receiving a batch
 
 
+def outside_share(measurement: Measurement, usable_cores: float) -> float | None:
+    """The largest share of the usable cores that processes outside the trial used in a window."""
+    shares = [max(0.0, c.machine_busy_s - c.main_cpu_s - c.workers_cpu_s) / c.wall_s / usable_cores
+              for w in measurement.windows if (c := w.cpu) is not None and c.machine_busy_s is not None
+              and c.wall_s > 0]
+    return max(shares) if shares else None
+
+
+def machine_busy_now(watch_s: float, usable_cores: float) -> float | None:
+    """Share of the usable cores busy over the next `watch_s` seconds (the kernel's count, this
+    process included: it only sleeps meanwhile)."""
+    import time
+
+    from loadtune.trial_process.cpu import read_cpu
+
+    start = read_cpu()
+    time.sleep(watch_s)
+    end = read_cpu()
+    if start.machine_busy_s is None or end.machine_busy_s is None:
+        return None
+    return max(0.0, end.machine_busy_s - start.machine_busy_s) / (end.t_s - start.t_s) / usable_cores
+
+
 def window_evidence(measurement: Measurement, usable_cores: float, workers: int) -> WindowEvidence:
     """The in-trial figures of a measurement's windows (None where a window did not read them)."""
     cpus = [w.cpu for w in measurement.windows if w.cpu is not None and w.cpu.wall_s > 0]
@@ -48,7 +71,6 @@ def window_evidence(measurement: Measurement, usable_cores: float, workers: int)
     work = sum(c.workers_cpu_s for c in cpus)
     busy = [c for c in cpus if c.machine_busy_s is not None and c.machine_cpus]
     machine = sum(c.machine_busy_s for c in busy) / sum(c.wall_s * c.machine_cpus for c in busy) if busy else None
-    outside = [max(0.0, c.machine_busy_s - c.main_cpu_s - c.workers_cpu_s) / c.wall_s / usable_cores for c in busy]
     uses = [u for w in measurement.windows for u in w.loaders]
     fetched = sum(u.batches for u in uses)
     fetch_wall = sum(u.fetch_wall_s for u in uses)
@@ -60,7 +82,7 @@ def window_evidence(measurement: Measurement, usable_cores: float, workers: int)
         main_cpu_util=main / wall / usable_cores if wall else None,
         workers_cpu_util=work / wall / usable_cores if wall else None,
         machine_busy=machine,
-        outside_cpu=max(outside) if outside else None,
+        outside_cpu=outside_share(measurement, usable_cores),
         fetch_ms=fetch_wall / fetched * 1e3 if fetched else None,
         fetch_cpu_share=min(1.0, sum(u.fetch_cpu_s for u in uses) / fetch_wall) if fetch_wall > 0 else None,
         worker_idle_share=statistics.fmean(idle) if idle and workers else None,
