@@ -272,3 +272,56 @@ def test_a_failing_rank_under_torchrun_fails_the_trial_and_the_sweep_goes_on(tmp
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.status == "failed"
     assert row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(*args: str, marker: str, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents on this host standing in for two machines: --nnodes 2, one process
+    each, a c10d rendezvous on localhost; both started at once, as on two machines."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", MARKER_VAR: marker}
+    endpoint = f"localhost:{_free_port()}"
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                                "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", marker,
+                                "-m", "loadtune", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    done = []
+    try:
+        for agent in agents:
+            out, err = agent.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(agent.args, agent.returncode, out, err))
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+    return done
+
+
+@pytest.mark.slow
+def test_two_nodes_run_every_trial_on_both_and_rank_0_writes_one_csv(tmp_path, write_config, marker):
+    out = tmp_path / "nodes.csv"
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}}, sweep={"num_workers": [0]})
+    first, second = two_nodes("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
+    assert (first.stdout + second.stdout).count("Recommended:") == 1, "the global rank 0 alone reports"
+    df = pd.read_csv(out).set_index("trial")
+    assert {"baseline", "num_workers=0"} <= set(df.index)
+    assert (df.status == "ok").all() and (df.ranks == 2).all(), "every trial ran on both nodes"
+    assert not list(tmp_path.glob("*.csv.tmp")) and not list(tmp_path.glob(".*.lock"))
+
+
+@pytest.mark.slow
+def test_a_node_whose_trial_fails_is_named_and_the_sweep_goes_on(tmp_path, write_config, marker):
+    out = tmp_path / "nodes-fail.csv"
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}, "fail_rank": 1, "fail_at": 4}, timeout_s=120)
+    first, second = two_nodes("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.status == "failed" and row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason
