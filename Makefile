@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,6 +16,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The unit tests only: no DataLoader workers, CLI processes, real sweeps or ranks (marked slow).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

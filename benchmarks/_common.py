@@ -15,10 +15,10 @@ import yaml
 
 from loadtune.config import RunSpec, load_config
 from loadtune.machine import cpu_model, usable_cores
-from loadtune.sweep.plan import baseline_trial
-from loadtune.sweep.launch import Outcome, run_in_trial_process
-from loadtune.sweep.stats import TrialStats, summarize
-from loadtune.trial.jobs import TrialJob
+from loadtune.sweep_process.plan import baseline_trial
+from loadtune.sweep_process.launch import Outcome, run_in_trial_process
+from loadtune.sweep_process.stats import TrialStats, summarize
+from loadtune.trial_process.jobs import TrialJob
 
 WORK = Path(tempfile.mkdtemp(prefix="loadtune-bench-"))
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)

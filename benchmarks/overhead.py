@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-import loadtune.sweep.launch as run
+import loadtune.sweep_process.launch as run
 from _common import machine_line, run_baseline, spec_from
-from loadtune.sweep.stats import summarize
-from loadtune.trial.measure import measure_loop
-from loadtune.trial.steps import sleep_step
+from loadtune.sweep_process.stats import summarize
+from loadtune.trial_process.measure import measure_loop
+from loadtune.trial_process.steps import sleep_step
 from loadtune.synthetic import sleep_cost
 
 GOAL_RATIO = 0.99

@@ -26,11 +26,11 @@ import statistics
 
 from _common import WORK, machine_line, spec_from
 from loadtune.trials import IDEAL, Trial
-from loadtune.sweep.plan import trial_for
-from loadtune.sweep.launch import run_in_trial_process
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.runner import recommended, run_sweep
-from loadtune.trial.jobs import TrialJob
+from loadtune.sweep_process.plan import trial_for
+from loadtune.sweep_process.launch import run_in_trial_process
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.runner import recommended, run_sweep
+from loadtune.trial_process.jobs import TrialJob
 
 GOAL_RATIO = 0.97
 GOAL_TRIAL_SHARE = 1 / 3

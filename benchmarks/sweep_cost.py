@@ -16,8 +16,8 @@ from pathlib import Path
 
 from _common import WORK, machine_line
 from loadtune.config import load_config
-from loadtune.sweep import events
-from loadtune.sweep.runner import run_sweep
+from loadtune.sweep_process import events
+from loadtune.sweep_process.runner import run_sweep
 
 GOAL_RATIO = 1.5
 
@@ -26,7 +26,7 @@ def main() -> int:
     config = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "configs" / "demo.yaml"
     spec = load_config(config)
     # Build the demo's image cache first: generating files once is not a cost of the sweep.
-    from loadtune.trial.factory import build_dataset
+    from loadtune.trial_process.factory import build_dataset
 
     build_dataset(spec.config.dataset.factory, spec.config.dataset.kwargs, spec.base_dir)
     outcomes = []

@@ -1,3 +1,27 @@
-"""loadtune: measure which DataLoader settings keep the accelerator fed."""
+"""loadtune: measure which DataLoader settings keep the accelerator fed.
 
-__version__ = "0.1.0"
+The command line is `loadtune`; from Python (a notebook, a script):
+
+    import loadtune
+    result = loadtune.sweep("my.yaml")            # or a dict of the same keys
+    result.recommended, result.loader_kwargs, result.frame
+    loadtune.compare("small.csv", "large.csv").verdict
+"""
+
+from typing import Any
+
+from loadtune.version import __version__  # noqa: F401 - part of the package's interface
+
+
+def sweep(config: Any, **options: Any) -> Any:
+    """Run a sweep as `loadtune sweep` does; see loadtune.api.sweep."""
+    from loadtune.api import sweep as run
+
+    return run(config, **options)
+
+
+def compare(*csvs: Any, force: bool = False) -> Any:
+    """Compare results CSVs as `loadtune compare` does; see loadtune.api.compare."""
+    from loadtune.api import compare as run
+
+    return run(*csvs, force=force)

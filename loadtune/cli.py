@@ -70,7 +70,7 @@ class _ProgressView:
         self.console = console
 
     def __call__(self, event: Any) -> None:
-        from loadtune.sweep import events
+        from loadtune.sweep_process import events
 
         if isinstance(event, events.SweepStarted):
             self.console.print(f"Sweeping ({event.strategy}) on {event.device}, dataset length "
@@ -96,6 +96,8 @@ class _ProgressView:
             else:
                 text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
             self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False)
+        elif isinstance(event, events.Notice):
+            self.progress.console.print(f"[yellow]Warning:[/] {escape(event.text)}", highlight=False)
         elif isinstance(event, events.SweepFinished):
             self.stop()
 
@@ -133,12 +135,12 @@ def sweep(
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.config import load_config
-    from loadtune.sweep.ranking import RANK_BY
+    from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.results.choice import recommended
     from loadtune.results.record import rank_file
     from loadtune.results.report import flagged_lines, not_run_lines, results_table, summarize_sweep, summary_lines
-    from loadtune.sweep.runner import default_output, run_sweep
-    from loadtune.sweep.strategy import STRATEGIES
+    from loadtune.sweep_process.runner import default_output, run_sweep
+    from loadtune.sweep_process.strategy import STRATEGIES
 
     if rank_by not in RANK_BY:
         raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
@@ -151,7 +153,7 @@ def sweep(
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     cluster = None
     try:
-        from loadtune.sweep import torchrun
+        from loadtune.sweep_process import torchrun
 
         torchrun.refuse_nested_ranks(ranks)
         if torchrun.launched():
@@ -185,12 +187,14 @@ def sweep(
         output=str(result.out_path), config=spec.name, scale=spec.scale,
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
         device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
-        decision=result.decision, data=result.data)
+        decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data)
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
                     out_given=out is not None, torchrun=spec.torchrun)
     chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
-    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None, **meta)
+    baseline = result.trials.get("baseline")
+    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
+                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})"))
@@ -224,7 +228,7 @@ def _one_rank(spec: Any) -> Any:
     from loadtune.results.choice import recommended
     from loadtune.results.record import read_records
     from loadtune.results.report import OneRank
-    from loadtune.sweep.runner import default_output
+    from loadtune.sweep_process.runner import default_output
 
     path = default_output(dataclasses.replace(spec, ranks=1))
     try:

@@ -24,6 +24,8 @@ from loadtune.text import one_line, short_repr
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 # Loader keys whose values are "module:callable" specs: they can be set, not swept.
 SPEC_KEYS = ("collate_fn", "worker_init_fn")
+# Loader keys that are thread settings, applied by loadtune, not passed to DataLoader.
+THREAD_KEYS = ("main_threads", "worker_threads")
 MAX_VALUE_CHARS = 60
 
 
@@ -59,6 +61,10 @@ class LoaderSpec(_Model):
     worker_init_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
     multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = None
     in_order: bool = True
+    # Not DataLoader keywords: threads of the training process (torch intra-op) and of each
+    # worker (torch and the OpenMP/BLAS pools); null leaves them as they are.
+    main_threads: Optional[int] = Field(default=None, ge=1)
+    worker_threads: Optional[int] = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _workers_needed(self) -> "LoaderSpec":
@@ -94,6 +100,8 @@ class MeasureSpec(_Model):
     min_repeats: int = Field(default=1, ge=1)  # what every trial gets first
     tolerance: float = Field(default=0.03, ge=0, lt=1)  # practical-equivalence margin, share of throughput
     budget_s: Optional[float] = Field(default=None, gt=0)  # time budget for the racing repeats
+    # Share of the usable cores other processes may use during a window before it is measured again.
+    max_outside_cpu: float = Field(default=0.25, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
 
     @model_validator(mode="after")
@@ -104,8 +112,29 @@ class MeasureSpec(_Model):
         return self
 
 
+def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str = "loader") -> LoaderSpec:
+    """The baseline when the dataset factory built a DataLoader: that loader's settings, with
+    the keys the config sets itself (`loader` block, --set) on top."""
+    if not settings:
+        return loader
+    explicit = loader.model_fields_set
+    merged = {k: v for k, v in settings.items() if k in LoaderSpec.model_fields}
+    merged.update({k: getattr(loader, k) for k in explicit})
+    if merged.get("num_workers", 0) == 0:  # settings that need workers go when the config removes them
+        for key, default in (("prefetch_factor", None), ("persistent_workers", False),
+                             ("multiprocessing_context", None), ("worker_threads", None)):
+            if key not in explicit:
+                merged[key] = default
+    try:
+        adopted = LoaderSpec.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {_format_validation(exc)}") from None
+    object.__setattr__(adopted, "__pydantic_fields_set__", set(explicit))
+    return adopted
+
+
 # How long to measure, not what: sweeps that differ only in these share their config_sha.
-MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s"})
+MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s", "max_outside_cpu"})
 
 
 SWEEPABLE = tuple(k for k in LoaderSpec.model_fields if k not in SPEC_KEYS)
@@ -165,6 +194,7 @@ class RunSpec:
     sha: str = ""  # of the config as written and overridden, before scaling; see config_sha()
     ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks, or torchrun's world size)
     torchrun: bool = False  # this sweep runs under torchrun, as its rank 0
+    source: str = "dataset"  # what the dataset factory returned: a dataset, a DataLoader, a data module
 
     @property
     def base_dir(self) -> Path:
@@ -180,7 +210,9 @@ def config_sha(config: Config) -> str:
     """Hash of a config without its output path and how long it is measured for
     (MEASURE_PROCEDURE_KEYS). Taken before --scale, so sweeps of one config at several scales
     (or on several machines) share it and can be compared."""
-    exclude = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
+    exclude: dict[str, Any] = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
+    # Keys added since the first results format change no hash while left at their default.
+    exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
     try:
         data = config.model_dump(mode="json", exclude=exclude)
         blob = json.dumps(data, sort_keys=True, default=str).encode()
@@ -330,6 +362,13 @@ def load_config(
     """Load `path`, apply `--set` overrides and `--scale`, validate, and return a RunSpec."""
     path = Path(path)
     data = _read_yaml(path)
+    return config_from_data(data, path, overrides, scale)
+
+
+def config_from_data(data: dict, path: Path, overrides: list[str] | tuple[str, ...] = (),
+                     scale: float = 1.0) -> RunSpec:
+    """A config given as data (a mapping, as YAML would load it): `path` names it in messages,
+    and relative factory paths and `output` are taken from its folder."""
     _refuse_cycles(data, str(path))
     for assignment in overrides:
         data = apply_override(data, assignment)

@@ -69,7 +69,7 @@ def gpu_name() -> str:
 def fingerprint() -> dict[str, object]:
     import torch
 
-    from loadtune import __version__
+    from loadtune.version import __version__
 
     return {
         "host": socket.gethostname(),

@@ -1,11 +1,39 @@
 """What was observed: a trial's raw per-batch samples, kept as measured. Every figure is derived
-from these (loadtune.sweep.stats), so a new statistic never needs a new measurement. Built in a
+from these (loadtune.sweep_process.stats), so a new statistic never needs a new measurement. Built in a
 trial process, sent to the sweep process, and never written to disk as such."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class CpuWindow:
+    """CPU used over one counted window, read at its edges inside the trial process."""
+
+    wall_s: float
+    main_cpu_s: float  # the training process, all its threads (the pin-memory thread too)
+    workers_cpu_s: float  # its DataLoader workers (and their children), live and reaped
+    machine_busy_s: float | None = None  # every process on the machine (from /proc/stat)
+    machine_cpus: int | None = None
+
+    def plus(self, other: "CpuWindow") -> "CpuWindow":
+        """Two processes' windows over the same time (ranks): CPU added, the longer wall."""
+        return CpuWindow(max(self.wall_s, other.wall_s), self.main_cpu_s + other.main_cpu_s,
+                         self.workers_cpu_s + other.workers_cpu_s, self.machine_busy_s, self.machine_cpus)
+
+
+@dataclass(frozen=True)
+class LoaderUse:
+    """One loading process over a window, from counters it keeps around each batch fetch:
+    worker id (-1: the training process itself, loading without workers), batches fetched,
+    wall and CPU seconds inside fetch (reading, decoding, transforming and collating)."""
+
+    worker: int
+    batches: int
+    fetch_wall_s: float
+    fetch_cpu_s: float
 
 
 @dataclass(frozen=True)
@@ -20,10 +48,15 @@ class Window:
     # The copy itself timed on the device (CUDA events), where it was: h2d_s is the host's
     # wall time for it (launch and synchronisation included), which is what the loop waits.
     copy_s: tuple[float, ...] = ()
-    # What each counted sample was, in order (loadtune.trial.fingerprint): a 64-bit key from a
-    # small slice of its bytes (with its label), and its label or index where the batch has one.
-    # Empty when not taken (the ideal's repeated batch; batches without a per-sample tensor) and
-    # in a combination of ranks, whose keys stay in each rank's own Measurement.
+    # CPU time of the training thread inside next(): receiving and rebuilding a batch from the
+    # workers (or, without workers, loading it), apart from waiting for one to exist.
+    wait_cpu_s: tuple[float, ...] = ()
+    cpu: CpuWindow | None = None  # the tree's CPU over this window
+    loaders: tuple[LoaderUse, ...] = ()  # each loading process over this window
+    # What each counted sample was, in order (loadtune.trial_process.fingerprint): a 64-bit key
+    # from a small slice of its bytes (with its label), and its label or index where the batch
+    # has one. Empty when not taken (the ideal's repeated batch; batches without a per-sample
+    # tensor) and in a combination of ranks, whose keys stay in each rank's own Measurement.
     keys: tuple[int, ...] = ()
     labels: tuple[int, ...] = ()
 
@@ -47,6 +80,15 @@ class Measurement:
     ranks: tuple["Measurement", ...] = ()
 
 
+def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:
+    if not windows or any(w is None for w in windows):
+        return None
+    total = windows[0]
+    for w in windows[1:]:
+        total = total.plus(w)
+    return total
+
+
 def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
     """Ranks that ran in step (each step ended with an all_reduce) as one trial: per counted
     batch, the samples of all ranks and each part's mean time over the ranks, so throughput is
@@ -68,6 +110,9 @@ def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
             samples=tuple(sum(vals) for vals in zip(*(w.samples for w in parts))),
             epoch_start=tuple(any(vals) for vals in zip(*(w.epoch_start for w in parts))),
             copy_s=mean("copy_s") if all(len(w.copy_s) == len(w) for w in parts) else (),
+            wait_cpu_s=mean("wait_cpu_s") if all(len(w.wait_cpu_s) == len(w) for w in parts) else (),
+            cpu=_summed_cpu([w.cpu for w in parts]),
+            loaders=tuple(use for w in parts for use in w.loaders),
         ))
     pinned = [m.pinned for m in per_rank]
     return Measurement(

@@ -1,8 +1,9 @@
 """`loadtune profile`: run the baseline loop under torch.profiler and say where the time goes.
 
-The loop is the one a sweep measures (README, "What is measured"): wait (blocked in next()), h2d (the copy to
-the device) and step, each inside a torch.profiler.record_function region named
-`loadtune.wait`, `loadtune.h2d` and `loadtune.step`, so they stand out in the operator table
+The loop is the very loop a sweep measures (README, "What is measured"): wait (blocked in
+next()), h2d (the copy to the device, on an accelerator only) and step, each inside a
+torch.profiler.record_function region named `loadtune.wait`, `loadtune.h2d` (where there is a
+copy) and `loadtune.step`, so they stand out in the operator table
 and in a Chrome / Perfetto trace. Only the main process is profiled: DataLoader workers run
 in processes of their own, so their work shows as `loadtune.wait` here.
 
@@ -19,7 +20,7 @@ from typing import Any
 
 from loadtune.config import RunSpec
 from loadtune.errors import LoadtuneError
-from loadtune.trial.measure import PARTS
+from loadtune.trial_process.measure import PARTS
 
 TABLE_ROWS = 25
 # Kineto (the profiler's C++ side) logs its stages and, without a GPU, a harmless
@@ -119,8 +120,9 @@ class _ProfiledWindow:
         pass
 
     def ready(self) -> bool:
-        self.profiler.__enter__()
-        self.running = True
+        if not self.running:
+            self.profiler.__enter__()
+            self.running = True
         return True
 
     def end(self) -> None:
@@ -148,13 +150,13 @@ def profile_run(
     from torch.utils.data import DataLoader
 
     from loadtune.results.report import dataloader_line
-    from loadtune.sweep.plan import baseline_trial
-    from loadtune.trial.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.trial.factory import build_dataset
-    from loadtune.trial.failures import describe
-    from loadtune.trial.loader import loader_kwargs
-    from loadtune.trial.measure import measure_loop
-    from loadtune.trial.steps import build_step
+    from loadtune.sweep_process.plan import baseline_trial
+    from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
+    from loadtune.trial_process.factory import build_dataset
+    from loadtune.trial_process.failures import describe
+    from loadtune.trial_process.loader import loader_kwargs
+    from loadtune.trial_process.measure import measure_loop
+    from loadtune.trial_process.steps import build_step
 
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")

@@ -93,6 +93,69 @@ def mixed_cost(num_samples: int = 512, cpu_s: float = 0.0005, sleep_s: float = 0
     return MixedCost(num_samples, cpu_s, sleep_s, slow_every, slow_factor, sample_shape)
 
 
+class UnevenBatches(SleepCost):
+    """Samples that wait `fast_s`, except those of about one batch in `slow_every` (chosen by a
+    fixed hash of the batch number), which wait `slow_s`: workers that finish a fast batch then
+    sit idle behind a slow one when DataLoader takes batches in order and prefetches little."""
+
+    def __init__(self, num_samples: int, fast_s: float, slow_s: float, slow_every: int, batch_size: int,
+                 sample_shape: Sequence[int]) -> None:
+        super().__init__(num_samples, fast_s, sample_shape)
+        self.slow_s, self.slow_every, self.batch_size = slow_s, slow_every, batch_size
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        slow = (index // self.batch_size) * 2654435761 % 2**32 % self.slow_every == 0
+        time.sleep(self.slow_s if slow else self.cost_s)
+        return torch.full(self.sample_shape, float(index)), index
+
+
+def uneven_batches(num_samples: int = 512, fast_s: float = 0.0005, slow_s: float = 0.008, slow_every: int = 4,
+                   batch_size: int = 8, sample_shape: Sequence[int] = (16,)) -> UnevenBatches:
+    return UnevenBatches(num_samples, fast_s, slow_s, slow_every, batch_size, tuple(sample_shape))
+
+
+class ManyTensors(SleepCost):
+    """Cheap samples made of `parts` small tensors each: every batch hands over that many
+    shared-memory tensors, which the training process must receive and rebuild one by one."""
+
+    def __init__(self, num_samples: int, parts: int, sample_shape: Sequence[int]) -> None:
+        super().__init__(num_samples, 0.0, sample_shape)
+        self.parts = parts
+        self.template = [torch.zeros(self.sample_shape) for _ in range(parts)]
+
+    def __getitem__(self, index: int) -> list[torch.Tensor]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        return self.template
+
+
+def many_tensors(num_samples: int = 512, parts: int = 200, sample_shape: Sequence[int] = (4,)) -> ManyTensors:
+    return ManyTensors(num_samples, parts, tuple(sample_shape))
+
+
+class PythonArithmetic(SleepCost):
+    """Samples computed in pure Python (no I/O, no numpy): `work` multiply-adds each."""
+
+    def __init__(self, num_samples: int, work: int, sample_shape: Sequence[int]) -> None:
+        super().__init__(num_samples, 0.0, sample_shape)
+        self.work = work
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index >= self.num_samples:
+            raise IndexError(index)
+        total = index
+        for i in range(self.work):
+            total = (total * 31 + i) % 1000003
+        return torch.full(self.sample_shape, float(total)), index
+
+
+def python_arithmetic(num_samples: int = 512, work: int = 20000,
+                      sample_shape: Sequence[int] = (16,)) -> PythonArithmetic:
+    return PythonArithmetic(num_samples, work, tuple(sample_shape))
+
+
 # Streams that feed other samples than they should, for the data check (README, "What is measured").
 
 

@@ -20,7 +20,7 @@ LOADER_DEFAULTS: dict[str, Any] = {name: field.default for name, field in Loader
 DEFAULT_PREFETCH = 2
 # Settings that only mean something with worker processes; dropped when num_workers becomes 0.
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
-               "in_order": True}
+               "in_order": True, "worker_threads": None}
 
 
 def format_value(value: Any) -> str:
@@ -44,15 +44,20 @@ def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         "persistent_workers": kwargs.get("persistent_workers", False),
         "pin_memory": kwargs.get("pin_memory", False),
         "batch_size": kwargs.get("batch_size"),
+        "main_threads": kwargs.get("main_threads"),
+        "worker_threads": kwargs.get("worker_threads") if workers > 0 else None,
     }
 
 
 def cost_of(settings: Mapping[str, Any]) -> tuple:
     """What a config costs to run, to choose the cheaper of two that perform alike: workers
-    first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in)."""
+    first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in); then
+    what departs from the defaults without a cost in resources (batches out of order, thread
+    settings), so that of two alike the one nearer the user's code is kept."""
     applied = effective_settings(settings)
     return (applied["num_workers"] or 0, applied["prefetch_factor"] or 0, bool(applied["persistent_workers"]),
-            bool(applied["pin_memory"]))
+            bool(applied["pin_memory"]), settings.get("in_order", True) is False,
+            settings.get("worker_threads") is not None, settings.get("main_threads") is not None)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Trial:
     settings: tuple[tuple[str, Any], ...]
     skip_reason: str | None = None
     feed: str = FEED_LOADER
+    asked_by: str | None = None  # the trial whose verdict's advice asked for this one
 
     @property
     def loader_kwargs(self) -> dict[str, Any]:

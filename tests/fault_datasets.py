@@ -199,3 +199,30 @@ class PythonObjects(Dataset):
 
 def make_python_objects(num_items: int = 8_000_000, num_samples: int = 160):
     return PythonObjects(num_items, num_samples)
+
+
+class ThreadReporter(Dataset):
+    """Each worker notes, in a file of `folder` named by its pid, its torch threads and the
+    OpenMP/BLAS pools' limits as it loads; the training process notes its own when it loads."""
+
+    def __init__(self, folder: str, num_samples: int = 200) -> None:
+        self.folder, self.num_samples = folder, num_samples
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, index: int) -> Any:
+        import os
+
+        import torch
+        from threadpoolctl import threadpool_info
+
+        where = "worker" if _in_worker() else "main"
+        pools = sorted({p["num_threads"] for p in threadpool_info()}) or [0]
+        with open(f"{self.folder}/{where}-{os.getpid()}", "w") as f:
+            f.write(f"{torch.get_num_threads()} {max(pools)}")
+        return torch.zeros(4), index
+
+
+def make_thread_reporter(folder: str, num_samples: int = 200) -> ThreadReporter:
+    return ThreadReporter(folder, num_samples)

@@ -20,13 +20,24 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from loadtune.compare import (
-    ABSENT, HELPS_TO_HURTS, HURTS_TO_HELPS, STATUS_CHANGED, TIE_GROUP_CHANGED, VERDICT_HOLDS,
-    WINNER_CHANGED, Comparison, compare, comparison_lines, comparison_table, kendall_tau_b,
-    load_results, write_aligned,
+from loadtune.results.compare import (
+    ABSENT,
+    HELPS_TO_HURTS,
+    HURTS_TO_HELPS,
+    STATUS_CHANGED,
+    TIE_GROUP_CHANGED,
+    VERDICT_HOLDS,
+    WINNER_CHANGED,
+    Comparison,
+    compare,
+    comparison_lines,
+    comparison_table,
+    kendall_tau_b,
+    load_results,
+    write_aligned,
 )
 from loadtune.errors import ResultsError
-from loadtune.results import COLUMNS
+from loadtune.results.record import COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compare"
 SPEC_COLUMNS = COLUMNS[:COLUMNS.index("started_at") + 1]

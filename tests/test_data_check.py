@@ -16,15 +16,15 @@ import torch
 from loadtune.config import load_config
 from loadtune.measurement import Measurement, Window, combine_ranks
 from loadtune.results.record import ResultsFile, read_records
-from loadtune.sweep import events
-from loadtune.sweep.datacheck import (ACROSS_RANKS, EPOCH_CONTENT, EPOCH_SIZE, LABEL, RANKS_FIX, REPEATED,
+from loadtune.sweep_process import events
+from loadtune.sweep_process.datacheck import (ACROSS_RANKS, EPOCH_CONTENT, EPOCH_SIZE, LABEL, RANKS_FIX, REPEATED,
                                       SHARDS_FIX, WORKERS_FIX, Check, check_all, delivery, fixes, segments, streams)
-from loadtune.sweep.launch import Outcome
-from loadtune.sweep.plan import trial_for
-from loadtune.sweep.runner import Runner, _ranked
-from loadtune.trial.fingerprint import sample_keys
-from loadtune.trial.measure import measure_loop
-from loadtune.trial.preflight import stable_bytes
+from loadtune.sweep_process.launch import Outcome
+from loadtune.sweep_process.plan import trial_for
+from loadtune.sweep_process.runner import Runner, _ranked
+from loadtune.trial_process.fingerprint import sample_keys
+from loadtune.trial_process.measure import measure_loop
+from loadtune.trial_process.preflight import stable_bytes
 from loadtune import synthetic
 from tests.conftest import run_cli, tiny_config
 
@@ -190,7 +190,7 @@ def test_keys_are_the_same_for_the_same_values_in_any_layout_or_process():
     keys, _ = sample_keys((images,), 4)
     assert keys.tolist() == sample_keys((images.to(memory_format=torch.channels_last),), 4)[0].tolist()
     assert keys.tolist() == sample_keys((images.numpy(),), 4)[0].tolist()
-    code = ("import sys, torch\nfrom loadtune.trial.fingerprint import sample_keys\n"
+    code = ("import sys, torch\nfrom loadtune.trial_process.fingerprint import sample_keys\n"
             "torch.manual_seed(0)\nprint(sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist())")
     torch.manual_seed(0)
     here = sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist()

@@ -12,12 +12,12 @@ from loadtune.config import load_config
 from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
 from loadtune.results.record import ResultsFile, read_records
-from loadtune.sweep import events
-from loadtune.sweep.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, pick, race_step,
+from loadtune.sweep_process import events
+from loadtune.sweep_process.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, pick, race_step,
                                    throughput_ratio_lower)
-from loadtune.sweep.launch import Outcome
-from loadtune.sweep.plan import trial_for
-from loadtune.sweep.runner import Runner
+from loadtune.sweep_process.launch import Outcome
+from loadtune.sweep_process.plan import trial_for
+from loadtune.sweep_process.runner import Runner
 from loadtune.trials import cost_of
 from tests.conftest import tiny_config
 

@@ -1,6 +1,6 @@
 """Faults and bad input, end to end: real failing datasets (tests/fault_datasets.py) in real
 DataLoaders with real workers, through the real CLI. Each case checks the row or the message,
-the exit code, that the CSV is whole (pandas reads it, SPEC columns first), that no process of
+the exit code, that the CSV is whole (pandas reads it, the contract's columns first), that no process of
 the test outlives it and that nothing new is left in /dev/shm."""
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from loadtune.config import load_config
-from loadtune.plan import baseline_trial
-from loadtune.run import run_isolated
-from loadtune.trial import TrialJob
+from loadtune.sweep_process.plan import baseline_trial
+from loadtune.sweep_process.launch import run_in_trial_process
+from loadtune.trial_process.jobs import TrialJob
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config
 from tests.fault_datasets import MEMORY_LIMIT_VAR
 from tests.test_cli_sweep import SPEC_COLUMNS
@@ -45,7 +45,7 @@ def fault_config(factory: str = "make_faulty", kwargs: dict | None = None, loade
 
 
 def read_csv(path: Path) -> pd.DataFrame:
-    """The results CSV as a user reads it; whole, with SPEC §4's columns first and in order."""
+    """The results CSV as a user reads it; whole, with the contract's columns first and in order."""
     df = pd.read_csv(path)
     assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
     assert set(df.status) <= {"ok", "skipped", "failed", "timeout"}
@@ -177,7 +177,7 @@ def test_a_hang_times_out_and_its_process_tree_is_killed(write_config, tmp_path,
 
 
 @pytest.mark.parametrize("escape", [False, True], ids=["group", "new-session-child"])
-def test_run_isolated_kills_the_tree_before_it_returns(write_config, tmp_path, escape):
+def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp_path, escape):
     """In this process, which stays alive: the trial's own watchdog cannot be what kills them."""
     record = tmp_path / "pids"
     record.mkdir()
@@ -187,14 +187,14 @@ def test_run_isolated_kills_the_tree_before_it_returns(write_config, tmp_path, e
     cfg = spec.config
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
                    os.getpid(), multiprocessing.get_all_start_methods()[0])  # the platform's default
-    outcome = run_isolated(job, timeout_s=3)
+    outcome = run_in_trial_process(job, timeout_s=3)
     assert outcome.status == "timeout"
     pids = [int(p.name) for p in record.iterdir()]
     assert len(pids) >= (3 if escape else 2), "a worker, the trial process (and the escaped child)"
     deadline = time.monotonic() + 1
     while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not alive, f"still running after run_isolated returned: {alive}"
+    assert not alive, f"still running after run_in_trial_process returned: {alive}"
 
 
 def _alive(pid: int) -> bool:

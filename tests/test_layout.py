@@ -12,7 +12,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "loadtune"
 OFFLINE = "loadtune.results"
-PROCESS_SIDES = ("loadtune.sweep", "loadtune.trial")
+PROCESS_SIDES = ("loadtune.sweep_process", "loadtune.trial_process")
 HEAVY = ("torch", "torchvision")
 FIXTURE = Path(__file__).parent / "fixtures" / "v1" / "sweep.csv"
 
@@ -33,7 +33,7 @@ def import_graph() -> dict[str, set[str]]:
                 found.update(alias.name for alias in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 found.add(node.module)
-                # `from loadtune.sweep import events` imports the module loadtune.sweep.events
+                # `from loadtune.sweep_process import events` imports the module loadtune.sweep_process.events
                 found.update(f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules)
         graph[name] = found
     return graph
@@ -93,7 +93,7 @@ def _inside(module: str, packages: tuple[str, ...]) -> bool:
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
     assert "loadtune.results.plot" in graph["loadtune.cli"], "cli imports plot inside a command"
-    assert "loadtune.trial.main" in graph["loadtune.sweep.launch"]
+    assert "loadtune.trial_process.main" in graph["loadtune.sweep_process.launch"]
 
 
 def test_cycle_finder_finds_a_planted_cycle():
@@ -117,11 +117,12 @@ def test_offline_readers_import_neither_the_process_machinery_nor_torch():
 
 def test_the_trial_side_imports_nothing_of_the_sweep_side():
     graph = import_graph()
-    for module in (m for m in graph if m.startswith("loadtune.trial")):
+    for module in (m for m in graph if _inside(m, ("loadtune.trial_process",))):
         reached = _reach(graph, module)
-        assert not [r for r in reached if _inside(r, ("loadtune.sweep",))], module
+        assert not [r for r in reached if _inside(r, ("loadtune.sweep_process",))], module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [["report"], ["compare", "--force"]])
 def test_report_and_compare_start_without_torch(command, tmp_path):
     """Checked in a real process with -X importtime, which lists every module imported."""

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
-from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
+import pytest
+
+from loadtune.machine import cpu_quota, fingerprint, shm_free_gb
 
 
 def test_fingerprint_of_this_machine_is_plausible():
@@ -18,8 +22,24 @@ def test_fingerprint_of_this_machine_is_plausible():
     assert fp["start_method"] in ("fork", "spawn", "forkserver")
 
 
+def usable_cores_pinned_to(cores: set[int]) -> int:
+    """usable_cores() in a fresh Python whose affinity mask is set to `cores` first."""
+    code = ("import os, sys\n"
+            "os.sched_setaffinity(0, {int(c) for c in sys.argv[1:]})\n"
+            "from loadtune.machine import usable_cores\n"
+            "print(usable_cores())\n")
+    done = subprocess.run([sys.executable, "-c", code, *map(str, sorted(cores))],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.strip())
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks on this platform")
 def test_usable_cores_follow_the_affinity_mask():
-    assert usable_cores() == len(os.sched_getaffinity(0))
+    allowed = sorted(os.sched_getaffinity(0))
+    assert usable_cores_pinned_to({allowed[-1]}) == 1
+    if len(allowed) >= 2:
+        assert usable_cores_pinned_to(set(allowed[:2])) == 2
 
 
 def test_cgroup_quota_from_a_faked_cpu_max(tmp_path):

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from loadtune.config import Config
-from loadtune.plan import combined_trial, ofat_plan
+from loadtune.sweep_process.plan import combined_trial, ofat_plan
 from tests.conftest import tiny_config
 
 

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,8 +12,8 @@ import pytest
 from PIL import Image
 
 from loadtune.errors import ResultsError
-from loadtune.plot import draw_results, read_results_csv, trial_order
-from loadtune.results import COLUMNS
+from loadtune.results.plot import draw_results, read_results_csv, trial_order
+from loadtune.results.record import COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 VM = FIXTURES / "demo-vm-x1.csv"        # ok, skipped, failed, timeout and ideal rows
@@ -31,7 +34,7 @@ def looks_drawn(path: Path, min_size: tuple[int, int]) -> np.ndarray:
 
 
 def test_fixture_csvs_start_with_the_spec_columns_in_order():
-    spec_columns = COLUMNS[: COLUMNS.index("started_at") + 1]  # SPEC §4; later columns may grow
+    spec_columns = COLUMNS[: COLUMNS.index("started_at") + 1]  # the contract's columns; later ones may grow
     for path in (VM, BOX8):
         header = path.read_text().splitlines()[0].split(",")
         assert tuple(header[: len(spec_columns)]) == spec_columns
@@ -81,11 +84,29 @@ def test_nothing_ran_still_draws(tmp_path):
     looks_drawn(draw_results([("none", df)], tmp_path / "none.png"), (900, 250))
 
 
+PYPLOT_PROBE = """
+import json, sys
+import matplotlib
+from loadtune.results.plot import draw_results, read_results_csv
+before = matplotlib.rcParams["backend"]
+out = draw_results([("vm", read_results_csv(sys.argv[1]))], sys.argv[2])
+pyplot = "matplotlib.pyplot" in sys.modules  # read before anything below could import it
+print(json.dumps({"pyplot": pyplot, "before": before, "after": matplotlib.rcParams["backend"],
+                  "written": out.is_file()}))
+"""
+
+
 def test_pyplot_is_not_touched(tmp_path):
-    draw_results([(VM.name, read_results_csv(VM))], tmp_path / "c.png")
-    if "matplotlib.pyplot" in sys.modules:  # another test may have imported it; then it must be unchanged
-        return
-    assert "matplotlib.pyplot" not in sys.modules
+    # A fresh interpreter, so no other test's import of pyplot can hide one made by drawing.
+    # The backend is set to one the chart does not use, so a switch to Agg would show.
+    env = {**os.environ, "MPLBACKEND": "svg"}
+    done = subprocess.run([sys.executable, "-c", PYPLOT_PROBE, str(VM), str(tmp_path / "c.png")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["written"]
+    assert seen["pyplot"] is False
+    assert seen["before"] == "svg" and seen["after"] == "svg"
 
 
 def test_unreadable_or_wrong_csvs_name_the_file(tmp_path):

@@ -15,9 +15,9 @@ import pytest
 
 from loadtune.errors import ConfigError
 from loadtune.measurement import Measurement, Window, combine_ranks
-from loadtune.sweep.launch import STOPPED_BY_PEER, Outcome
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.torchrun import combine_outcomes, launched, refuse_nested_ranks
+from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 PARTS = str(Path(__file__).with_name("rank_parts.py"))
@@ -69,7 +69,7 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
 def test_more_ranks_than_gpus_are_refused(monkeypatch):
     import torch
 
-    from loadtune.sweep.runner import check_ranks
+    from loadtune.sweep_process.runner import check_ranks
 
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
@@ -88,12 +88,13 @@ def test_ranks_under_torchrun_are_refused(monkeypatch):
     refuse_nested_ranks(1)
 
 
+@pytest.mark.slow
 def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path):
     """torch marks a process whose CUDA runtime was asked anything, and its forked children
     cannot use CUDA: the launcher's config must not ask (it would, for NUMA bindings)."""
     code = (
         "import multiprocessing as mp, sys, torch\n"
-        "from loadtune.trial.ranks import launch_config\n"
+        "from loadtune.trial_process.ranks import launch_config\n"
         f"config = launch_config(2, {str(tmp_path)!r})\n"
         "assert config.numa_options is None and config.nproc_per_node == 2\n"
         "def child(q): q.put(torch.cuda._is_in_bad_fork())\n"
@@ -108,7 +109,7 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
 
 def test_ranks_write_beside_the_one_rank_csv(tmp_path):
     from loadtune.config import load_config
-    from loadtune.sweep.runner import default_output
+    from loadtune.sweep_process.runner import default_output
 
     path = tmp_path / "c.yaml"
     import yaml
@@ -271,3 +272,56 @@ def test_a_failing_rank_under_torchrun_fails_the_trial_and_the_sweep_goes_on(tmp
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.status == "failed"
     assert row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_nodes(*args: str, marker: str, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """Two torchrun agents on this host standing in for two machines: --nnodes 2, one process
+    each, a c10d rendezvous on localhost; both started at once, as on two machines."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", MARKER_VAR: marker}
+    endpoint = f"localhost:{_free_port()}"
+    agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
+                                "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", marker,
+                                "-m", "loadtune", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True) for _ in range(2)]
+    done = []
+    try:
+        for agent in agents:
+            out, err = agent.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(agent.args, agent.returncode, out, err))
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+    return done
+
+
+@pytest.mark.slow
+def test_two_nodes_run_every_trial_on_both_and_rank_0_writes_one_csv(tmp_path, write_config, marker):
+    out = tmp_path / "nodes.csv"
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}}, sweep={"num_workers": [0]})
+    first, second = two_nodes("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
+    assert (first.stdout + second.stdout).count("Recommended:") == 1, "the global rank 0 alone reports"
+    df = pd.read_csv(out).set_index("trial")
+    assert {"baseline", "num_workers=0"} <= set(df.index)
+    assert (df.status == "ok").all() and (df.ranks == 2).all(), "every trial ran on both nodes"
+    assert not list(tmp_path.glob("*.csv.tmp")) and not list(tmp_path.glob(".*.lock"))
+
+
+@pytest.mark.slow
+def test_a_node_whose_trial_fails_is_named_and_the_sweep_goes_on(tmp_path, write_config, marker):
+    out = tmp_path / "nodes-fail.csv"
+    config = rank_config({"sleep_s": {0: 0.005, 1: 0.005}, "fail_rank": 1, "fail_at": 4}, timeout_s=120)
+    first, second = two_nodes("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr + second.stderr)[-3000:]
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.status == "failed" and row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from loadtune.resources import (
+from loadtune.sweep_process.resources import (
     BYTES_PER_MB,
     MEMORY_USS,
     SHM_SAFETY_MARGIN,
@@ -20,11 +20,13 @@ from loadtune.resources import (
     ResourceSamples,
     Sample,
     TreeSampler,
-    batch_bytes,
     shm_fits,
     shm_need_mb,
     summarize_resources,
 )
+from loadtune.machine import usable_cores
+from loadtune.trial_process.measure import batch_bytes
+from tests.conftest import wait_until
 
 MB = BYTES_PER_MB
 ROOT = 100
@@ -261,19 +263,55 @@ def isolated(test):
     return wrapper
 
 
-def _burn(cpu_s: float, linger_s: float = 0.0) -> None:
+def _burn(cpu_s: float) -> None:
     end = time.process_time() + cpu_s
     while time.process_time() < end:
         sum(range(1000))
-    time.sleep(linger_s)
 
 
-def _fork_burners(n: int, cpu_s: float, linger_s: float = 0.0) -> list:
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_burn, args=(cpu_s, linger_s)) for _ in range(n)]
-    for p in procs:
-        p.start()
-    return procs
+def _burner(go, cpu_s: float, burned, release, then_cpu_s: float) -> None:
+    go.wait(60)
+    _burn(cpu_s)
+    burned.set()
+    release.wait(60)
+    _burn(then_cpu_s)
+
+
+class _Burners:
+    """`n` forked processes that, once `go` is set, burn `cpu_s` of CPU, set their `burned`
+    event, wait (idle) for `release`, burn `then_cpu_s` more and exit."""
+
+    def __init__(self, n: int, cpu_s: float, then_cpu_s: float = 0.0, go: bool = True) -> None:
+        ctx = multiprocessing.get_context("fork")  # fork: no helper process for the events
+        self.go, self.release = ctx.Event(), ctx.Event()
+        self.burned = [ctx.Event() for _ in range(n)]
+        if go:
+            self.go.set()
+        self.procs = [ctx.Process(target=_burner, args=(self.go, cpu_s, burned, self.release, then_cpu_s))
+                      for burned in self.burned]
+        for proc in self.procs:
+            proc.start()
+        self.pids = {proc.pid for proc in self.procs}
+
+    def wait_burned(self) -> None:
+        assert all(burned.wait(30) for burned in self.burned), "the burners did not burn their CPU in 30 s"
+
+    def finish(self) -> None:
+        """Let them go on to the end, and reap them."""
+        self.go.set()
+        self.release.set()
+        for proc in self.procs:
+            proc.join(timeout=30)
+        assert [proc.exitcode for proc in self.procs] == [0] * len(self.procs)
+
+
+def samples_so_far(sampler: TreeSampler) -> tuple[Sample, ...]:
+    """The samples a running sampler's thread has taken (they are handed out at stop())."""
+    return tuple(sampler._samples)
+
+
+def pids_in(sample: Sample) -> set[int]:
+    return {p.pid for p in sample.processes}
 
 
 @isolated
@@ -300,34 +338,38 @@ def test_sampler_life_cycle_and_short_window():
 @isolated
 def test_workers_that_burn_cpu_and_exit_are_counted():
     with TreeSampler(os.getpid(), interval_s=0.1) as sampler:
-        procs = _fork_burners(2, cpu_s=0.4, linger_s=0.3)
-        time.sleep(0.25)
-        for p in procs:
-            p.join(timeout=15)
+        burners = _Burners(2, cpu_s=0.2, then_cpu_s=0.2)
+        burners.wait_burned()
+        # The thread sees both alive, half-way through their CPU; the other half they burn
+        # after that, and it is only seen in the root's counters once they are reaped.
+        assert wait_until(lambda: any(burners.pids <= pids_in(s) for s in samples_so_far(sampler)))
+        burners.finish()
     r = sampler.result
-    f = summarize_resources(r, usable_cores=os.cpu_count() or 1)
+    f = summarize_resources(r, usable_cores=usable_cores())
     assert f.cpu_util > 0
     assert f.workers_cpu_util > f.main_cpu_util
     assert f.workers == 2
+    assert pids_in(r.samples[-1]) == {os.getpid()}  # reaped before the last sample
     # All of each burner's CPU counts: what was seen while it ran, and the rest when it was reaped.
     assert f.workers_cpu_s >= 2 * 0.4 - 0.05
     assert f.workers_cpu_s < 2 * 0.4 + 0.3
     assert f.sampler_load < 0.25
-    assert any(len(s.processes) == 3 for s in r.samples)
 
 
 @isolated
 def test_workers_alive_at_stop():
-    procs = _fork_burners(2, cpu_s=0.6, linger_s=0.0)
+    burners = _Burners(2, cpu_s=0.3, go=False)
     try:
         with TreeSampler(os.getpid(), interval_s=0.1) as sampler:
-            time.sleep(0.4)
-        f = summarize_resources(sampler.result, usable_cores=os.cpu_count() or 1)
+            burners.go.set()  # after the first sample: all their burning is inside the window
+            burners.wait_burned()
+        r = sampler.result
+        f = summarize_resources(r, usable_cores=usable_cores())
     finally:
-        for p in procs:
-            p.join(timeout=15)
+        burners.finish()
+    assert burners.pids <= pids_in(r.samples[-1])  # alive (waiting) at the last sample
     assert f.workers == 2 and f.peak_workers == 2
-    assert f.workers_cpu_s > 0.2
+    assert f.workers_cpu_s >= 2 * 0.3 - 0.05
     assert f.workers_cpu_util > f.main_cpu_util
     assert f.threads_per_worker is not None and f.threads_per_worker >= 1
     assert f.worker_pss_mb is not None and f.worker_pss_mb > 0
@@ -344,6 +386,7 @@ class _Cpu(torch.utils.data.Dataset):
         return i
 
 
+@pytest.mark.slow
 @isolated
 def test_dataloader_workers_restarted_each_epoch_keep_their_cpu():
     loader = torch.utils.data.DataLoader(_Cpu(), batch_size=10, num_workers=2, persistent_workers=False)
@@ -351,7 +394,7 @@ def test_dataloader_workers_restarted_each_epoch_keep_their_cpu():
         for _ in range(2):
             for _ in loader:
                 pass
-    f = summarize_resources(sampler.result, usable_cores=os.cpu_count() or 1)
+    f = summarize_resources(sampler.result, usable_cores=usable_cores())
     assert f.workers == 4  # two workers per epoch, started again each epoch
     assert f.workers_cpu_s >= 2 * 100 * 0.002 * 0.9
 
@@ -380,11 +423,12 @@ def _growth_reading(items) -> tuple[float, float]:
         for _ in it:
             pass
     del it, loader
-    f = summarize_resources(sampler.result, usable_cores=os.cpu_count() or 1)
+    f = summarize_resources(sampler.result, usable_cores=usable_cores())
     assert f.workers == 2
     return f.pss_growth_mb, f.worker_pss_growth_mb
 
 
+@pytest.mark.slow
 @isolated
 def test_python_objects_read_in_workers_are_copied_numpy_is_not():
     n = 2_500_000
@@ -402,10 +446,12 @@ def test_python_objects_read_in_workers_are_copied_numpy_is_not():
 @isolated
 def test_memory_is_read_within_its_budget():
     with TreeSampler(os.getpid(), interval_s=0.05) as sampler:
-        time.sleep(0.8)
+        # About a second of sampling: long enough for the memory readings (the thread's first
+        # and stop()'s, and what the budget allows in between) to be a small load.
+        assert wait_until(lambda: len(samples_so_far(sampler)) >= 20, timeout_s=20)
     r = sampler.result
     memory = [s.memory for s in r.samples]
-    assert len(r.samples) >= 8
+    assert len(r.samples) >= 21  # and the last one, stop()'s
     assert not memory[0] and memory[1] and memory[-1]  # the thread reads memory at once, then by budget
     assert sum(memory) < len(memory) / 2
     assert all(p.pss_bytes is None for s in r.samples if not s.memory for p in s.processes)
@@ -414,10 +460,18 @@ def test_memory_is_read_within_its_budget():
 
 
 def test_a_root_that_exits_stops_the_sampling_quietly():
-    (child,) = _fork_burners(1, cpu_s=0.0, linger_s=0.3)
-    sampler = TreeSampler(child.pid, interval_s=0.05).start()
-    child.join(timeout=15)
-    time.sleep(0.2)
+    ctx = multiprocessing.get_context("fork")
+    release = ctx.Event()
+    child = ctx.Process(target=release.wait, args=(60,))
+    child.start()
+    try:
+        sampler = TreeSampler(child.pid, interval_s=0.05).start()
+    finally:
+        release.set()
+        child.join(timeout=30)
+    assert child.exitcode == 0
+    # Its thread ends by itself once the root is gone, without stop().
+    assert wait_until(lambda: not sampler._thread.is_alive(), timeout_s=10)
     r = sampler.stop()
     assert 1 <= len(r.samples)
     assert all(s.processes[0].pid == child.pid for s in r.samples)

@@ -81,6 +81,7 @@ def test_files_of_the_previous_format_load_in_every_reader(tmp_path):
     assert plain_frame(records)["reason"].tolist().count("") >= 1
 
 
+@pytest.mark.slow
 def test_report_and_compare_read_a_previous_format_file(tmp_path):
     report = run_cli("report", str(V1 / "sweep.csv"), "--plot", str(tmp_path / "c.png"), cwd=tmp_path)
     assert report.returncode == 0, report.stderr

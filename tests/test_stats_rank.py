@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from loadtune.measurement import Measurement, Window
-from loadtune.sweep.decide import Scored
-from loadtune.sweep.ranking import rank
+from loadtune.sweep_process.decide import Scored
+from loadtune.sweep_process.ranking import rank
 from loadtune.results.interval import Interval
-from loadtune.sweep.stats import summarize
+from loadtune.sweep_process.stats import summarize
 
 
 def window(wait, step, samples=8, starts=None):

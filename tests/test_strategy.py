@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from loadtune.config import Config
 from loadtune.results.interval import Interval
-from loadtune.sweep.decide import Scored
-from loadtune.sweep.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
+from loadtune.sweep_process.decide import Scored
+from loadtune.sweep_process.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
 from loadtune.trials import cost_of
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4, 8], "persistent_workers": [False, True],
@@ -140,3 +142,25 @@ def test_settings_that_need_workers_are_skipped_rows_only_when_no_trial_with_wor
 def test_unknown_strategy():
     with pytest.raises(ValueError, match="strategy 'random'"):
         run_strategy("random", config(), False, FakeMeasurer())
+
+
+def test_the_picks_advice_is_measured_on_top_of_it_and_marked():
+    def truth(kw: dict) -> float:  # more workers keep paying, beyond the swept values
+        return 100.0 + 50 * kw["num_workers"]
+
+    class Advising(FakeMeasurer):
+        def __call__(self, trials, round_no):
+            out = super().__call__(trials, round_no)
+            for t in trials:  # the verdict of every trial: "try twice the workers"
+                if out[t.name].ran:
+                    more = (("num_workers", 2 * max(1, t.loader_kwargs["num_workers"])),)
+                    out[t.name] = dataclasses.replace(out[t.name], suggests=(more,))
+            return out
+
+    measurer = Advising(truth=truth)
+    visits = run_ofat(config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), False, measurer)
+    asked = [v for v in visits if v.trial.asked_by]
+    assert [v.trial.name for v in asked] == ["num_workers=4"]
+    assert asked[0].trial.asked_by == "num_workers=2" and asked[0].round == max(v.round for v in visits)
+    again = run_grid(config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), False, Advising(truth=truth))
+    assert [v.trial.name for v in again if v.trial.asked_by] == ["num_workers=4"], "one mechanism for all"

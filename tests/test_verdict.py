@@ -7,16 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from loadtune.measure import Measurement, Window
-from loadtune.stats import summarize
-from loadtune.verdict import (
+from loadtune.measurement import Measurement, Window
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.verdict import (
     BASE_WORKER_THREADS,
     COMPUTE_BOUND,
     COMPUTE_BOUND_WAIT_RATIO,
     CPU_SATURATED_UTIL,
     DATA_BOUND_CPU,
+    DATA_BOUND_HANDOVER,
     DATA_BOUND_IO,
     DATA_BOUND_START_UP,
+    DATA_BOUND_STARVED,
     MEMORY_RISK,
     MEMORY_RISK_GROWTH_MB,
     START_UP_WAIT_SHARE,
@@ -130,9 +132,45 @@ def test_threshold_edges():
     assert judge(worker_pss_growth_mb=m + 1e-9)[0] == MEMORY_RISK
 
 
+def evidence(**figures) -> Evidence:
+    """Evidence of a quiet, steady loader (no start-up wait, no growth) with `figures` changed."""
+    quiet = dict(wait_ratio=0.5, cpu_util=0.5, usable_cores=4, num_workers=2, wait_ms=20.0,
+                 epoch_start_ms=math.nan, epoch_wait_share=0.0, worker_pss_growth_mb=0.0,
+                 pss_growth_mb=0.0, threads_per_worker=3.0)
+    return Evidence(**{**quiet, **figures})
+
+
+# Each verdict with evidence that shows that limit and nothing else.
+EVIDENCE_FOR = {
+    # The loader keeps up: almost no wait, whatever the cores do.
+    COMPUTE_BOUND: evidence(wait_ratio=0.02, cpu_util=0.3),
+    # Waiting while all usable cores are busy.
+    DATA_BOUND_CPU: evidence(wait_ratio=0.7, cpu_util=0.99),
+    # Waiting while the cores and the workers idle.
+    DATA_BOUND_IO: evidence(wait_ratio=0.7, cpu_util=0.1, loader_busy=0.1),
+    # Nearly all the wait in epoch starts of 900 ms.
+    DATA_BOUND_START_UP: evidence(wait_ratio=0.7, cpu_util=0.2, epoch_start_ms=900.0, epoch_wait_share=0.9),
+    # Each worker grew by 200 MB within the window.
+    MEMORY_RISK: evidence(wait_ratio=0.3, worker_pss_growth_mb=200.0, pss_growth_mb=400.0),
+    # Most of the wait is the training thread receiving batches from the workers.
+    DATA_BOUND_HANDOVER: evidence(wait_ratio=0.5, cpu_util=0.4, machine_busy=0.4, handover_share=0.8,
+                                  fetch_cpu_share=0.9),
+    # The workers sit idle while the loop waits, and the cores are not busy.
+    DATA_BOUND_STARVED: evidence(wait_ratio=0.4, cpu_util=0.5, machine_busy=0.5, worker_idle_share=0.6,
+                                 handover_share=0.05, fetch_cpu_share=0.9, prefetch_factor=1),
+}
+
+
 def test_every_verdict_is_one_of_the_names():
-    assert set(VERDICTS) == {"compute-bound", "data-bound: cpu", "data-bound: io/latency",
-                             "data-bound: start-up", "memory risk"}
+    assert set(VERDICTS) == {"compute-bound", "data-bound: cpu", "data-bound: io/latency", "data-bound: hand-over",
+                             "data-bound: starved workers", "data-bound: start-up", "memory risk"}
+    reached = {}
+    for intended, figures in EVIDENCE_FOR.items():
+        name, advice = verdict(figures)
+        assert name == intended, f"evidence for {intended!r} gave {name!r}"
+        assert advice.strip()
+        reached[name] = figures
+    assert set(reached) == set(VERDICTS)
 
 
 def test_epoch_wait_share_formula_and_edges():
@@ -189,3 +227,33 @@ def test_loading_in_the_training_process_is_cpu_bound_and_asked_for_workers():
 def test_idle_workers_stay_io_bound():
     e = replace(BASE, wait_ratio=0.6, cpu_util=0.2, usable_cores=2, num_workers=2, loader_busy=0.2)
     assert verdict(e)[0] == DATA_BOUND_IO
+
+
+def test_evidence_from_inside_decides_cpu_against_io_whatever_the_trees_share():
+    # The tree reads 0.8 of the cores, but the kernel counts them 97% busy: saturated, so cpu.
+    assert judge(cpu_util=0.8, machine_busy=0.97, fetch_cpu_share=0.5, num_workers=4)[0] == DATA_BOUND_CPU
+    # Busy cores, but the fetch itself sleeps or reads: not a CPU bottleneck of this loader.
+    assert judge(cpu_util=0.1, machine_busy=0.97, fetch_cpu_share=0.05, num_workers=4,
+                 outside_cpu=0.87)[0] == DATA_BOUND_IO
+    # Cores not busy: a fetch that is mostly CPU is cpu (add workers), one that waits is io/latency.
+    name, advice = judge(cpu_util=0.5, machine_busy=0.5, fetch_cpu_share=0.95, num_workers=1)
+    assert name == DATA_BOUND_CPU and "add workers up to the cores" in advice
+    name, advice = judge(cpu_util=0.1, machine_busy=0.12, fetch_cpu_share=0.05, num_workers=4)
+    assert name == DATA_BOUND_IO and "only 5% of each fetch is CPU work" in advice
+
+
+def test_mixed_evidence_is_said_with_its_figures():
+    name, advice = judge(cpu_util=0.97, machine_busy=0.97, fetch_cpu_share=0.9, handover_share=0.35,
+                         num_workers=2)
+    assert name == DATA_BOUND_CPU
+    assert advice.startswith("mostly cpu, partly hand-over (35% of the wait is receiving batches")
+
+
+def test_starved_workers_get_a_deeper_prefetch_and_out_of_order_advice():
+    name, advice = judge(cpu_util=0.4, machine_busy=0.4, worker_idle_share=0.5, fetch_cpu_share=0.9,
+                         prefetch_factor=1, num_workers=2)
+    assert name == DATA_BOUND_STARVED
+    assert "prefetch_factor=4" in advice and "in_order=False" in advice
+    assert "in_order=False" not in judge(cpu_util=0.4, machine_busy=0.4, worker_idle_share=0.5,
+                                         fetch_cpu_share=0.9, prefetch_factor=1, in_order=False,
+                                         num_workers=2)[1]

@@ -5,7 +5,14 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tests.conftest import run_cli, tiny_config
+import os
+import subprocess
+import sys
+
+from loadtune.machine import usable_cores
+from loadtune.sweep_process.verdict import (DATA_BOUND_CPU, DATA_BOUND_HANDOVER, DATA_BOUND_IO, DATA_BOUND_STARVED,
+                                    FETCH_CPU_CONTENDED_SHARE)
+from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 pytestmark = pytest.mark.slow
 
@@ -29,17 +36,81 @@ def test_sleeping_loader_with_a_fast_step_is_io_bound(write_config, tmp_path, ma
     row, _ = verdict_of(write_config, tmp_path, marker,
                         {"factory": "loadtune.synthetic:sleep_cost", "kwargs": {"num_samples": 400, "cost_s": 0.005}},
                         {"batch_size": 8, "num_workers": 1}, 0.001, SHORT)
-    assert row.verdict == "data-bound: io/latency", row.advice
+    assert row.verdict == DATA_BOUND_IO, row.advice
     assert row.cpu_util < 0.5 and row.wait_ratio > 0.5
+    assert row.fetch_cpu_share < FETCH_CPU_CONTENDED_SHARE, "a fetch that sleeps is not CPU work"
 
 
 def test_cpu_bound_loader_on_more_workers_than_cores_is_cpu_bound(write_config, tmp_path, marker):
+    # One worker more than the usable cores, each sample burning 2 ms x cores of CPU, against a
+    # 2 ms step: the loader is the limit whatever the core count, and the kernel counts the
+    # cores busy (the verdict reads that, and the fetches' CPU share, not one tree figure).
+    cores = usable_cores()
+    workers, batch, batches = cores + 1, 8, 40 + 4 * (cores + 1)
+    cost_s = 0.002 * cores
     row, _ = verdict_of(write_config, tmp_path, marker,
-                        {"factory": "loadtune.synthetic:cpu_cost", "kwargs": {"num_samples": 800, "cost_s": 0.004}},
-                        {"batch_size": 8, "num_workers": 3}, 0.002,
-                        {"warmup_batches": 3, "batches": 50, "repeats": 1, "timeout_s": 60})
-    assert row.verdict == "data-bound: cpu", row.advice
-    assert row.cpu_util > 0.8 and row.workers_cpu_util > row.main_cpu_util
+                        {"factory": "loadtune.synthetic:cpu_cost",
+                         "kwargs": {"num_samples": batch * (batches + 20), "cost_s": cost_s}},
+                        {"batch_size": batch, "num_workers": workers}, 0.002,
+                        {"warmup_batches": 3, "batches": batches, "repeats": 1, "timeout_s": 120})
+    assert row.cpu_count == cores and row.num_workers == workers
+    assert row.wait_ratio > 0.5, row
+    assert row.verdict == DATA_BOUND_CPU, row.advice
+    assert row.workers_cpu_util > 2 * row.main_cpu_util, row
+    assert row.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE, row
+
+
+def _pinned_to(cpus: set[int]):
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
+
+    return pin
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs two usable cores to pin to")
+def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, marker):
+    """2 workers burning CPU on 2 usable cores, no I/O, a short step: the CPU figure, read at
+    the window's edges inside the trial, shows the cores busy (it read 0.81-0.83 when taken over
+    the sampler's span, which holds idle moments around the window)."""
+    two = set(sorted(os.sched_getaffinity(0))[:2])
+    config = tiny_config(dataset={"factory": "loadtune.synthetic:cpu_cost",
+                                  "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
+                         loader={"batch_size": 8, "num_workers": 2}, step={"sleep_s": 0.001},
+                         measure={"warmup_batches": 3, "batches": 60, "repeats": 1, "timeout_s": 120}, **BASE)
+    out = tmp_path / "cpu.csv"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", MARKER_VAR: marker}
+    done = subprocess.run([sys.executable, "-m", "loadtune", "sweep", str(write_config(config)), "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=240, preexec_fn=_pinned_to(two))
+    assert done.returncode == 0, done.stderr
+    row = pd.read_csv(out).set_index("trial").loc["baseline"]
+    assert row.cpu_count == 2
+    assert row.cpu_util >= 0.9, row
+    assert row.verdict == DATA_BOUND_CPU, row.advice
+
+
+def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, tmp_path, marker):
+    """Cheap samples of 200 tensors each: the workers keep up, the training thread spends the
+    wait rebuilding 200 shared-memory tensors per batch."""
+    row, _ = verdict_of(write_config, tmp_path, marker,
+                        {"factory": "loadtune.synthetic:many_tensors", "kwargs": {"num_samples": 2000, "parts": 200}},
+                        {"batch_size": 8, "num_workers": 2}, 0.001,
+                        {"warmup_batches": 3, "batches": 30, "repeats": 1, "timeout_s": 120})
+    assert row.verdict == DATA_BOUND_HANDOVER, row.advice
+    assert row.handover_ms > 0.5 * row.wait_ms, row
+
+
+def test_uneven_batches_with_a_shallow_prefetch_starve_the_workers(write_config, tmp_path, marker):
+    """One batch in four sleeps 16 times longer; with prefetch_factor=1 and batches taken in
+    order, the worker that finished a fast batch waits for an index behind the slow one."""
+    row, _ = verdict_of(write_config, tmp_path, marker,
+                        {"factory": "loadtune.synthetic:uneven_batches",
+                         "kwargs": {"num_samples": 2000, "fast_s": 0.0005, "slow_s": 0.008, "slow_every": 4}},
+                        {"batch_size": 8, "num_workers": 2, "prefetch_factor": 1}, 0.002,
+                        {"warmup_batches": 3, "batches": 40, "repeats": 1, "timeout_s": 120})
+    assert row.verdict == DATA_BOUND_STARVED, row.advice
+    assert row.worker_idle_share >= 0.3 and row.fetch_cpu_share < 0.5, row
+    assert "prefetch_factor=4" in row.advice and "in_order=False" in row.advice
 
 
 def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, marker):
@@ -65,15 +136,15 @@ def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write
     """Against a faked free /dev/shm of 0.01 MB: every trial with workers is skipped, with the
     figures in its reason; the trial without workers (no shared memory) still runs."""
     from loadtune.config import load_config
-    from loadtune.sweep import run_sweep
+    from loadtune.sweep_process.runner import run_sweep
 
     config = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost",
                                   "kwargs": {"num_samples": 200, "cost_s": 0.0005, "sample_shape": [256]}},
                          sweep={"num_workers": [0, 2]}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1})
     result = run_sweep(load_config(write_config(config)), tmp_path / "shm.csv", shm_free_mb=0.01)
-    rows = {r["trial"]: r for r in result.rows}
+    rows = {r.trial: r for r in result.records}
     for trial in ("baseline", "num_workers=2"):
-        assert rows[trial]["status"] == "skipped"
-        assert "/dev/shm too small" in rows[trial]["reason"] and "0 MB is free" in rows[trial]["reason"]
-    assert rows["num_workers=0"]["status"] == "ok"
-    assert rows["baseline"]["shm_need_mb"] is None
+        assert rows[trial].status == "skipped"
+        assert "/dev/shm too small" in rows[trial].reason and "0 MB is free" in rows[trial].reason
+    assert rows["num_workers=0"].status == "ok"
+    assert rows["baseline"].shm_need_mb is None

@@ -143,6 +143,15 @@ class Record(_Table):
     wait_ratio_max_rank: float | None = _col(FLOAT, 4)
     h2d_gb_per_s: float | None = _col(FLOAT, 3)
     stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
+    fetch_ms: float | None = _col(FLOAT, 3)  # wall time per batch fetched in the loading processes
+    fetch_cpu_share: float | None = _col(FLOAT, 3)  # CPU / wall inside those fetches
+    worker_idle_share: float | None = _col(FLOAT, 3)  # share of a window a worker spent not fetching
+    handover_ms: float | None = _col(FLOAT, 3)  # training-thread CPU per batch inside next(), with workers
+    outside_cpu: float | None = _col(FLOAT, 3)  # share of the usable cores other processes used (largest window)
+    asked_by: str | None = _col(TEXT)  # the trial whose verdict's advice asked for this one
+    main_threads: int | None = _col(INT)  # torch intra-op threads of the training process (empty: unchanged)
+    worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
+    disturbed_repeats: int | None = _col(INT)  # repeats measured again: other processes used the cores
     data_check: str | None = _col(TEXT)  # same, duplicates, different (DATA_CHECKS); empty: not checked
     format_version: int | None = _col(INT)
 

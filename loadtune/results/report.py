@@ -21,9 +21,18 @@ TRIAL_WIDTH_MAX = 48
 
 
 def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
-    """Settings as a DataLoader call a user can paste into a training script."""
+    """Settings as a DataLoader call a user can paste into a training script, with the thread
+    settings (not DataLoader keywords) as the calls that make them."""
     parts = ["dataset"]
+    threads = []
+    if loader_kwargs.get("main_threads") is not None:
+        threads.append(f"torch.set_num_threads({loader_kwargs['main_threads']}) in the training process")
+    if loader_kwargs.get("worker_threads") is not None:
+        threads.append(f"torch.set_num_threads({loader_kwargs['worker_threads']}) and "
+                       f"threadpoolctl.threadpool_limits({loader_kwargs['worker_threads']}) in worker_init_fn")
     for key, value in loader_kwargs.items():
+        if key in ("main_threads", "worker_threads"):
+            continue
         if key not in ALWAYS_SHOWN and value == LOADER_DEFAULTS.get(key, object()):
             continue
         if key in ("collate_fn", "worker_init_fn"):
@@ -31,7 +40,7 @@ def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
         else:
             value_text = repr(value)
         parts.append(f"{key}={value_text}")
-    return f"DataLoader({', '.join(parts)})"
+    return f"DataLoader({', '.join(parts)})" + "".join(f"; {t}" for t in threads)
 
 
 def _interval(record: Record, key: str, digits: int) -> str:
@@ -161,7 +170,24 @@ class Summary:
     torchrun: bool = False
     plot: str | None = None
     decision: Any = None  # runner.Decision: how sure the pick is
+    source: str = "dataset"  # what the dataset factory returned
+    factory: str | None = None
+    loader_kwargs: dict[str, Any] | None = None  # the recommended trial's settings
+    change: dict[str, Any] | None = None  # those that differ from the baseline's
     data: DataFindings | None = None  # the data check
+
+    @property
+    def advice_measured(self) -> list[dict[str, Any]]:
+        """Trials a verdict's advice asked for, each against the trial whose verdict asked."""
+        by_name = {r.trial: r for r in self.trials}
+        out = []
+        for r in self.trials:
+            asker = by_name.get(r.asked_by) if r.asked_by else None
+            if asker is not None:
+                gain = r.throughput / asker.throughput if r.ran and asker.ran and asker.throughput else None
+                out.append({"trial": r.trial, "asked_by": r.asked_by, "status": r.status,
+                            "throughput": r.throughput, "gain": gain})
+        return out
 
     @property
     def decided(self) -> bool | None:
@@ -178,6 +204,10 @@ class Summary:
             "tolerance": self.decision.tolerance if self.decision is not None else None,
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
+            "advice_measured": self.advice_measured,
+            "source": self.source,
+            "loader_kwargs": self.loader_kwargs,
+            "change": self.change,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
             "data_check": self.data.to_json() if self.data is not None else None,
         }
@@ -192,9 +222,16 @@ class Summary:
 
 
 def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwargs: Mapping[str, Any] | None,
-                    **meta: Any) -> Summary:
-    """The summary of a ranked sweep; `loader_kwargs` are the chosen trial's full settings."""
+                    baseline_kwargs: Mapping[str, Any] | None = None, **meta: Any) -> Summary:
+    """The summary of a ranked sweep; `loader_kwargs` are the chosen trial's full settings,
+    `baseline_kwargs` the baseline's (what to change in the user's own code is the difference)."""
+    change = None
+    if loader_kwargs is not None and baseline_kwargs is not None:
+        change = {k: v for k, v in loader_kwargs.items()
+                  if k not in baseline_kwargs or type(v) is not type(baseline_kwargs[k]) or v != baseline_kwargs[k]}
     return Summary(
+        loader_kwargs=dict(loader_kwargs) if loader_kwargs is not None else None,
+        change=change,
         baseline=next((r for r in records if r.trial == BASELINE), None),
         best=next((r for r in records if r.rank == 1), None),
         recommended=chosen,
@@ -233,12 +270,23 @@ def summary_lines(info: Summary) -> list[str]:
                      "to settle it.")
     if base and base.wait_ratio is not None:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
-    lines.append(f"Paste: {info.dataloader}")
+    if info.source != "dataset" and info.change is not None:
+        what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
+        lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
+    else:
+        lines.append(f"Paste: {info.dataloader}")
     for label, record in (("baseline", base), ("recommended", chosen)):
         if record and record.verdict:
             lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
         if base and base.trial == chosen.trial:
             break
+    for measured in info.advice_measured:
+        if measured["gain"] is None:
+            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
+                         f"which did not run ({measured['status']}).")
+        else:
+            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}: "
+                         f"{measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on.")
     lines.extend(data_lines)
     lines.extend(_ranks_lines(info, chosen))
     scaled = f" ({info.scaled})" if info.scaled else ""

@@ -11,16 +11,17 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loadtune.measurement import Measurement, combine_ranks
-from loadtune.trial.channel import SweepChannel
-from loadtune.trial.device import first_tensor_pinned, make_synced_step, make_transfer
-from loadtune.trial.factory import build_dataset
-from loadtune.trial.fetch_notes import install_fetch_notes
-from loadtune.trial.jobs import TrialJob
-from loadtune.trial.loader import Epochs, loader_kwargs
-from loadtune.trial.measure import EmptyLoaderError, measure_loop
-from loadtune.trial.ranks import RankContext, in_group, launch
-from loadtune.trial.steps import build_step
+from loadtune.measurement import CpuWindow, LoaderUse, Measurement, combine_ranks
+from loadtune.trial_process.channel import SweepChannel
+from loadtune.trial_process.cpu import CpuReading, read_cpu, window_between
+from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
+from loadtune.trial_process.factory import build_source
+from loadtune.trial_process.fetch_notes import FIELDS, count_fetches, install_fetch_notes
+from loadtune.trial_process.jobs import TrialJob
+from loadtune.trial_process.loader import Epochs, apply_main_threads, loader_kwargs
+from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
+from loadtune.trial_process.ranks import RankContext, in_group, launch
+from loadtune.trial_process.steps import build_step
 from loadtune.trials import FEED_MEMORY, WORKER_ONLY
 
 
@@ -43,22 +44,60 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     """The trial in this process; `rank` is its place in the group when it is one of several."""
     started = time.perf_counter()
     install_fetch_notes()
-    dataset = build_dataset(job.dataset.factory, job.dataset.kwargs, job.base_dir)
-    kwargs = loader_kwargs(job.trial, job.base_dir)
+    source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    dataset = source.dataset
+    workers = job.trial.loader_kwargs.get("num_workers", 0)
+    counters = _fetch_counters(workers, job.start_method)
+    count_fetches(counters, workers)  # the training process's own fetches, without workers
+    kwargs = loader_kwargs(job.trial, job.base_dir, counters, source.parts)
     try:
         parts = _build(job, dataset, kwargs, rank)
-        sampling = _Sampling(channel, rank, job) if job.trial.feed != FEED_MEMORY else None
+        loading = job.trial.feed != FEED_MEMORY
+        sampling = _Sampling(channel, rank, job) if loading else None
         setup_s = time.perf_counter() - started
         m = job.measure
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
-            sampling=sampling, copy_timer=parts.copy_timer, fingerprint=job.trial.feed != FEED_MEMORY)
+            sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
+            fingerprint=job.trial.feed != FEED_MEMORY)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
     parts.close()  # shut persistent workers down cleanly before the process ends
     return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned)
+
+
+def _fetch_counters(workers: int, start_method: str) -> Any:
+    """Shared counters for each loading process's fetches (see fetch_notes): one slot per
+    worker and one for this process."""
+    import multiprocessing
+
+    return multiprocessing.get_context(start_method).RawArray("d", (workers + 1) * FIELDS)
+
+
+class _Edges:
+    """What the measured loop reads at each window's edges: the tree's CPU and the fetch
+    counters of each loading process."""
+
+    def __init__(self, counters: Any, workers: int) -> None:
+        self.counters, self.workers = counters, workers
+
+    def read(self) -> tuple[CpuReading, list[float]]:
+        return read_cpu(), list(self.counters)
+
+    def between(self, start: tuple[CpuReading, list[float]],
+                end: tuple[CpuReading, list[float]]) -> tuple[CpuWindow, tuple[LoaderUse, ...]]:
+        (cpu0, c0), (cpu1, c1) = start, end
+        uses = []
+        for slot in range(self.workers + 1):
+            at = slot * FIELDS
+            batches, wall_s, cpu_s = (c1[at + i] - c0[at + i] for i in range(FIELDS))
+            worker = -1 if slot == self.workers else slot
+            if worker == -1 and self.workers and not batches:
+                continue  # with workers, this process fetches nothing
+            uses.append(LoaderUse(worker, int(round(batches)), max(0.0, wall_s), max(0.0, cpu_s)))
+        return window_between(cpu0, cpu1), tuple(uses)
 
 
 class _PinProbe:
@@ -93,6 +132,7 @@ def _build(job: TrialJob, dataset: Any, kwargs: dict[str, Any], rank: RankContex
     from torch.utils.data import DataLoader
 
     device = rank.device if rank is not None else job.device
+    apply_main_threads(job.trial.loader_kwargs.get("main_threads"))
     step = build_step(job.step, job.base_dir, device)
     if rank is not None:
         step = rank.synced_step(step)

@@ -2,7 +2,7 @@
 a faster config that repeats samples or loses some changes training, so it is never ranked or
 recommended.
 
-Each counted sample has a key (loadtune.trial.fingerprint: a hash of a small slice of its
+Each counted sample has a key (loadtune.trial_process.fingerprint: a hash of a small slice of its
 bytes, with its label; or its label or index alone where the bytes change from one read to the
 next). Keys are compared per epoch, so that order never matters (shuffle, in_order=False):
 

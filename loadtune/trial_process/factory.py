@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import sys
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from loadtune.errors import FactoryError
@@ -84,17 +85,106 @@ def call_factory(spec: str, kwargs: dict, base_dir: Path | str, what: str) -> An
     return invoke(load_callable(spec, base_dir, what), kwargs, spec, what)
 
 
+SOURCE_DATASET, SOURCE_LOADER, SOURCE_MODULE = "dataset", "dataloader", "data module"
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the dataset factory gave. A Dataset; or a DataLoader (built by the factory itself,
+    or by a data module's train_dataloader()), taken apart: its dataset, the objects every
+    trial's DataLoader keeps (`parts`: sampler or batch_sampler, collate_fn, worker_init_fn,
+    generator) and its plain settings (`settings`: the baseline, keys of the config's loader)."""
+
+    dataset: Any
+    kind: str = SOURCE_DATASET
+    parts: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def build_source(spec: str, kwargs: dict, base_dir: Path | str) -> Source:
+    """Call the dataset factory: a Dataset, a DataLoader, or an object with train_dataloader()
+    (prepare_data() and setup("fit") called first where it has them, as a trainer would)."""
+    from torch.utils.data import DataLoader
+
+    made = call_factory(spec, kwargs, base_dir, "dataset factory")
+    kind = SOURCE_LOADER
+    if not isinstance(made, DataLoader) and callable(getattr(made, "train_dataloader", None)):
+        made, kind = _train_loader(made, spec), SOURCE_MODULE
+    if isinstance(made, DataLoader):
+        parts, settings = _taken_apart(made)
+        return Source(check_dataset(made.dataset, spec, kwargs), kind, parts, settings)
+    return Source(check_dataset(made, spec, kwargs))
+
+
+def _train_loader(module: Any, spec: str) -> Any:
+    """A data module's training DataLoader, after prepare_data() and setup("fit") where it has them."""
+    from torch.utils.data import DataLoader
+
+    where = f"dataset factory {spec!r} returned a data module ({type(module).__name__})"
+    steps = (("prepare_data()", getattr(module, "prepare_data", None), ()),
+             ('setup("fit")', getattr(module, "setup", None), ("fit",)),
+             ("train_dataloader()", module.train_dataloader, ()))
+    result = None
+    for name, call, args in steps:
+        if callable(call):
+            try:
+                result = call(*args)
+            except Exception as exc:  # noqa: BLE001 - the user's code: one line naming it
+                raise FactoryError(f"{where}: its {name} raised {type(exc).__name__}: {first_line(exc)}") from exc
+    if not isinstance(result, DataLoader):
+        raise FactoryError(f"{where}: its train_dataloader() returned {type(result).__name__}, not a DataLoader")
+    return result
+
+
+def _taken_apart(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A DataLoader's objects to keep and its plain settings (what the config's loader block holds)."""
+    from torch.utils.data import RandomSampler, SequentialSampler
+    from torch.utils.data._utils.collate import default_collate, default_convert
+
+    workers = loader.num_workers
+    context = loader.multiprocessing_context
+    settings: dict[str, Any] = {
+        "batch_size": loader.batch_size, "shuffle": False, "num_workers": workers,
+        "prefetch_factor": loader.prefetch_factor if workers > 0 else None,
+        "persistent_workers": bool(loader.persistent_workers) if workers > 0 else False,
+        "pin_memory": bool(loader.pin_memory), "drop_last": bool(loader.drop_last), "timeout": float(loader.timeout),
+        "in_order": bool(getattr(loader, "in_order", True)),
+        "multiprocessing_context": context.get_start_method() if context is not None and workers > 0 else None,
+    }
+    parts: dict[str, Any] = {}
+    custom_batches = loader.batch_size is None and loader.batch_sampler is not None
+    if custom_batches:
+        parts["batch_sampler"] = loader.batch_sampler
+    elif type(loader.sampler) is RandomSampler and not loader.sampler.replacement \
+            and loader.sampler._num_samples is None:
+        settings["shuffle"] = True
+    elif type(loader.sampler) is not SequentialSampler and hasattr(loader.sampler, "__iter__") \
+            and type(loader.sampler).__name__ != "_InfiniteConstantSampler":
+        parts["sampler"] = loader.sampler
+    if loader.collate_fn not in (default_collate, default_convert):
+        parts["collate_fn"] = loader.collate_fn
+    for name in ("worker_init_fn", "generator"):
+        if getattr(loader, name) is not None:
+            parts[name] = getattr(loader, name)
+    return parts, settings
+
+
 def build_dataset(spec: str, kwargs: dict, base_dir: Path | str) -> Any:
-    """Call the dataset factory and check that it returned something a DataLoader can load."""
+    """Call the dataset factory and return the dataset it gave (see build_source)."""
+    return build_source(spec, kwargs, base_dir).dataset
+
+
+def check_dataset(dataset: Any, spec: str, kwargs: dict) -> Any:
+    """Check that the factory's dataset is something a DataLoader can load."""
     from torch.utils.data import Dataset, IterableDataset
 
-    dataset = call_factory(spec, kwargs, base_dir, "dataset factory")
     is_map = (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
               and not isinstance(dataset, (str, bytes, Mapping)))
     if not isinstance(dataset, (Dataset, IterableDataset)) and not is_map:
         raise FactoryError(
             f"dataset factory {spec!r} returned {type(dataset).__name__}, not a torch Dataset "
-            "(map-style with __getitem__/__len__, or an IterableDataset)"
+            "(map-style with __getitem__/__len__, or an IterableDataset), a DataLoader, or an object with "
+            "train_dataloader()"
         )
     if not isinstance(dataset, IterableDataset):
         # A map-style dataset is sampled by index over range(len(dataset)): without a length,

@@ -11,7 +11,7 @@ from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, P
 
 from loadtune.errors import LoadtuneError
 from loadtune.measurement import Measurement, Window
-from loadtune.trial.fingerprint import Taken, sample_slice, window_keys
+from loadtune.trial_process.fingerprint import Taken, sample_slice, window_keys
 
 Clock = Callable[[], float]
 Step = Callable[[Any], None]
@@ -110,6 +110,13 @@ REGIONS = tuple(f"loadtune.{part}" for part in PARTS)
 Region = Callable[[str], ContextManager[Any]]
 
 
+class EdgeProbe(Protocol):
+    """Read at each window's edges; `between` gives the Window's `cpu` and `loaders`."""
+
+    def read(self) -> Any: ...
+    def between(self, start: Any, end: Any) -> tuple[Any, tuple[Any, ...]]: ...
+
+
 def _in_region(region: Region, name: str, call: Callable[..., Any]) -> Callable[..., Any]:
     def inside(*args: Any) -> Any:
         with region(name):
@@ -133,6 +140,8 @@ def measure_loop(
     copy_timer: Callable[[], float | None] | None = None,
     region: Region | None = None,
     fingerprint: bool = True,
+    probe: EdgeProbe | None = None,
+    cpu_clock: Clock = time.thread_time,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -148,10 +157,13 @@ def measure_loop(
     reading then never overlaps a counted window. `copy_timer`, when given, returns the
     device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
     wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
-    record_function); the parts are timed the same way. With `fingerprint`, each counted
-    batch's samples get their keys and labels (Window.keys, .labels): a small slice of each
-    is copied out after its step, outside the timed parts (the clock restarts after it, so it
-    adds nothing to wait, h2d or step), and hashed once the window is over.
+    record_function); the parts are timed the same way. `probe`, when given, is read at each
+    window's edges (outside its timed parts) and what it saw between them kept in the Window
+    (its CPU and each loading process's fetches). `cpu_clock` is the training thread's CPU
+    clock: its time inside each wait is kept apart (Window.wait_cpu_s). With `fingerprint`,
+    each counted batch's samples get their keys and labels (Window.keys, .labels): a small
+    slice of each is copied out after its step, outside the timed parts (the clocks restart
+    after it, so it adds nothing to wait, h2d or step), and hashed once the window is over.
     """
     feed = Feed(loader, epoch_batches)
     fetch, move, run_step = feed.next, transfer, step
@@ -177,12 +189,15 @@ def measure_loop(
         windows = []
         warmup_s = clock() - t0 - first_batch_s
         for _ in range(repeats):
-            wait, h2d, stepped, samples, starts, copies = [], [], [], [], [], []
+            wait, h2d, stepped, samples, starts, copies, wait_cpu = [], [], [], [], [], [], []
             taken: list[Taken] = []
+            edge = probe.read() if probe is not None else None
             t0 = clock()
+            c0 = cpu_clock()
             for _ in range(batches):
                 batch, new_epoch = fetch()
                 t1 = clock()
+                wait_cpu.append(cpu_clock() - c0)
                 if move is not None:
                     moved = move(batch)
                     t2 = clock()
@@ -202,10 +217,12 @@ def measure_loop(
                     t0 = clock()
                 else:
                     t0 = t3
+                c0 = cpu_clock()
+            use = probe.between(edge, probe.read()) if probe is not None else (None, ())
             copy_s = tuple(copies) if copies and None not in copies else ()
             keys, labels = window_keys(taken)
             windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s,
-                                  keys=keys, labels=labels))
+                                  tuple(wait_cpu), *use, keys=keys, labels=labels))
         if sampling is not None:
             sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,

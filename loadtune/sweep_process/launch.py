@@ -15,11 +15,11 @@ from multiprocessing.connection import wait
 from typing import Any, Callable
 
 from loadtune.measurement import Measurement
-from loadtune.sweep.resources import ResourceSamples, TreeSampler
-from loadtune.trial.channel import COUNTED_END, COUNTED_START, SAMPLING
-from loadtune.trial.failures import signal_text
-from loadtune.trial.jobs import PreflightJob, TrialJob
-from loadtune.trial.main import trial_main
+from loadtune.sweep_process.resources import ResourceSamples, TreeSampler
+from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, SAMPLING
+from loadtune.trial_process.failures import signal_text
+from loadtune.trial_process.jobs import PreflightJob, TrialJob
+from loadtune.trial_process.main import trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -28,7 +28,7 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-SERVER_MODULES = ["loadtune.trial.server_init", "torch", "torch.utils.data", "loadtune.trial.main"]  # what every trial needs
+SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.data", "loadtune.trial_process.main"]  # what every trial needs
 _context.set_forkserver_preload(SERVER_MODULES)
 
 

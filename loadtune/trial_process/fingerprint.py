@@ -2,7 +2,7 @@
 and the sample's integer label or index where the batch carries one. In the measured loop only
 the slices are copied out per batch; they are hashed once the window is over.
 
-The sweep compares these keys across trials and ranks (loadtune.sweep.datacheck) to tell
+The sweep compares these keys across trials and ranks (loadtune.sweep_process.datacheck) to tell
 whether a faster config still feeds the same samples. A key hashes SLICE_ELEMENTS elements
 spread evenly over each sample of the batch's first tensor (never the whole batch), with the
 label mixed in, using numpy integer arithmetic: the same bytes give the same key in every

@@ -1,5 +1,5 @@
 """The trial process's line to the sweep process, which samples this process tree from outside
-while the counted windows run (see loadtune.sweep.launch)."""
+while the counted windows run (see loadtune.sweep_process.launch)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadtune.config import DatasetSpec, MeasureSpec, StepSpec
+from loadtune.config import DatasetSpec, LoaderSpec, MeasureSpec, StepSpec
 from loadtune.trials import Trial
 
 
@@ -21,7 +21,7 @@ class TrialJob:
     base_dir: str
     parent_pid: int
     start_method: str  # how DataLoader starts workers in the user's own process
-    ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial.ranks)
+    ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial_process.ranks)
     group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
     scratch: str | None = None  # a folder for files the trial leaves, removed by the sweep
 
@@ -38,6 +38,8 @@ class PreflightInfo:
     batch_bytes: int | None = None
     error: str | None = None
     error_kind: str | None = None  # "config" or "factory"
+    source_kind: str = "dataset"  # what the factory returned (factory.Source.kind)
+    source_settings: dict[str, Any] | None = None  # its DataLoader's plain settings: the baseline
     iterable: bool | None = None  # the dataset is an IterableDataset
     # Whether the first batch, read twice, had the same bytes (sample keys): False where samples
     # change from one read to the next (random augmentation); None where it could not be told.
@@ -58,6 +60,7 @@ class PreflightJob:
     parent_pid: int
     start_method: str
     ranks: int = 1
+    loader: LoaderSpec | None = None  # the config's loader block, which a factory's DataLoader completes
 
     @property
     def name(self) -> str:

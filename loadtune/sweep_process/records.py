@@ -8,8 +8,8 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.measurement import Measurement
 from loadtune.results.record import RankRecord, Record
-from loadtune.sweep.ranking import Placing
-from loadtune.sweep.stats import TrialStats
+from loadtune.sweep_process.ranking import Placing
+from loadtune.sweep_process.stats import TrialStats
 from loadtune.trials import Trial, effective_settings
 
 SKIPPED, OK = "skipped", "ok"
@@ -36,7 +36,8 @@ def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int, sta
         reason = trial.skip_reason or reason
     values: dict[str, Any] = dict(context)
     values.update(trial=trial.name, changed=trial.changed, value=trial.value_text, status=status, reason=reason,
-                  round=round_no, trial_wall_s=wall_s, **effective_settings(trial.loader_kwargs))
+                  round=round_no, trial_wall_s=wall_s, asked_by=trial.asked_by,
+                  **effective_settings(trial.loader_kwargs))
     values.update(diagnosis or {})
     values.update(extra)
     if measurement is not None:

@@ -45,11 +45,18 @@ class TrialFinished:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something the user should know now, with its remedy (a busy machine, say)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class SweepFinished:
     records: tuple[Record, ...]
 
 
-Event = SweepStarted | RunsPlanned | RunStarted | RunFinished | TrialFinished | SweepFinished
+Event = SweepStarted | RunsPlanned | RunStarted | RunFinished | TrialFinished | Notice | SweepFinished
 OnEvent = Callable[[Event], None]
 
 

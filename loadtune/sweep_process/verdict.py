@@ -2,7 +2,10 @@
 
 `verdict(Evidence)` returns one of VERDICTS and a sentence with the remedy. The order of the
 checks is the order of precedence: memory risk (it can kill a run), compute-bound, start-up,
-then CPU versus I/O for the steady-state wait.
+then what the steady-state wait is, decided by evidence from inside the trial rather than by
+one utilisation threshold: how much of the wait the training thread spends receiving batches
+(hand-over), whether the machine's cores are busy (the kernel's count), how much of each
+fetch is CPU work, and how long the workers sit idle. Mixed evidence is said with its figures.
 """
 
 from __future__ import annotations
@@ -16,13 +19,30 @@ COMPUTE_BOUND = "compute-bound"
 DATA_BOUND_CPU = "data-bound: cpu"
 DATA_BOUND_IO = "data-bound: io/latency"
 DATA_BOUND_START_UP = "data-bound: start-up"
+DATA_BOUND_HANDOVER = "data-bound: hand-over"
+DATA_BOUND_STARVED = "data-bound: starved workers"
 MEMORY_RISK = "memory risk"
-VERDICTS = (COMPUTE_BOUND, DATA_BOUND_CPU, DATA_BOUND_IO, DATA_BOUND_START_UP, MEMORY_RISK)
+VERDICTS = (COMPUTE_BOUND, DATA_BOUND_CPU, DATA_BOUND_IO, DATA_BOUND_HANDOVER, DATA_BOUND_STARVED,
+            DATA_BOUND_START_UP, MEMORY_RISK)
 
 # Below this wait ratio the loader keeps up: what is left to gain is in the step itself.
 COMPUTE_BOUND_WAIT_RATIO = 0.10
 # At or above this utilisation of the usable cores, the CPU is saturated.
 CPU_SATURATED_UTIL = 0.85
+# Inside a fetch, CPU / wall at or above this: loading is CPU work; below, it waits (reads, sleeps).
+FETCH_CPU_BOUND_SHARE = 0.5
+# On saturated cores a CPU-bound fetch also waits for a core, so its share falls; a fetch that
+# sleeps or reads stays far below this even then.
+FETCH_CPU_CONTENDED_SHARE = 0.2
+# At least this share of the loop's wait spent receiving batches (training-thread CPU inside
+# next(), with workers): the hand-over is the bottleneck; at least the smaller share: a part of it.
+HANDOVER_MAIN_SHARE = 0.5
+HANDOVER_PART_SHARE = 0.25
+# Workers idle (not fetching) at least this share of a window while the loop waits: starved of
+# indices by the in-order, bounded prefetch protocol.
+STARVED_IDLE_SHARE = 0.3
+# Other processes using at least this share of the cores are worth naming.
+OUTSIDE_NOTABLE = 0.1
 # Above this share of the wait spent at epoch starts, start-up is what the wait is.
 START_UP_WAIT_SHARE = 0.5
 # Growth of one worker's memory within the window beyond this (plus the batches it may hold
@@ -57,6 +77,14 @@ class Evidence:
     # workers, the main process). Near 1, loading is CPU work even when cores are left idle.
     loader_busy: float | None = None
     ranks: int = 1  # data-parallel ranks, each with num_workers workers of its own
+    # From inside the trial (see diagnose.window_evidence); None where not read.
+    machine_busy: float | None = None  # every process on the machine, share of its cores (the kernel's)
+    outside_cpu: float | None = None  # other processes' share of the usable cores
+    fetch_cpu_share: float | None = None  # CPU / wall inside the loading processes' fetches
+    worker_idle_share: float | None = None  # share of a window the mean worker spent not fetching
+    handover_share: float | None = None  # share of the wait the training thread spent receiving batches
+    prefetch_factor: int | None = None
+    in_order: bool = True
 
 
 def epoch_starts_per_batch(measurement: Measurement) -> float:
@@ -125,33 +153,91 @@ def verdict(e: Evidence) -> tuple[str, str]:
             f"again every epoch (the queue still refills at each start; the persistent_workers trial "
             f"shows whether it pays here), or use longer epochs."
         )
-    if e.cpu_util < CPU_SATURATED_UTIL and e.loader_busy is not None and e.loader_busy >= CPU_SATURATED_UTIL:
-        target = max(1, int(e.usable_cores / e.ranks))  # per rank: the ranks share the cores
-        if e.num_workers <= 0:
-            return DATA_BOUND_CPU, (
-                f"{waiting}: loading runs in the training process, which is {e.loader_busy:.0%} busy, while "
-                f"the {_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: use workers (num_workers={target}) "
-                f"so decoding runs beside the step."
-            )
-        who = "the one worker is" if e.num_workers == 1 else f"each of the {e.num_workers} workers is"
-        return DATA_BOUND_CPU, (
-            f"{waiting}: {who} {e.loader_busy:.0%} busy decoding while the "
-            f"{_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: add workers up to the cores "
-            f"(num_workers={target}); beyond them, only cheaper transforms or more cores help."
+    name, advice = _steady_state(e, waiting)
+    handover = e.handover_share or 0.0
+    if name != DATA_BOUND_HANDOVER and e.num_workers > 0 and handover >= HANDOVER_PART_SHARE:
+        kind = name.split(": ", 1)[-1]
+        advice = (f"mostly {kind}, partly hand-over ({handover:.0%} of the wait is receiving batches from the "
+                  f"workers): {advice}")
+    return name, advice
+
+
+def _outside(e: Evidence) -> str:
+    if e.outside_cpu is not None and e.outside_cpu >= OUTSIDE_NOTABLE:
+        return f" (other processes use {e.outside_cpu:.0%} of them: a busy machine)"
+    return ""
+
+
+def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
+    """What the steady-state wait is, from the evidence of inside the trial."""
+    busy = e.machine_busy if e.machine_busy is not None else e.cpu_util
+    handover = e.handover_share or 0.0
+    if e.num_workers > 0 and handover >= HANDOVER_MAIN_SHARE:
+        return DATA_BOUND_HANDOVER, (
+            f"{waiting}, {handover:.0%} of it receiving batches from the workers (the queue read and the "
+            f"shared-memory rebuild of every tensor): pass fewer, larger tensors (one stacked tensor, not "
+            f"lists of them), numpy arrays rather than Python objects, and smaller dtypes; more workers "
+            f"will not help."
         )
-    if e.cpu_util >= CPU_SATURATED_UTIL:
+    if busy >= CPU_SATURATED_UTIL and (e.fetch_cpu_share is None or e.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE):
         return DATA_BOUND_CPU, (
-            f"{waiting} while the {_cores(e.usable_cores)} are {e.cpu_util:.0%} busy: more workers "
+            f"{waiting} while the {_cores(e.usable_cores)} are {busy:.0%} busy{_outside(e)}: more workers "
             f"will not help; make the transforms cheaper, give the job more cores, or move decoding "
             f"elsewhere (the accelerator, or once, offline)."
         )
+    if e.num_workers > 0 and e.worker_idle_share is not None and e.worker_idle_share >= STARVED_IDLE_SHARE:
+        deeper = max(4, 2 * (e.prefetch_factor or 2))
+        order = " or in_order=False (a slow batch then no longer holds back the ones behind it)" if e.in_order else ""
+        return DATA_BOUND_STARVED, (
+            f"{waiting} while the workers sit idle {e.worker_idle_share:.0%} of the time, waiting for "
+            f"indices: DataLoader asks each worker for at most prefetch_factor batches and takes them in "
+            f"order, so try prefetch_factor={deeper}{order}."
+        )
+    target = max(1, int(e.usable_cores / e.ranks))  # per rank: the ranks share the cores
+    if e.fetch_cpu_share is not None:
+        cpu_work = e.fetch_cpu_share >= FETCH_CPU_BOUND_SHARE
+    else:  # no fetch counters: how busy each loading process is
+        cpu_work = e.loader_busy is not None and e.loader_busy >= CPU_SATURATED_UTIL
+    share = f"{e.fetch_cpu_share:.0%} of each fetch is CPU work" if e.fetch_cpu_share is not None else \
+        f"each loading process is {e.loader_busy or 0:.0%} busy"
+    if cpu_work:
+        if e.num_workers <= 0:
+            return DATA_BOUND_CPU, (
+                f"{waiting}: loading runs in the training process and {share}, while the "
+                f"{_cores(e.usable_cores)} are {busy:.0%} busy: use workers (num_workers={target}) so decoding "
+                f"runs beside the step."
+            )
+        return DATA_BOUND_CPU, (
+            f"{waiting}: {share} and the {_cores(e.usable_cores)} are {busy:.0%} busy: add workers up to "
+            f"the cores (num_workers={max(target, e.num_workers + 1)}); beyond them, only cheaper "
+            f"transforms or more cores help."
+        )
     more = max(2, 2 * e.num_workers)
     now = "loading in the main process" if e.num_workers <= 0 else f"now {e.num_workers}"
+    detail = f", and only {e.fetch_cpu_share:.0%} of each fetch is CPU work" if e.fetch_cpu_share is not None else ""
     return DATA_BOUND_IO, (
-        f"{waiting} while the {_cores(e.usable_cores)} are only {e.cpu_util:.0%} busy: the loader "
-        f"waits on storage or latency, not CPU, so more workers ({now}; try num_workers={more}) or a "
-        f"larger prefetch_factor help, and on remote storage, concurrent reads."
+        f"{waiting} while the {_cores(e.usable_cores)} are only {busy:.0%} busy{detail}: the loader waits on "
+        f"storage or latency, not CPU, so more workers ({now}; try num_workers={more}) or a larger "
+        f"prefetch_factor help, and on remote storage, concurrent reads."
     )
+
+
+def suggestions(e: Evidence) -> list[dict[str, object]]:
+    """The loader settings the verdict's advice names, as changes to measure on top of the
+    trial (one dict per alternative); none where the advice is not a setting."""
+    name, _ = verdict(e)
+    busy = e.machine_busy if e.machine_busy is not None else e.cpu_util
+    if name == DATA_BOUND_IO:
+        return [{"num_workers": max(2, 2 * e.num_workers)}]
+    if name == DATA_BOUND_STARVED:
+        deeper: list[dict[str, object]] = [{"prefetch_factor": max(4, 2 * (e.prefetch_factor or 2))}]
+        return deeper + ([{"in_order": False}] if e.in_order else [])
+    if name == DATA_BOUND_START_UP and e.num_workers > 0 and not e.persistent_workers:
+        return [{"persistent_workers": True}]
+    if name == DATA_BOUND_CPU and busy < CPU_SATURATED_UTIL:
+        target = max(1, int(e.usable_cores / e.ranks))
+        return [{"num_workers": max(target, e.num_workers + 1)}]
+    return []
 
 
 def oversubscription_warning(num_workers: int, threads_per_worker: float | None, usable_cores: float) -> str | None:

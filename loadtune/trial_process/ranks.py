@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from loadtune.errors import LoadtuneError
-from loadtune.trial.failures import SIGNAL_HINTS, describe, signal_text
-from loadtune.trial.jobs import TrialJob
+from loadtune.trial_process.failures import SIGNAL_HINTS, describe, signal_text
+from loadtune.trial_process.jobs import TrialJob
 
 # How often the launcher checks on its ranks: also how fast a failing rank stops the others.
 MONITOR_INTERVAL_S = 0.05

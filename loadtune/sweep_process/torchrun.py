@@ -20,8 +20,8 @@ from typing import Any
 
 from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.measurement import combine_ranks
-from loadtune.trial.ranks import peer_gone
-from loadtune.sweep.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
+from loadtune.trial_process.ranks import peer_gone
+from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
 
 # The sweep processes wait on each other while trials run: allow for a long trial.
 CONTROL_TIMEOUT_S = 3600.0
@@ -79,7 +79,7 @@ class Cluster:
         return self.rank == 0
 
     def _mine(self, job: Any, timeout_s: float, key: str) -> Outcome:
-        from loadtune.trial.ranks import GroupSpec
+        from loadtune.trial_process.ranks import GroupSpec
 
         failed = f"{key}/failed"
         group = GroupSpec(self.rank, self.world_size, self.local_rank, self.host, self.port, key)

@@ -16,31 +16,36 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loadtune.config import RunSpec
+from loadtune.config import RunSpec, adopt_loader
 from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
 from loadtune.results.interval import unstable_note
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record, ResultsFile, rank_file, read_records
 from loadtune.results.report import DataFindings, Flagged
-from loadtune.sweep import events
-from loadtune.sweep.diagnose import diagnose
-from loadtune.sweep.launch import Outcome, preload, run_in_trial_process
-from loadtune.sweep.plan import baseline_trial, ideal_trial
-from loadtune.sweep.datacheck import CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, streams
-from loadtune.sweep.decide import RaceStep, Scored, order, race_step
-from loadtune.sweep.ranking import rank, scored_from_record
-from loadtune.sweep.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
-from loadtune.sweep.resources import shm_fits, shm_need_mb
-from loadtune.sweep.stats import summarize
-from loadtune.sweep.strategy import run_strategy
-from loadtune.sweep.torchrun import local_ranks
-from loadtune.trial.device import is_accelerator, resolve_device
-from loadtune.trial.jobs import PreflightInfo, PreflightJob, TrialJob
+from loadtune.sweep_process import events
+from loadtune.sweep_process.datacheck import CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, streams
+from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
+from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
+from loadtune.sweep_process.output import OutputLock, check_writable
+from loadtune.sweep_process.plan import baseline_trial, ideal_trial
+from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
+from loadtune.sweep_process.ranking import rank, scored_from_record
+from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
+from loadtune.sweep_process.resources import shm_fits, shm_need_mb
+from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.strategy import run_strategy
+from loadtune.sweep_process.torchrun import local_ranks
+from loadtune.trial_process.device import is_accelerator, resolve_device
+from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
+# A repeat disturbed by other processes is measured again at most this many times.
+MAX_REDONE = 2
+# How long the machine is watched before the first trial, to warn when it is busy already.
+BUSY_WATCH_S = 0.25
 # The first build of a dataset may fill a cache (download, decode, generate): allowed this long
 # at least, whatever measure.timeout_s says about a trial.
 PREFLIGHT_MIN_TIMEOUT_S = 600.0
@@ -56,6 +61,7 @@ class SweepResult:
     warnings: tuple[str, ...] = ()
     trials: dict[str, Trial] = field(default_factory=dict)
     decision: "Decision | None" = None
+    source: str = "dataset"  # what the dataset factory returned (the baseline came from its DataLoader)
     data: DataFindings | None = None  # the data check: trials flagged, and why some were not checked
 
 
@@ -89,7 +95,7 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     clear error before any trial, not as a failed row per trial."""
     cfg = spec.config
     job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
-                       os.getpid(), multiprocessing.get_start_method(), spec.ranks)
+                       os.getpid(), multiprocessing.get_start_method(), spec.ranks, cfg.loader)
     timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
     outcome = run_in_trial_process(job, timeout_s)
     where = f"dataset factory {cfg.dataset.factory!r}"
@@ -102,6 +108,16 @@ def preflight(spec: RunSpec, device: str) -> PreflightInfo:
     if info.error is not None:
         raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
     return info
+
+
+def adopt_source(spec: RunSpec, info: PreflightInfo) -> RunSpec:
+    """When the dataset factory built a DataLoader (or a data module did), its settings are the
+    baseline, with what the config's loader block sets on top; swept keys change from there."""
+    if not info.source_settings:
+        return spec
+    loader = adopt_loader(spec.config.loader, info.source_settings, f"{spec.path}: loader")
+    return dataclasses.replace(spec, config=spec.config.model_copy(update={"loader": loader}),
+                               source=info.source_kind)
 
 
 def check_ranks(ranks: int, device: str) -> None:
@@ -158,6 +174,7 @@ class TrialRun:
     score: Scored | None = None
     resumed: bool = False
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
+    disturbed: int = 0  # repeats measured again because other processes used the cores
     check: Check | None = None  # its data check (datacheck), once there was something to compare
     delivered: tuple[int, Delivery | None] | None = None  # (repeats, delivery) it was taken from
 
@@ -268,10 +285,12 @@ class Runner:
             if trial.feed != FEED_MEMORY:
                 found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores, self.sampled_ranks)
                 diagnosis = found.columns
+                run.score = dataclasses.replace(run.score, suggests=found.suggestions)
                 self.notes.extend(w for w in found.warnings if w not in self.notes)
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
-                                      stopped_early=run.stopped_early, **_check_columns(run.check))
+                                      stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
+                                      **_check_columns(run.check))
             if self.per_rank is not None and measurement.ranks and first_time:
                 for record in rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
                     self.per_rank.append(record)
@@ -410,21 +429,41 @@ class Runner:
         return Decision(False, tolerance, step.undecided, step.gap, why)
 
     def _run_once(self, run: TrialRun) -> None:
-        self.emit(events.RunStarted(run.trial, run.repeats + 1, self.spec.config.measure.repeats))
-        outcome = self.execute(self._job(run.trial), self.spec.config.measure.timeout_s)
-        self.emit(events.RunFinished(run.trial, outcome))
-        if outcome.result is None:
-            run.failure = outcome
-        else:
-            run.measurements.append(outcome.result)
-            run.walls_s.append(outcome.wall_s)
+        """One repeat; measured again (up to MAX_REDONE times) while other processes used more
+        than measure.max_outside_cpu of the cores during its window."""
+        m = self.spec.config.measure
+        for attempt in range(MAX_REDONE + 1):
+            self.emit(events.RunStarted(run.trial, run.repeats + 1, m.repeats))
+            outcome = self.execute(self._job(run.trial), m.timeout_s)
+            self.emit(events.RunFinished(run.trial, outcome))
+            if outcome.result is None:
+                run.failure = outcome
+                return
+            outside = outside_share(outcome.result, self.cores)
+            if outside is None or outside <= m.max_outside_cpu or attempt == MAX_REDONE:
+                run.measurements.append(outcome.result)
+                run.walls_s.append(outcome.wall_s)
+                return
+            run.disturbed += 1
+            self._plan_runs(1)
+            self.emit(events.Notice(f"{run.trial.name}: other processes used {outside:.0%} of the cores during "
+                                    f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
+                                    "measuring it again"))
 
 def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
               on_event: events.OnEvent = events.ignore, seed: int = 0, resume: bool = False,
               shm_free_mb: float | None | str = "measure", execute: Executor = run_in_trial_process) -> SweepResult:
     """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
     checked against ("measure": read it now; None: do not check). `execute` runs each trial
-    job (see Executor)."""
+    job (see Executor). The output is checked writable, and locked against a second sweep,
+    before anything is built or measured."""
+    check_writable(out_path)
+    with OutputLock(out_path):
+        return _sweep(spec, out_path, rank_by, strategy, on_event, seed, resume, shm_free_mb, execute)
+
+
+def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event: events.OnEvent, seed: int,
+           resume: bool, shm_free_mb: float | None | str, execute: Executor) -> SweepResult:
     cfg = spec.config
     device = resolve_device(cfg.device)
     accelerator = is_accelerator(device)
@@ -434,9 +473,16 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     check_ranks(host_ranks, device)
     preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
     info = preflight(spec, device)
+    spec = adopt_source(spec, info)
+    cfg = spec.config
     cores = usable_cores()
     quota = cpu_quota()
     effective_cores = min(cores, quota) if quota else cores
+    busy = machine_busy_now(BUSY_WATCH_S, effective_cores)
+    if busy is not None and busy > cfg.measure.max_outside_cpu:
+        on_event(events.Notice(f"the machine is busy before the first trial: other processes use {busy:.0%} of the "
+                               f"{effective_cores:g} usable cores; repeats they disturb are measured again, but the "
+                               "figures are best on a quiet machine: close other programs, or wait"))
     if shm_free_mb == "measure":
         free_gb = shm_free_gb()
         shm_free_mb = free_gb * 1024 if free_gb is not None else None
@@ -487,12 +533,17 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     records = tuple(_ranked(runner, rank_by))
     unstable = [note for r in records if r.ran and not r.stopped_early and not r.data_flagged and r.trial != IDEAL
                 and (note := unstable_note(r.trial, r.throughput_interval))]
+    disturbed = [f"{r.trial} ({r.disturbed_repeats})" for r in records if r.disturbed_repeats]
+    if disturbed:
+        unstable.append(f"the machine was busy: repeats measured again because other processes used more than "
+                        f"{cfg.measure.max_outside_cpu:g} of the cores: {', '.join(disturbed)}; see outside_cpu, and "
+                        "rerun on a quiet machine to be sure")
     warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes, *unstable,
                 *_disagreement(runner, records))
     results.replace(records)
     on_event(events.SweepFinished(records))
     return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
-                       runner.data_findings())
+                       spec.source, runner.data_findings())
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:

@@ -38,6 +38,8 @@ def refusal(kwargs: Mapping[str, Any], accelerator: bool) -> str | None:
             return "DataLoader refuses persistent_workers=true with num_workers=0"
         if kwargs.get("multiprocessing_context") is not None:
             return "DataLoader refuses multiprocessing_context with num_workers=0"
+        if kwargs.get("worker_threads") is not None:
+            return "worker_threads sets the threads of workers: there are none with num_workers=0"
     if kwargs.get("pin_memory") and not accelerator:
         return ("no accelerator: pin_memory only speeds up copies to a GPU "
                 "(DataLoader warns and does nothing on CPU)")

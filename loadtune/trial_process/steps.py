@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from loadtune.config import StepSpec
 from loadtune.errors import FactoryError
-from loadtune.trial.factory import accepts_keyword, invoke, load_callable
+from loadtune.trial_process.factory import accepts_keyword, invoke, load_callable
 
 
 def sleep_step(seconds: float) -> Callable[[Any], None]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from loadtune.results.record import Record
-from loadtune.sweep.decide import DEFAULT_TOLERANCE, Scored, as_good, order
+from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, as_good, order
 from loadtune.trials import cost_of
 
 RANK_BY = ("throughput", "wait_ratio")

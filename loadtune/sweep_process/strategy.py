@@ -5,14 +5,15 @@ races the repeats), so tests drive a strategy with a fake measurer."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.sweep.decide import DEFAULT_TOLERANCE, Scored, order, pick
-from loadtune.sweep.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
+from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, order, pick
+from loadtune.sweep_process.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
                                  trial_for)
-from loadtune.sweep.ranking import rank
+from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial
 
 STRATEGIES = ("ofat", "greedy", "grid")
@@ -82,7 +83,7 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         for key in keys:
             for value in config.sweep[key]:
                 trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
-                if trial.name not in known:
+                if trial.name not in known and not trial.skipped:  # a refusal says nothing new here
                     known[trial.name] = trial
                     new.append(trial)
         if not new:
@@ -102,9 +103,32 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         visits.extend(Visit(t, 1) for t in unmeasured)
     combined = combined_trial(config, _placed(scores, trials, by, tolerance), accelerator)
     if combined is not None and combined.settings not in {t.settings for t in known.values()}:
-        measure([combined], round_no + 1)
-        visits.append(Visit(combined, round_no + 1))
-    return visits
+        round_no += 1
+        known[combined.name] = combined
+        scores.update(measure([combined], round_no))
+        visits.append(Visit(combined, round_no))
+    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no)
+
+
+def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],
+                  known: dict[str, Trial], by: str, tolerance: float, round_no: int) -> list[Visit]:
+    """Measure what the pick's verdict advises, when that is a loader setting not measured on
+    top of it yet (more workers, a deeper prefetch, in_order=False, persistent workers): one
+    more round, its trials marked as asked for by that verdict."""
+    chosen = _winner(scores, known, by, tolerance)
+    if chosen is None or not scores[chosen.name].suggests:
+        return []
+    new = []
+    for change in scores[chosen.name].suggests:
+        trial = trial_for(config, {**changes_from_baseline(config, chosen), **dict(change)}, accelerator)
+        if trial.name not in known and not trial.skipped:
+            trial = dataclasses.replace(trial, asked_by=chosen.name)
+            known[trial.name] = trial
+            new.append(trial)
+    if not new:
+        return []
+    scores.update(measure(new, round_no + 1))
+    return [Visit(t, round_no + 1) for t in new]
 
 
 def _gains(new: Scored, old: Scored, by: str, tolerance: float) -> bool:
@@ -118,8 +142,10 @@ def run_grid(config: Config, accelerator: bool, measure: Measure, by: str = "thr
              tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
     """Every combination of the swept values in one round: the reference the others are checked against."""
     trials = grid_plan(config, accelerator)
-    measure(trials, 1)
-    return [Visit(t, 1) for t in trials]
+    scores = dict(measure(trials, 1))
+    known = {t.name: t for t in trials}
+    return [Visit(t, 1) for t in trials] + follow_advice(config, accelerator, measure, scores, known, by,
+                                                          tolerance, 1)
 
 
 def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
@@ -154,7 +180,9 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
                 current, moved = candidates[order(ran, by)[0].name], True
         if not moved:
             break
-    return visits
+    known = {v.trial.name: v.trial for v in visits}
+    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance,
+                                  max(v.round for v in visits))
 
 
 def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput",

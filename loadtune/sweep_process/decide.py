@@ -36,7 +36,8 @@ class Scored:
     throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
     wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
     repeats: int = 0
-    cost: tuple = ()  # what the config costs to run (trials.cost): the cheaper of two ties is picked
+    cost: tuple = ()  # what the config costs to run (trials.cost_of): the cheaper of two ties is picked
+    suggests: tuple = ()  # settings its verdict's advice names, as change tuples (verdict.suggestions)
 
     @property
     def ran(self) -> bool:

@@ -9,12 +9,12 @@ import threading
 import warnings
 from typing import Any
 
-from loadtune.trial.channel import SweepChannel
-from loadtune.trial.execute import measure_trial
-from loadtune.trial.failures import describe
-from loadtune.trial.jobs import PreflightJob, TrialJob
-from loadtune.trial.preflight import run_preflight
-from loadtune.trial.watchdog import exit_with_parent
+from loadtune.trial_process.channel import SweepChannel
+from loadtune.trial_process.execute import measure_trial
+from loadtune.trial_process.failures import describe
+from loadtune.trial_process.jobs import PreflightJob, TrialJob
+from loadtune.trial_process.preflight import run_preflight
+from loadtune.trial_process.watchdog import exit_with_parent
 
 
 def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:

@@ -1,0 +1,180 @@
+"""Why a trial waits: its resource figures (averaged over its repeats) and a verdict with advice."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from loadtune.measurement import Measurement
+from loadtune.sweep_process.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.sweep_process.stats import TrialStats
+from loadtune.sweep_process.verdict import (
+    Evidence,
+    epoch_starts_per_batch,
+    epoch_wait_share,
+    oversubscription_warning,
+    suggestions,
+    verdict,
+)
+
+COLUMNS = ("cpu_util", "main_cpu_util", "workers_cpu_util", "peak_pss_mb", "worker_pss_mb", "pss_growth_mb",
+           "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice",
+           "fetch_ms", "fetch_cpu_share", "worker_idle_share", "handover_ms", "outside_cpu")
+
+
+@dataclass(frozen=True)
+class WindowEvidence:
+    """What the counted windows show of a trial from inside it, over their repeats: the tree's
+    CPU and the machine's, each loading process's fetches, and the training thread's CPU while
+    it waited. Utilisations are shares of the usable cores."""
+
+    cpu_util: float | None  # the tree's CPU / wall / usable cores
+    main_cpu_util: float | None
+    workers_cpu_util: float | None
+    machine_busy: float | None  # every process on the machine, as the kernel counts it
+    outside_cpu: float | None  # the machine's busy share less the tree's: other processes (largest window)
+    fetch_ms: float | None  # wall time per batch fetched, in the loading processes
+    fetch_cpu_share: float | None  # CPU / wall inside those fetches, 0-1
+    worker_idle_share: float | None  # share of a window each worker spent not fetching (mean over workers)
+    handover_ms: float | None  # training-thread CPU per batch inside next(), with workers: receiving a batch
+
+
+def outside_share(measurement: Measurement, usable_cores: float) -> float | None:
+    """The largest share of the usable cores that processes outside the trial used in a window."""
+    shares = [max(0.0, c.machine_busy_s - c.main_cpu_s - c.workers_cpu_s) / c.wall_s / usable_cores
+              for w in measurement.windows if (c := w.cpu) is not None and c.machine_busy_s is not None
+              and c.wall_s > 0]
+    return max(shares) if shares else None
+
+
+def machine_busy_now(watch_s: float, usable_cores: float) -> float | None:
+    """Share of the usable cores busy over the next `watch_s` seconds (the kernel's count, this
+    process included: it only sleeps meanwhile)."""
+    import time
+
+    from loadtune.trial_process.cpu import read_cpu
+
+    start = read_cpu()
+    time.sleep(watch_s)
+    end = read_cpu()
+    if start.machine_busy_s is None or end.machine_busy_s is None:
+        return None
+    return max(0.0, end.machine_busy_s - start.machine_busy_s) / (end.t_s - start.t_s) / usable_cores
+
+
+def window_evidence(measurement: Measurement, usable_cores: float, workers: int) -> WindowEvidence:
+    """The in-trial figures of a measurement's windows (None where a window did not read them)."""
+    cpus = [w.cpu for w in measurement.windows if w.cpu is not None and w.cpu.wall_s > 0]
+    wall = sum(c.wall_s for c in cpus)
+    main = sum(c.main_cpu_s for c in cpus)
+    work = sum(c.workers_cpu_s for c in cpus)
+    busy = [c for c in cpus if c.machine_busy_s is not None and c.machine_cpus]
+    machine = sum(c.machine_busy_s for c in busy) / sum(c.wall_s * c.machine_cpus for c in busy) if busy else None
+    uses = [u for w in measurement.windows for u in w.loaders]
+    fetched = sum(u.batches for u in uses)
+    fetch_wall = sum(u.fetch_wall_s for u in uses)
+    idle = [max(0.0, 1 - u.fetch_wall_s / w.cpu.wall_s) for w in measurement.windows if w.cpu is not None
+            for u in w.loaders if u.worker >= 0]
+    wait_cpu = [c for w in measurement.windows for c in w.wait_cpu_s]
+    return WindowEvidence(
+        cpu_util=(main + work) / wall / usable_cores if wall else None,
+        main_cpu_util=main / wall / usable_cores if wall else None,
+        workers_cpu_util=work / wall / usable_cores if wall else None,
+        machine_busy=machine,
+        outside_cpu=outside_share(measurement, usable_cores),
+        fetch_ms=fetch_wall / fetched * 1e3 if fetched else None,
+        fetch_cpu_share=min(1.0, sum(u.fetch_cpu_s for u in uses) / fetch_wall) if fetch_wall > 0 else None,
+        worker_idle_share=statistics.fmean(idle) if idle and workers else None,
+        handover_ms=statistics.fmean(wait_cpu) * 1e3 if wait_cpu and workers else None,
+    )
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    columns: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    suggestions: tuple[tuple[tuple[str, Any], ...], ...] = ()  # settings the advice names (verdict.suggestions)
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.fmean(present) if present else None
+
+
+def _max(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+def resource_figures(measurement: Measurement, usable_cores: float) -> list[ResourceFigures]:
+    """One set of figures per repeat that sampled its process tree (two samples at least)."""
+    return [summarize_resources(s, usable_cores) for s in measurement.resources if len(s.samples) >= 2]
+
+
+def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats: TrialStats,
+             usable_cores: float, ranks: int = 1) -> Diagnosis:
+    """Resource columns, the verdict and its advice, and warnings for one trial that ran.
+    With ranks, each runs its own workers: the figures are of all of them together. CPU comes
+    from inside the trial, at the edges of each counted window; memory, threads and reads from
+    the sweep's sampler of the trial's tree."""
+    figures = resource_figures(measurement, usable_cores)
+    per_rank = kwargs.get("num_workers", 0)
+    workers = per_rank * ranks
+    prefetch = kwargs.get("prefetch_factor")
+    need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
+    inside = window_evidence(measurement, usable_cores, workers)
+    columns: dict[str, Any] = {c: None for c in COLUMNS}
+    columns.update(shm_need_mb=need_mb, fetch_ms=inside.fetch_ms, fetch_cpu_share=inside.fetch_cpu_share,
+                   worker_idle_share=inside.worker_idle_share, handover_ms=inside.handover_ms,
+                   outside_cpu=inside.outside_cpu)
+    if inside.cpu_util is None and not figures:
+        return Diagnosis(columns)
+    cpu_util = inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu_util for f in figures)
+    main_util = inside.main_cpu_util if inside.main_cpu_util is not None else \
+        statistics.fmean(f.main_cpu_util for f in figures)
+    workers_util = inside.workers_cpu_util if inside.workers_cpu_util is not None else \
+        statistics.fmean(f.workers_cpu_util for f in figures)
+    threads = _mean([f.threads_per_worker for f in figures])
+    # Share of one core each loading process used: the workers' mean, or the main process.
+    loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores / ranks
+    columns.update(
+        cpu_util=cpu_util,
+        main_cpu_util=main_util,
+        workers_cpu_util=workers_util,
+        peak_pss_mb=_max([f.peak_pss_mb for f in figures]),
+        worker_pss_mb=_mean([f.worker_pss_mb for f in figures]),
+        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+        read_mb=_mean([f.read_mb for f in figures]),
+        threads_per_worker=threads,
+        memory_metric=figures[0].memory_metric if figures else None,
+    )
+    evidence = Evidence(
+        # With ranks, the most starved rank sets the pace of all (each step ends together).
+        wait_ratio=stats.wait_ratio_max_rank if stats.wait_ratio_max_rank is not None else stats.wait_ratio.mean,
+        cpu_util=cpu_util,
+        usable_cores=usable_cores,
+        num_workers=per_rank,
+        wait_ms=stats.wait_ms,
+        epoch_start_ms=stats.epoch_start_ms,
+        epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms, epoch_starts_per_batch(measurement)),
+        worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
+        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+        threads_per_worker=threads,
+        persistent_workers=kwargs.get("persistent_workers"),
+        inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
+        loader_busy=loader_busy,
+        ranks=ranks,
+        machine_busy=inside.machine_busy,
+        outside_cpu=inside.outside_cpu,
+        fetch_cpu_share=inside.fetch_cpu_share,
+        worker_idle_share=inside.worker_idle_share,
+        handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
+        and stats.wait_ms > 0 else None,
+        prefetch_factor=prefetch,
+        in_order=kwargs.get("in_order", True),
+    )
+    columns["verdict"], columns["advice"] = verdict(evidence)
+    warning = oversubscription_warning(workers, threads, usable_cores)
+    suggested = tuple(tuple(sorted(change.items())) for change in suggestions(evidence))
+    return Diagnosis(columns, (f"{name}: {warning}",) if warning else (), suggested)

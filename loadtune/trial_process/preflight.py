@@ -1,0 +1,103 @@
+"""Build every user part once, before any trial, as a trial builds them: a factory that raises,
+hangs or crashes stops the sweep with one clear error instead of failing every row."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from loadtune.config import adopt_loader
+from loadtune.errors import ConfigError, LoadtuneError
+from loadtune.trial_process.factory import build_source
+from loadtune.trial_process.jobs import PreflightInfo, PreflightJob
+from loadtune.trial_process.loader import loader_kwargs
+
+
+def run_preflight(job: PreflightJob) -> PreflightInfo:
+    """The preflight's result, or the error that stops the sweep (its kind says which)."""
+    try:
+        return preflight(job)
+    except ConfigError as exc:
+        return PreflightInfo(error=str(exc), error_kind="config")
+    except LoadtuneError as exc:
+        return PreflightInfo(error=str(exc), error_kind="factory")
+
+
+def preflight(job: PreflightJob) -> PreflightInfo:
+    """Dataset, loader specs and step built as a trial builds them; one batch fetched in this
+    process, to know what a batch weighs in shared memory."""
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from loadtune.trial_process.factory import dataset_length
+    from loadtune.trial_process.measure import batch_bytes
+    from loadtune.trial_process.steps import build_step
+
+    if job.ranks > 1:
+        from loadtune.trial_process.ranks import join_single
+
+        join_single()  # parts written for ranks may ask for their rank, or wrap a model in DDP
+    source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
+    dataset = source.dataset
+    baseline = job.baseline
+    if source.settings and job.loader is not None:
+        adopted = adopt_loader(job.loader, source.settings, f"{job.config_path}: loader")
+        baseline = dataclasses.replace(baseline, settings=tuple(sorted(adopted.model_dump().items())))
+    kwargs = baseline.loader_kwargs
+    if isinstance(dataset, IterableDataset) and kwargs.get("shuffle"):
+        raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
+                          f"IterableDataset ({job.dataset.factory}); set shuffle: false")
+    loaded = loader_kwargs(baseline, job.base_dir, parts=source.parts)
+    build_step(job.step, job.base_dir, job.device)
+    in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
+    in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
+    try:
+        first = next(iter(DataLoader(dataset, **in_process)), _NO_BATCH)
+    except Exception:  # noqa: BLE001 - a failing sample is each trial's row to report, with its index
+        first = _NO_BATCH
+    return PreflightInfo(dataset_len=dataset_length(dataset),
+                         batch_bytes=None if first is _NO_BATCH else batch_bytes(first),
+                         source_kind=source.kind, source_settings=source.settings or None,
+                         iterable=isinstance(dataset, IterableDataset),
+                         stable_bytes=None if first is _NO_BATCH else stable_bytes(dataset, in_process))
+
+
+def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
+    """Whether the first batch, read twice (the first samples of a map-style dataset, whatever
+    its sampler; the start of a stream), holds the same bytes: the sample keys can then tell
+    samples apart across trials. False where samples change from one read to the next (random
+    augmentation); None where it cannot be told (no per-sample tensor, no batch)."""
+    from torch.utils.data import DataLoader, IterableDataset
+    from torch.utils.data import default_collate
+
+    from loadtune.trial_process.fingerprint import sample_keys
+    from loadtune.trial_process.measure import batch_len
+
+    size = kwargs.get("batch_size")
+
+    def read() -> Any:
+        if isinstance(dataset, IterableDataset) or not size:
+            return next(iter(DataLoader(dataset, **{**kwargs, "shuffle": False})), _NO_BATCH)
+        samples = []
+        for index in range(size):
+            try:
+                samples.append(dataset[index])
+            except IndexError:
+                break
+        return (kwargs.get("collate_fn") or default_collate)(samples) if samples else _NO_BATCH
+
+    found = []
+    for _ in range(2):
+        try:
+            batch = read()
+        except Exception:  # noqa: BLE001 - as above: the trials report it
+            return None
+        if batch is _NO_BATCH:
+            return None
+        keys, _ = sample_keys(batch, batch_len(batch, size or 1))
+        if keys is None:
+            return None
+        found.append(keys)
+    return len(found[0]) == len(found[1]) and bool((found[0] == found[1]).all())
+
+
+_NO_BATCH = object()
