@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.results.interval import unstable_note
-from loadtune.results.record import Record
+from loadtune.results.record import DATA_FLAGGED, Record
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
@@ -184,9 +184,10 @@ class Summary:
         for r in self.trials:
             asker = by_name.get(r.asked_by) if r.asked_by else None
             if asker is not None:
-                gain = r.throughput / asker.throughput if r.ran and asker.ran and asker.throughput else None
+                usable = r.ran and not r.data_flagged  # a flagged trial fed other samples: no gain to speak of
+                gain = r.throughput / asker.throughput if usable and asker.ran and asker.throughput else None
                 out.append({"trial": r.trial, "asked_by": r.asked_by, "status": r.status,
-                            "throughput": r.throughput, "gain": gain})
+                            "throughput": r.throughput, "gain": gain, "data_check": r.data_check})
         return out
 
     @property
@@ -281,7 +282,10 @@ def summary_lines(info: Summary) -> list[str]:
         if base and base.trial == chosen.trial:
             break
     for measured in info.advice_measured:
-        if measured["gain"] is None:
+        if measured["data_check"] in DATA_FLAGGED:
+            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
+                         f"which fed other samples (data_check {measured['data_check']}): no gain to count.")
+        elif measured["gain"] is None:
             lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
                          f"which did not run ({measured['status']}).")
         else:
