@@ -25,6 +25,7 @@ _WORD_BYTES = 8
 _WORD_MULTIPLIERS = (np.random.default_rng(0x10AD).integers(0, 2**63, size=64, dtype=np.uint64) * np.uint64(2)
                      + np.uint64(1))
 _LABEL_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+_MAX_WIDTH = len(_WORD_MULTIPLIERS) * _WORD_BYTES  # bytes of a slice hashed at most
 
 
 def _is_array(item: Any) -> bool:
@@ -94,7 +95,7 @@ def _slice_bytes(item: Any, size: int) -> np.ndarray | None:
         rows = array.reshape(size, -1)[:, ::stride][:, :SLICE_ELEMENTS]
     else:
         rows = array[(slice(None), *_picks(array.shape[1:])[1])]
-    return np.ascontiguousarray(rows).view(np.uint8)
+    return np.ascontiguousarray(rows).view(np.uint8)[:, :_MAX_WIDTH]
 
 
 def _hash_rows(rows: np.ndarray) -> np.ndarray:
@@ -112,7 +113,15 @@ def sample_slice(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray |
     """What the keys of a batch of `size` samples are made of, copied out of the batch: the
     bytes of SLICE_ELEMENTS elements of each sample of its first tensor or array whose first
     dimension is `size` ((size, width) uint8), and its labels (int64: the first 1-D integer
-    tensor of length `size`). Either is None when the batch has no such tensor."""
+    tensor of length `size`). Either is None when the batch has no such tensor; both when
+    anything about the batch defeats this (a key is never worth failing a trial for)."""
+    try:
+        return _sample_slice(batch, size)
+    except Exception:  # noqa: BLE001 - an exotic batch: no keys, the data check says so
+        return None, None
+
+
+def _sample_slice(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     content = label = None
     for item in _leaves(batch):
         if item.shape[0] != size:
