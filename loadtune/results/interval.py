@@ -1,0 +1,33 @@
+"""A figure with its 95% interval, and the warning when the interval is too wide to trust."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Half an interval's width above this share of its mean makes a result unstable.
+NOISY_RELATIVE_SPREAD = 0.10
+
+
+@dataclass(frozen=True)
+class Interval:
+    mean: float
+    lo: float
+    hi: float
+
+    def overlaps(self, other: "Interval") -> bool:
+        return self.lo <= other.hi and other.lo <= self.hi
+
+    @property
+    def relative_spread(self) -> float:
+        """Half the interval's width relative to the mean: 0.1 reads as "±10%"."""
+        return (self.hi - self.lo) / 2 / abs(self.mean) if self.mean else 0.0
+
+
+def unstable_note(name: str, throughput: Interval) -> str | None:
+    """A warning with its remedy when a trial's throughput interval is wider than
+    ±NOISY_RELATIVE_SPREAD of its mean, else None."""
+    spread = throughput.relative_spread
+    if spread <= NOISY_RELATIVE_SPREAD:
+        return None
+    return (f"{name}: unstable result, throughput ±{spread * 100:.0f}%: rerun with --repeats 5 or more, "
+            "a longer --batches, or close other programs")
