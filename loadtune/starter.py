@@ -59,6 +59,8 @@ loader:
   # worker_init_fn: null       # "module:callable" run in each worker at start.
   # multiprocessing_context: null   # fork, spawn or forkserver; null: the platform's default.
   # in_order: true             # yield batches in order (false lets a fast worker go first).
+  # main_threads: null         # torch threads of the training process; null: unchanged.
+  # worker_threads: null       # torch and OpenMP/BLAS threads in each worker; null: unchanged.
 
 # sweep: the values to try, one change at a time from the baseline (the default strategy,
 # --strategy ofat); each differing value is a trial of its own. Any loader key but
@@ -96,6 +98,8 @@ measure:
   tolerance: 0.03              # trials shown within this share of the best's throughput are
                                # tied; the cheapest tied one is recommended. Default: 0.03.
   budget_s: null               # seconds after which racing adds no more repeats. Default: null.
+  max_outside_cpu: 0.25        # share of the cores other processes may use during a window
+                               # before it is measured again. Default: 0.25.
   timeout_s: 120               # per trial; past it the trial is stopped and marked timeout.
                                # Default: 300.
 

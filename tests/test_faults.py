@@ -187,7 +187,8 @@ def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp
     cfg = spec.config
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
                    os.getpid(), multiprocessing.get_all_start_methods()[0])  # the platform's default
-    outcome = run_in_trial_process(job, timeout_s=3)
+    # Long enough for a first trial to start the trial server and its workers on a busy machine.
+    outcome = run_in_trial_process(job, timeout_s=15)
     assert outcome.status == "timeout"
     pids = [int(p.name) for p in record.iterdir()]
     assert len(pids) >= (3 if escape else 2), "a worker, the trial process (and the escaped child)"
@@ -393,9 +394,12 @@ def test_sigkill_of_the_sweep_takes_its_trial_down_and_resume_finishes(write_con
     if len(kept_ok):
         assert f"Resuming: {len(kept_ok)} trials kept" in result.stderr
     final = read_csv(out).set_index("trial")
-    # (`combined` joins when the best of each key together is a new trial; that depends on noise.)
-    assert set(final.index) - {"combined"} == {"baseline", "ideal", "num_workers=0", "num_workers=2",
-                                               "prefetch_factor=1", "prefetch_factor=4"}
+    # Round 1 in full; what follows on top of the winner (follow-up rounds, `combined`, the
+    # advice of its verdict) depends on which trial wins, so only its rounds are checked.
+    first_round = final[final["round"] == 1]
+    assert set(first_round.index) == {"baseline", "ideal", "num_workers=0", "num_workers=2",
+                                      "prefetch_factor=1", "prefetch_factor=4"}
+    assert (final.loc[~final.index.isin(first_round.index), "round"] > 1).all()
     assert set(final.status) == {"ok"}
     for trial in kept_ok.index:  # kept as measured, not run again
         assert final.loc[trial, "started_at"] == kept_ok.loc[trial, "started_at"]

@@ -268,7 +268,10 @@ class Runner:
         time, the file rewritten when racing updates it), tell the watcher."""
         trial = run.trial
         first_time = run.record is None
-        if trial.skipped:
+        if run.resumed and run.record is not None and not run.measurements:
+            # Kept from an earlier run, its samples not at hand: only what racing says of it now.
+            run.record = dataclasses.replace(run.record, stopped_early=run.stopped_early or run.record.stopped_early)
+        elif trial.skipped:
             run.record = trial_record(trial, self.context, round_no=run.round, status=SKIPPED)
         elif run.failure is not None or not run.measurements:
             # A repeat that fails fails the trial: its other repeats do not make it sound.
