@@ -64,7 +64,7 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     ranked = df[df["rank"].notna()]
     assert list(df.trial[len(ranked):]) == ["ideal", "pin_memory=true"], "ranked rows, then the reference, then not run"
     ideal = df[df.trial == "ideal"].iloc[0]
-    assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.02 and ideal.pct_of_ideal == 100
+    assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.2 and ideal.pct_of_ideal == 100
     ok = df[(df.status == "ok") & (df.trial != "ideal")]
     assert list(ok.index) == list(range(len(ok))), "rows that ran come first"
     assert (ok.pct_of_ideal < 100).all() and (ok.strategy == "ofat").all()
@@ -161,7 +161,8 @@ def test_failing_and_hanging_trials_become_rows_and_the_sweep_goes_on(write_conf
     assert "ValueError: bad sample" in rows.loc["num_workers=0", "reason"]
     assert rows.loc["num_workers=2", "status"] == "timeout"
     assert "timeout_s=8" in rows.loc["num_workers=2", "reason"]
-    assert rows.loc["baseline", "rank"] == 1
+    planned = rows[rows.asked_by.isna()]  # beside what the verdict's advice asked for
+    assert rows.loc["baseline", "rank"] == planned["rank"].min(), "the one planned trial that ran ranks first"
 
 
 @pytest.mark.parametrize(
