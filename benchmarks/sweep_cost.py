@@ -26,9 +26,9 @@ def main() -> int:
     config = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).parent.parent / "configs" / "demo.yaml"
     spec = load_config(config)
     # Build the demo's image cache first: generating files once is not a cost of the sweep.
-    from loadtune.trial_process.factory import build_dataset
+    from loadtune.trial_process.factory import build_source
 
-    build_dataset(spec.config.dataset.factory, spec.config.dataset.kwargs, spec.base_dir)
+    build_source(spec.config.dataset.factory, spec.config.dataset.kwargs, spec.base_dir)
     outcomes = []
     first_run = []
 

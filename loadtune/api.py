@@ -8,6 +8,7 @@ in a trial process of its own), returning typed results instead of printing them
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,10 +100,6 @@ def sweep(config: str | Path | Mapping[str, Any], *, out: str | Path | None = No
     ("ofat"), rank_by ("throughput"), ranks (1), resume (False), seed, on_event (a callable
     given each sweep event). Raises LoadtuneError for anything the user can fix.
     """
-    import dataclasses
-
-    from loadtune.results.choice import recommended
-    from loadtune.results.report import summarize_sweep
     from loadtune.sweep_process.runner import default_output, run_sweep
 
     run = {k: options.pop(k) for k in list(options) if k in RUN_OPTIONS}
@@ -113,17 +110,63 @@ def sweep(config: str | Path | Mapping[str, Any], *, out: str | Path | None = No
     on_event: Callable[[Any], None] | None = run.pop("on_event", None)
     result = run_sweep(spec, out_path, rank_by, strategy, resume=bool(run.pop("resume", False)),
                        seed=int(run.pop("seed", 0)), **({"on_event": on_event} if on_event else {}))
-    chosen = recommended(result.records)
+    summary = summary_of(result, spec, rank_by, strategy, out_given=out is not None)
+    return SweepResult(result.out_path, result.records, summary.recommended, summary.loader_kwargs, summary.change,
+                       summary.decided, summary)
+
+
+def chosen_record(result: Any) -> Record | None:
+    """The recommendation: racing's pick when it is tied with the best (it knows every setting's
+    cost), else the cheapest record tied with the best."""
+    from loadtune.results.choice import recommended
+
+    pick = result.decision.pick if result.decision is not None else None
+    picked = next((r for r in result.records if r.trial == pick and r.tied_with_best), None)
+    return picked or recommended(result.records)
+
+
+def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given: bool = False) -> Any:
+    """The summary of a finished sweep (runner.SweepResult of `spec`), as the CLI prints it and
+    the API returns it: the recommendation, what to change, how sure, and with ranks the
+    one-rank sweep of the same config beside it."""
+    from loadtune.results.record import rank_file
+    from loadtune.results.report import summarize_sweep
+
+    chosen = chosen_record(result)
+    kwarg = spec.config.dataset.scale_kwarg
+    meta: dict[str, Any] = dict(
+        output=str(result.out_path), config=spec.name, scale=spec.scale,
+        scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
+        device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
+        decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data)
+    if spec.ranks > 1:
+        meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out_given,
+                    torchrun=spec.torchrun)
     chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
     baseline = result.trials.get("baseline")
-    summary = summarize_sweep(
-        result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
-        baseline.loader_kwargs if baseline is not None and baseline.settings else None,
-        output=str(result.out_path), config=spec.name, scale=spec.scale, scaled=None, device=result.device,
-        ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings, decision=result.decision,
-        source=result.source, factory=spec.config.dataset.factory, data=result.data)
-    return SweepResult(result.out_path, result.records, chosen, summary.loader_kwargs, summary.change,
-                       summary.decided, summary)
+    return summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
+                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
+
+
+def _one_rank(spec: Any) -> Any:
+    """The one-rank sweep of the same config and scale, when its CSV is where a plain
+    `loadtune sweep` writes it: its recommendation, to set beside the ranks' one."""
+    from loadtune.errors import ResultsError
+    from loadtune.results.choice import recommended
+    from loadtune.results.record import read_records
+    from loadtune.results.report import OneRank
+    from loadtune.sweep_process.runner import default_output
+
+    path = default_output(dataclasses.replace(spec, ranks=1))
+    try:
+        records = [r for r in read_records(path) if r.config_sha == spec.sha and r.scale == spec.scale
+                   and (r.ranks or 1) == 1]
+    except ResultsError:  # unreadable: as if it were not there
+        records = []
+    chosen = recommended(records)
+    if chosen is None or chosen.throughput is None:
+        return OneRank(str(path))
+    return OneRank(str(path), chosen.trial, chosen.throughput)
 
 
 def compare(*csvs: str | Path, force: bool = False) -> Any:

@@ -136,9 +136,8 @@ def sweep(
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.config import load_config
     from loadtune.sweep_process.ranking import RANK_BY
-    from loadtune.results.choice import recommended
-    from loadtune.results.record import rank_file
-    from loadtune.results.report import flagged_lines, not_run_lines, results_table, summarize_sweep, summary_lines
+    from loadtune.api import summary_of
+    from loadtune.results.report import flagged_lines, not_run_lines, results_table, summary_lines
     from loadtune.sweep_process.runner import default_output, run_sweep
     from loadtune.sweep_process.strategy import STRATEGIES
 
@@ -181,20 +180,7 @@ def sweep(
             cluster.close()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
-    chosen = recommended(result.records)
-    kwarg = spec.config.dataset.scale_kwarg
-    meta: dict[str, Any] = dict(
-        output=str(result.out_path), config=spec.name, scale=spec.scale,
-        scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-        device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
-        decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data)
-    if spec.ranks > 1:
-        meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)),
-                    out_given=out is not None, torchrun=spec.torchrun)
-    chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
-    baseline = result.trials.get("baseline")
-    info = summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
-                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
+    info = summary_of(result, spec, rank_by, strategy, out_given=out is not None)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})"))
@@ -219,27 +205,6 @@ def sweep(
             _fail(str(exc), debug)
     if as_json:
         sys.stdout.write(json.dumps(info.to_json(), indent=2, default=str) + "\n")
-
-
-def _one_rank(spec: Any) -> Any:
-    """The one-rank sweep of the same config and scale, when its CSV is where a plain
-    `loadtune sweep` writes it: its recommendation, to set beside the ranks' one."""
-    from loadtune.errors import ResultsError
-    from loadtune.results.choice import recommended
-    from loadtune.results.record import read_records
-    from loadtune.results.report import OneRank
-    from loadtune.sweep_process.runner import default_output
-
-    path = default_output(dataclasses.replace(spec, ranks=1))
-    try:
-        records = [r for r in read_records(path) if r.config_sha == spec.sha and r.scale == spec.scale
-                   and (r.ranks or 1) == 1]
-    except ResultsError:  # unreadable: as if it were not there
-        records = []
-    chosen = recommended(records)
-    if chosen is None or chosen.throughput is None:
-        return OneRank(str(path))
-    return OneRank(str(path), chosen.trial, chosen.throughput)
 
 
 @app.command()

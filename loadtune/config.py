@@ -26,6 +26,10 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 SPEC_KEYS = ("collate_fn", "worker_init_fn")
 # Loader keys that are thread settings, applied by loadtune, not passed to DataLoader.
 THREAD_KEYS = ("main_threads", "worker_threads")
+# Settings that only mean something with worker processes, and their defaults: dropped when
+# num_workers becomes 0.
+WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
+               "in_order": True, "worker_threads": None}
 MAX_VALUE_CHARS = 60
 
 
@@ -121,10 +125,7 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
     merged = {k: v for k, v in settings.items() if k in LoaderSpec.model_fields}
     merged.update({k: getattr(loader, k) for k in explicit})
     if merged.get("num_workers", 0) == 0:  # settings that need workers go when the config removes them
-        for key, default in (("prefetch_factor", None), ("persistent_workers", False),
-                             ("multiprocessing_context", None), ("worker_threads", None)):
-            if key not in explicit:
-                merged[key] = default
+        merged.update({key: default for key, default in WORKER_ONLY.items() if key not in explicit})
     try:
         adopted = LoaderSpec.model_validate(merged)
     except ValidationError as exc:

@@ -152,7 +152,8 @@ def profile_run(
     from loadtune.results.report import dataloader_line
     from loadtune.sweep_process.plan import baseline_trial
     from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.trial_process.factory import build_dataset
+    from loadtune.config import adopt_loader
+    from loadtune.trial_process.factory import build_source
     from loadtune.trial_process.failures import describe
     from loadtune.trial_process.loader import loader_kwargs
     from loadtune.trial_process.measure import measure_loop
@@ -167,10 +168,14 @@ def profile_run(
     base_dir = str(spec.base_dir)
     trace = Path(trace_path) if trace_path is not None else None
 
-    dataset = build_dataset(config.dataset.factory, config.dataset.kwargs, base_dir)
+    # As a sweep builds its baseline: a factory's DataLoader (or data module's) gives the
+    # settings the loader block completes, and its sampler, collate_fn and the rest.
+    source = build_source(config.dataset.factory, config.dataset.kwargs, base_dir)
+    dataset = source.dataset
+    config = config.model_copy(update={"loader": adopt_loader(config.loader, source.settings, f"{spec.path}: loader")})
     trial = baseline_trial(config)
     try:
-        kwargs = loader_kwargs(trial, base_dir)
+        kwargs = loader_kwargs(trial, base_dir, parts=source.parts)
         loader = DataLoader(dataset, **kwargs)
     except LoadtuneError:
         raise

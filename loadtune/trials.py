@@ -18,9 +18,6 @@ FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost 
 LOADER_DEFAULTS: dict[str, Any] = {name: field.default for name, field in LoaderSpec.model_fields.items()}
 # What DataLoader uses for prefetch_factor when workers run and it is left unset.
 DEFAULT_PREFETCH = 2
-# Settings that only mean something with worker processes; dropped when num_workers becomes 0.
-WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
-               "in_order": True, "worker_threads": None}
 
 
 def format_value(value: Any) -> str:

@@ -58,18 +58,29 @@ def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_pat
 
 def test_a_second_writer_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):
     out = tmp_path / "r.csv"
-    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # Another process holds the lock: refused, naming it.
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+sys.argv = ["loadtune", "sweep", "other.yaml"]
+from pathlib import Path
+from loadtune.sweep_process.output import OutputLock
+lock = OutputLock(Path({str(out)!r})).acquire()
+print("held", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
     try:
-        lock_path(out).write_text(json.dumps({"pid": holder.pid, "host": os.uname().nodename,
-                                              "command": "loadtune sweep other.yaml"}))
+        assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LoadtuneError, match=rf"another sweep is writing this file \(pid {holder.pid}: "
                                                 r"loadtune sweep other.yaml\)"):
             OutputLock(out).acquire()
     finally:
-        holder.kill()
+        holder.kill()  # gone without releasing: its lock file stays, its lock does not
         holder.wait()
-    with OutputLock(out) as lock:  # its writer is gone: taken over
+    assert lock_path(out).exists()
+    with OutputLock(out):  # taken over
         assert json.loads(lock_path(out).read_text())["pid"] == os.getpid()
+        with pytest.raises(LoadtuneError, match=f"pid {os.getpid()}"):
+            OutputLock(out).acquire()  # a second lock, even in the same process
     assert not lock_path(out).exists(), "released at the end"
 
 

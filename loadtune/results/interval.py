@@ -14,9 +14,6 @@ class Interval:
     lo: float
     hi: float
 
-    def overlaps(self, other: "Interval") -> bool:
-        return self.lo <= other.hi and other.lo <= self.hi
-
     @property
     def relative_spread(self) -> float:
         """Half the interval's width relative to the mean: 0.1 reads as "±10%"."""

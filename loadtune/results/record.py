@@ -404,4 +404,3 @@ def plain_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
 
 
 COLUMNS = Record.names()  # a sweep's CSV header, in order
-RANK_COLUMNS = RankRecord.names()  # the per-rank file's

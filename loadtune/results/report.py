@@ -330,11 +330,14 @@ LEGEND = (
 
 
 def noise_warnings(records: Sequence[Record]) -> list[str]:
-    """The unstable-result warnings of a CSV's records that ran, as the sweep gave them."""
+    """The unstable-result warnings of the contenders that ran (not the ideal, a reference, nor
+    the trials racing stopped early, which are clearly behind whatever their spread, nor those
+    the data check flagged, which are not contenders)."""
     notes = []
     for r in records:
         interval = r.throughput_interval
-        if r.status == "ok" and not r.data_flagged and interval is not None and interval.mean:
+        if r.status == "ok" and r.trial != IDEAL and not r.stopped_early and not r.data_flagged \
+                and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:
                 notes.append(note)

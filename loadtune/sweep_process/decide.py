@@ -135,7 +135,7 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: s
     assert chosen is not None
     enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
     undecided = [i for i in live if i.name != chosen.name
-                 and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats) < enough)]
+                 and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats or enough) < enough)]
     # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
     undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]
     again = [i for i in ([chosen] if undecided else []) + undecided if 0 < i.repeats < max_repeats]

@@ -53,14 +53,14 @@ def machine_busy_now(watch_s: float, usable_cores: float) -> float | None:
     process included: it only sleeps meanwhile)."""
     import time
 
-    from loadtune.trial_process.cpu import read_cpu
+    from loadtune.trial_process.cpu import machine_busy
 
-    start = read_cpu()
+    t0, (start, _) = time.perf_counter(), machine_busy()
     time.sleep(watch_s)
-    end = read_cpu()
-    if start.machine_busy_s is None or end.machine_busy_s is None:
+    t1, (end, _) = time.perf_counter(), machine_busy()
+    if start is None or end is None:
         return None
-    return max(0.0, end.machine_busy_s - start.machine_busy_s) / (end.t_s - start.t_s) / usable_cores
+    return max(0.0, end - start) / (t1 - t0) / usable_cores
 
 
 def window_evidence(measurement: Measurement, usable_cores: float, workers: int) -> WindowEvidence:

@@ -1,8 +1,9 @@
 """The results file before anything is measured: checked writable with room to spare, and held
-by one sweep at a time (a lock file beside it naming the process that writes it)."""
+by one sweep at a time (a locked file beside it naming the process that writes it)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -44,64 +45,53 @@ def check_writable(out: Path, min_free_bytes: int = MIN_FREE_BYTES) -> None:
                             f"{min_free_bytes / 1024**2:.0f} MB: free some space or choose another --out")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
-
-
 class OutputLock:
-    """One writer per results file: the lock file holds the writer's pid, host and command. A
-    lock left by a process that is gone (killed, say) is taken over."""
+    """One writer per results file: an exclusive lock (flock) on a file beside it, which holds
+    the writer's pid, host and command for the message a second sweep gets. The kernel drops
+    the lock when its process ends, however it ends, so a lock left behind is simply taken."""
 
     def __init__(self, out: Path) -> None:
         self.out = out
         self.path = lock_path(out)
-        self.held = False
+        self.fd: int | None = None
 
     def acquire(self) -> "OutputLock":
-        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(),
-              "command": " ".join(sys.argv)}
-        for _ in range(2):
+        while True:
+            fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
             try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                holder = self._holder()
-                if holder is not None:
-                    where = "" if holder.get("host") == socket.gethostname() else f" on {holder.get('host')}"
-                    raise LoadtuneError(f"{self.out}: another sweep is writing this file (pid {holder['pid']}{where}: "
-                                        f"{holder.get('command') or 'loadtune'}); wait for it to end or use another "
-                                        f"--out (if that process is gone, delete {self.path})") from None
-                self.path.unlink(missing_ok=True)  # its writer is gone: take it over
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(me, f)
-            self.held = True
-            return self
-        raise LoadtuneError(f"{self.out}: could not take its lock {self.path}")
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = self._holder(fd)
+                os.close(fd)
+                raise LoadtuneError(f"{self.out}: another sweep is writing this file ({holder}); wait for it to "
+                                    "end or use another --out") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # not a lock file its last holder removed meanwhile
+                break
+            os.close(fd)
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "command": " ".join(sys.argv)}
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps(me).encode())
+        self.fd = fd
+        return self
 
-    def _holder(self) -> dict | None:
-        """The live process holding the lock, or None when the lock is stale (or unreadable)."""
+    @staticmethod
+    def _holder(fd: int) -> str:
         try:
-            holder = json.loads(self.path.read_text())
-            pid = int(holder["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        same_host = holder.get("host") == socket.gethostname()
-        return holder if pid != os.getpid() and (not same_host or _alive(pid)) else None
+            holder = json.loads(os.pread(fd, 65536, 0) or b"{}")
+        except (OSError, ValueError):
+            holder = {}
+        where = f" on {holder['host']}" if holder.get("host") not in (None, socket.gethostname()) else ""
+        return f"pid {holder.get('pid', '?')}{where}: {holder.get('command') or 'loadtune'}"
 
     def release(self) -> None:
-        if self.held:
-            self.held = False
-            self.path.unlink(missing_ok=True)
+        if self.fd is not None:
+            self.path.unlink(missing_ok=True)  # while still held: no one else can hold this file now
+            os.close(self.fd)
+            self.fd = None
 
     def __enter__(self) -> "OutputLock":
         return self.acquire()

@@ -6,7 +6,8 @@ import itertools
 from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.trials import (BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, WORKER_ONLY, Trial,
+from loadtune.config import WORKER_ONLY
+from loadtune.trials import (BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, Trial,
                              format_value)
 
 

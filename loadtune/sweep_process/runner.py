@@ -20,7 +20,7 @@ from loadtune.config import RunSpec, adopt_loader
 from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
-from loadtune.results.interval import unstable_note
+from loadtune.results.report import noise_warnings
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record, ResultsFile, rank_file, read_records
 from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep_process import events
@@ -30,11 +30,11 @@ from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import baseline_trial, ideal_trial
 from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
-from loadtune.sweep_process.ranking import rank, scored_from_record
+from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import summarize
-from loadtune.sweep_process.strategy import run_strategy
+from loadtune.sweep_process.strategy import STRATEGIES, run_strategy
 from loadtune.sweep_process.torchrun import local_ranks
 from loadtune.trial_process.device import is_accelerator, resolve_device
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
@@ -72,6 +72,7 @@ class Decision:
 
     decided: bool
     tolerance: float
+    pick: str | None = None  # the cheapest trial shown as good as the best: the recommendation
     undecided: tuple[str, ...] = ()
     gap: float = 0.0  # at most this share of throughput may be lost by the pick
     why: str = ""  # what ended the racing when undecided: the repeats or the budget
@@ -175,12 +176,9 @@ class TrialRun:
     resumed: bool = False
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
     disturbed: int = 0  # repeats measured again because other processes used the cores
+    rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
     check: Check | None = None  # its data check (datacheck), once there was something to compare
     delivered: tuple[int, Delivery | None] | None = None  # (repeats, delivery) it was taken from
-
-    @property
-    def finished(self) -> bool:
-        return self.record is not None
 
     @property
     def flagged(self) -> bool:
@@ -248,12 +246,14 @@ class Runner:
         score = run.score if run is not None else None
         return score.throughput.mean if score is not None and score.throughput is not None else None
 
-    def resume(self, records: Sequence[Record]) -> None:
-        """Take records measured earlier for this config and machine as already done."""
+    def resume(self, records: Sequence[Record], ranks: Sequence[RankRecord] = ()) -> None:
+        """Take records measured earlier for this config and machine as already done (with
+        their per-rank records, with ranks)."""
         for record in records:
             self.runs[record.trial] = TrialRun(Trial(record.trial, record.changed or "", record.value, ()),
                                                record.round or 1, record=record,
-                                               score=scored_from_record(record), resumed=True)
+                                               score=scored_from_record(record), resumed=True,
+                                               rank_records=[r for r in ranks if r.trial == record.trial])
 
     # --- measuring ---------------------------------------------------------------------------
 
@@ -294,14 +294,21 @@ class Runner:
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
                                       stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
                                       **_check_columns(run.check))
-            if self.per_rank is not None and measurement.ranks and first_time:
-                for record in rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context):
-                    self.per_rank.append(record)
+            if self.per_rank is not None and measurement.ranks:
+                run.rank_records = rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context)
         if first_time:
             self.results.append(run.record)
+            for record in run.rank_records if self.per_rank is not None else ():
+                self.per_rank.append(record)
         else:
-            self.results.replace(self.records)
+            self.rewrite()
         self.emit(events.TrialFinished(trial, run.record))
+
+    def rewrite(self) -> None:
+        """Both files rewritten whole (atomically) after a record changed."""
+        self.results.replace(self.records)
+        if self.per_rank is not None:
+            self.per_rank.replace([r for run in self.runs.values() for r in run.rank_records])
 
     def _plan_runs(self, count: int) -> None:
         self.runs_planned += count
@@ -309,7 +316,8 @@ class Runner:
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
-        then race (see race); the score of every trial asked for."""
+        then race (see race); the current score of every trial so far (racing may have re-scored,
+        stopped or failed earlier ones, and the data check flagged them)."""
         m = self.spec.config.measure
         new: list[TrialRun] = []
         for trial in trials:
@@ -331,7 +339,7 @@ class Runner:
         for repeat in range(1, max(first.values(), default=0) + 1):
             self._run_round([run for run in new if repeat <= first[run.trial.name]])
         self.race()
-        return {t.name: self.scored(t.name) for t in trials}
+        return {name: self.scored(name) for name in self.runs}
 
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
         """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
@@ -370,7 +378,7 @@ class Runner:
                 run.record = dataclasses.replace(run.record, **_check_columns(check))
                 changed = True
         if changed:
-            self.results.replace(self.records)
+            self.rewrite()
 
     def _unchecked_reason(self) -> str:
         if self.key_kind == LABEL:
@@ -413,8 +421,11 @@ class Runner:
                              frozenset(run.trial.name for run in contenders if run.stopped_early))
             self.last_race = step
             for name in step.stop:
-                self.runs[name].stopped_early = True
-                self._finish(self.runs[name])
+                stopped = self.runs[name]
+                stopped.stopped_early = True
+                if stopped.record is not None:  # only the flag changes: no figure to derive again
+                    stopped.record = dataclasses.replace(stopped.record, stopped_early=True)
+                    self.rewrite()
             if step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
@@ -426,10 +437,10 @@ class Runner:
             return None
         tolerance = self.spec.config.measure.tolerance
         if step.decided:
-            return Decision(True, tolerance, gap=tolerance)
+            return Decision(True, tolerance, step.pick, gap=tolerance)
         why = "the time budget (--budget) ran out" if self.budget_spent else \
             f"measure.repeats={self.spec.config.measure.repeats} ran out"
-        return Decision(False, tolerance, step.undecided, step.gap, why)
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
@@ -460,6 +471,10 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
     checked against ("measure": read it now; None: do not check). `execute` runs each trial
     job (see Executor). The output is checked writable, and locked against a second sweep,
     before anything is built or measured."""
+    if rank_by not in RANK_BY:
+        raise ConfigError(f"rank by {rank_by!r}: expected one of {', '.join(RANK_BY)}")
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
     check_writable(out_path)
     with OutputLock(out_path):
         return _sweep(spec, out_path, rank_by, strategy, on_event, seed, resume, shm_free_mb, execute)
@@ -504,11 +519,13 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
     kept = resumable_records(out_path, spec, context["host"]) if resume else []
     results.start(kept)
     per_rank = None
+    kept_ranks: list[RankRecord] = []
     if spec.ranks > 1:
         names = {r.trial for r in kept}
         per_rank = ResultsFile(rank_file(out_path), RankRecord)
-        per_rank.start([r for r in read_records(rank_file(out_path), RankRecord)
-                        if r.trial in names and r.config_sha == spec.sha] if kept else [])
+        kept_ranks = [r for r in read_records(rank_file(out_path), RankRecord)
+                      if r.trial in names and r.config_sha == spec.sha] if kept else []
+        per_rank.start(kept_ranks)
     # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
     scratch = tempfile.TemporaryDirectory(prefix="loadtune-") if spec.ranks > 1 else None
     # Under torchrun only rank 0's tree is sampled: its figures are against its share of the cores.
@@ -519,7 +536,7 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
                     scratch=scratch.name if scratch is not None else None, stable_bytes=info.stable_bytes,
                     iterable=info.iterable)
     runner.rank_by = rank_by
-    runner.resume(kept)
+    runner.resume(kept, kept_ranks)
     on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
     ideal = ideal_trial(cfg)
 
@@ -534,8 +551,7 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
         if scratch is not None:
             scratch.cleanup()
     records = tuple(_ranked(runner, rank_by))
-    unstable = [note for r in records if r.ran and not r.stopped_early and not r.data_flagged and r.trial != IDEAL
-                and (note := unstable_note(r.trial, r.throughput_interval))]
+    unstable = noise_warnings(records)
     disturbed = [f"{r.trial} ({r.disturbed_repeats})" for r in records if r.disturbed_repeats]
     if disturbed:
         unstable.append(f"the machine was busy: repeats measured again because other processes used more than "

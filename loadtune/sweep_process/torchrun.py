@@ -158,7 +158,12 @@ def combine_outcomes(outcomes: list[Outcome]) -> Outcome:
         rank, outcome = root[0]
         return Outcome(outcome.status, f"rank {rank}: {outcome.reason}", None, wall_s)
     measurement = combine_ranks([o.result for o in outcomes])
-    measurement = dataclasses.replace(measurement, resources=outcomes[0].result.resources)
+    # The figures of a process tree are rank 0's alone (the sweep diagnoses it against its
+    # share of its host's cores): its sampler's, and its CPU and fetch counters per window.
+    first = outcomes[0].result
+    windows = tuple(dataclasses.replace(w, cpu=own.cpu, loaders=own.loaders)
+                    for w, own in zip(measurement.windows, first.windows))
+    measurement = dataclasses.replace(measurement, resources=first.resources, windows=windows)
     return Outcome("ok", "", measurement, wall_s)
 
 

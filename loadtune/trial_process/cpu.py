@@ -63,17 +63,42 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _machine_busy() -> tuple[float | None, int | None]:
-    """CPU-seconds the whole machine has been busy (all CPUs), and how many CPUs /proc/stat lists."""
+def _usable_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on, when the kernel's per-CPU counts describe them: None
+    under a cgroup CPU quota (its share of the CPUs is not a set of them)."""
+    from loadtune.machine import cpu_quota
+
+    cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset(range(os.cpu_count() or 1))
+    quota = cpu_quota()
+    return None if quota is not None and quota < len(cpus) else cpus
+
+
+_CPUS: frozenset[int] | None = None
+
+
+def machine_busy() -> tuple[float | None, int | None]:
+    """CPU-seconds the CPUs this process may use have been busy, by any process, and how many
+    they are: from the per-CPU lines of /proc/stat."""
+    global _CPUS
+    if _CPUS is None:
+        _CPUS = _usable_cpus() or frozenset()
+    if not _CPUS:
+        return None, None
     try:
         with open(f"{_PROC}/stat", "rb") as f:
             lines = f.read().splitlines()
     except OSError:
         return None, None
-    fields = [int(x) for x in lines[0].split()[1:9]]  # user nice system idle iowait irq softirq steal
-    idle = fields[3] + fields[4]
-    cpus = sum(1 for line in lines[1:] if line.startswith(b"cpu"))
-    return (sum(fields) - idle) * _TICK_S, cpus or None
+    busy, seen = 0, 0
+    for line in lines[1:]:
+        name, _, rest = line.partition(b" ")
+        if not name.startswith(b"cpu"):
+            break
+        if int(name[3:]) in _CPUS:
+            fields = [int(x) for x in rest.split()[:8]]  # user nice system idle iowait irq softirq steal
+            busy += sum(fields) - fields[3] - fields[4]
+            seen += 1
+    return (busy * _TICK_S, seen) if seen else (None, None)
 
 
 def read_cpu() -> CpuReading:
@@ -85,7 +110,7 @@ def read_cpu() -> CpuReading:
     for pid in _descendants(me):
         used = _tasks_cpu_s(pid)
         workers += used or 0.0
-    busy, cpus = _machine_busy()
+    busy, cpus = machine_busy()
     return CpuReading(time.perf_counter(), main, workers, busy, cpus)
 
 

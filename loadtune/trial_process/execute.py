@@ -22,7 +22,8 @@ from loadtune.trial_process.loader import Epochs, apply_main_threads, loader_kwa
 from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
 from loadtune.trial_process.steps import build_step
-from loadtune.trials import FEED_MEMORY, WORKER_ONLY
+from loadtune.config import WORKER_ONLY
+from loadtune.trials import FEED_MEMORY
 
 
 def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:
@@ -32,12 +33,8 @@ def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:
         with in_group(job.device, job.measure.timeout_s, job.group) as context:
             return measure_here(job, context, channel)
     if job.ranks > 1:
-        return combine_ranks(launch(job, functools.partial(_measure_rank, channel=channel)))
+        return combine_ranks(launch(job, functools.partial(measure_here, channel=channel)))
     return measure_here(job, None, channel)
-
-
-def _measure_rank(job: TrialJob, rank: RankContext, channel: SweepChannel) -> Measurement:
-    return measure_here(job, rank, channel)
 
 
 def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel) -> Measurement:

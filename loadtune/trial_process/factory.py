@@ -169,11 +169,6 @@ def _taken_apart(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return parts, settings
 
 
-def build_dataset(spec: str, kwargs: dict, base_dir: Path | str) -> Any:
-    """Call the dataset factory and return the dataset it gave (see build_source)."""
-    return build_source(spec, kwargs, base_dir).dataset
-
-
 def check_dataset(dataset: Any, spec: str, kwargs: dict) -> Any:
     """Check that the factory's dataset is something a DataLoader can load."""
     from torch.utils.data import Dataset, IterableDataset
