@@ -60,11 +60,11 @@ def test_cpu_bound_loader_on_more_workers_than_cores_is_cpu_bound(write_config, 
     assert row.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE, row
 
 
-def _quiet(row) -> None:
+def _quiet(row, most: float = 0.25) -> None:
     """These figures describe the trial alone only when nothing else used the cores: on a
     machine other work kept busy through every repeat (redone up to twice), there is nothing
     to assert about them."""
-    if row.outside_cpu > 0.25:
+    if row.outside_cpu > most:
         pytest.skip(f"other processes used {row.outside_cpu:.0%} of the cores through every repeat")
 
 
@@ -84,7 +84,7 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     two = set(sorted(os.sched_getaffinity(0))[:2])
     config = tiny_config(dataset={"factory": "loadtune.synthetic:cpu_cost",
                                   "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
-                         loader={"batch_size": 8, "num_workers": 2}, step={"sleep_s": 0.001},
+                         loader={"batch_size": 8, "num_workers": 2, "prefetch_factor": 4}, step={"sleep_s": 0.0005},
                          measure={"warmup_batches": 3, "batches": 60, "repeats": 1, "timeout_s": 120}, **BASE)
     out = tmp_path / "cpu.csv"
     env = {**os.environ, "PYTHONUNBUFFERED": "1", MARKER_VAR: marker}
@@ -93,7 +93,7 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.cpu_count == 2
-    _quiet(row)
+    _quiet(row, most=0.1)  # what the others take, the tree cannot have: the figure needs a quiet machine
     assert row.cpu_util >= 0.9, row
     assert row.verdict == DATA_BOUND_CPU, row.advice
 
