@@ -66,9 +66,9 @@ def gpu_name() -> str:
     return f"{count}x {name}" if count > 1 else name
 
 
-def fingerprint() -> dict[str, object]:
-    import torch
-
+def fingerprint(torch_version: str, gpu: str) -> dict[str, object]:
+    """The machine's columns; torch's version and the GPU come from a process that has torch
+    imported (the sweep's preflight), so that asking costs the caller no import of torch."""
     from loadtune.version import __version__
 
     return {
@@ -78,8 +78,8 @@ def fingerprint() -> dict[str, object]:
         "cpu_quota": cpu_quota(),
         "ram_gb": round(psutil.virtual_memory().total / BYTES_PER_GB, 1),
         "shm_free_gb": shm_free_gb(),
-        "gpu": gpu_name(),
-        "torch_version": torch.__version__,
+        "gpu": gpu,
+        "torch_version": torch_version,
         "python_version": platform.python_version(),
         "loadtune_version": __version__,
         "start_method": multiprocessing.get_start_method(),

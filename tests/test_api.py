@@ -40,7 +40,8 @@ def test_an_unknown_option_is_refused():
 
 @pytest.mark.slow
 def test_the_api_from_a_script_gives_the_rows_the_cli_gives(write_config, tmp_path, marker):
-    path = write_config(tiny_config(sweep={"num_workers": [0, 2]}))
+    path = write_config(tiny_config(sweep={"num_workers": [0, 2]},
+                                    measure={"warmup_batches": 1, "batches": 6, "repeats": 1, "timeout_s": 60}))
     cli_out = tmp_path / "cli.csv"
     done = run_cli("sweep", str(path), "--out", str(cli_out), marker=marker)
     assert done.returncode == 0, done.stderr
@@ -49,7 +50,8 @@ def test_the_api_from_a_script_gives_the_rows_the_cli_gives(write_config, tmp_pa
         import json, loadtune
         if __name__ == "__main__":
             r = loadtune.sweep({str(path)!r}, out={str(tmp_path / 'api.csv')!r})
-            print(json.dumps({{"trials": [(x.trial, x.status, x.num_workers) for x in r.rows],
+            print(json.dumps({{"trials": [(x.trial, x.status, x.num_workers) for x in r.rows if x.round == 1],
+                              "all": [x.trial for x in r.rows],
                               "recommended": r.recommended.trial, "kwargs": r.loader_kwargs,
                               "decided": r.decided, "columns": list(r.frame.columns)}}))
     """))
@@ -59,9 +61,10 @@ def test_the_api_from_a_script_gives_the_rows_the_cli_gives(write_config, tmp_pa
     assert ran.returncode == 0, ran.stderr
     got = json.loads(ran.stdout.strip().splitlines()[-1])
     cli = pd.read_csv(cli_out)
+    cli = cli[cli["round"] == 1]  # later rounds sit on the winner, which noise may change
     assert sorted(t for t, _, _ in got["trials"]) == sorted(cli.trial)
     assert {t: s for t, s, _ in got["trials"]} == dict(zip(cli.trial, cli.status))
-    assert got["recommended"] in set(cli.trial) and got["kwargs"]["batch_size"] == 8
+    assert got["recommended"] in got["all"] and got["kwargs"]["batch_size"] == 8
     assert got["columns"][:2] == ["rank", "trial"] and isinstance(got["decided"], bool)
     comparison = loadtune.compare(cli_out, tmp_path / "api.csv")
     assert comparison.verdict.startswith("conclusion")

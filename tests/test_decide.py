@@ -125,9 +125,11 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
     trials = [trial_for(spec, {}, False), trial_for(spec, {"num_workers": 0}, False),
               trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)]
     runner.measure(trials, 1)
+    assert set(fake.runs.values()) == {1}, "a round only measures: the repeats come once the rounds are done"
     none = trials[1].name
-    assert fake.runs[none] == 1 and fake.runs["baseline"] == 1, "clearly behind after one repeat"
-    assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early
+    assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early, "clearly behind"
+    runner.race()
+    assert fake.runs[none] == 1 and fake.runs["baseline"] == 1, "stopped after one repeat"
     assert fake.runs["num_workers=2"] >= MIN_REPEATS_TO_DECIDE and fake.runs["num_workers=3"] >= 2
     decision = runner.decision()
     assert decision.decided, "398 and 400 are within 3% once each has two repeats"
@@ -141,6 +143,7 @@ def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config)
     runner, fake = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, budget_s=0.001)
     spec = runner.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    runner.race()
     assert fake.runs == {"num_workers=2": 1, "num_workers=3": 1}
     decision = runner.decision()
     assert not decision.decided and "budget" in decision.why and decision.undecided

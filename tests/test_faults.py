@@ -20,6 +20,7 @@ import pytest
 
 from loadtune.config import load_config
 from loadtune.sweep_process.plan import baseline_trial
+from loadtune.sweep_process import launch
 from loadtune.sweep_process.launch import run_in_trial_process
 from loadtune.trial_process.jobs import TrialJob
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config
@@ -187,8 +188,11 @@ def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp
     cfg = spec.config
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
                    os.getpid(), multiprocessing.get_all_start_methods()[0])  # the platform's default
-    # Long enough for a first trial to start the trial server and its workers on a busy machine.
-    outcome = run_in_trial_process(job, timeout_s=15)
+    warm = launch._context.Process(target=os.getpid)  # the trial server up (torch imported) before the clock runs
+    warm.start()
+    warm.join()
+    # Long enough for a trial to build its dataset and start its workers on a busy machine.
+    outcome = run_in_trial_process(job, timeout_s=8)
     assert outcome.status == "timeout"
     pids = [int(p.name) for p in record.iterdir()]
     assert len(pids) >= (3 if escape else 2), "a worker, the trial process (and the escaped child)"

@@ -10,15 +10,15 @@ from loadtune.machine import cpu_quota, fingerprint, shm_free_gb
 
 
 def test_fingerprint_of_this_machine_is_plausible():
-    fp = fingerprint()
+    fp = fingerprint("2.14.1", "")
     assert isinstance(fp["host"], str) and fp["host"]
     assert isinstance(fp["cpu_model"], str) and fp["cpu_model"]
     assert 1 <= fp["cpu_count"] <= (os.cpu_count() or 1)
     assert fp["cpu_quota"] is None or 0 < fp["cpu_quota"] <= (os.cpu_count() or 1)
     assert 0.1 < fp["ram_gb"] < 100_000
     assert fp["shm_free_gb"] is None or fp["shm_free_gb"] >= 0
-    assert isinstance(fp["gpu"], str)
-    assert fp["torch_version"][0].isdigit() and fp["python_version"].count(".") == 2
+    assert fp["gpu"] == "" and fp["torch_version"] == "2.14.1"
+    assert fp["python_version"].count(".") == 2
     assert fp["start_method"] in ("fork", "spawn", "forkserver")
 
 

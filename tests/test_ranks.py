@@ -66,16 +66,13 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
     assert ok.status == "ok" and ok.result.windows[0].samples == (16, 16)
 
 
-def test_more_ranks_than_gpus_are_refused(monkeypatch):
-    import torch
-
+def test_more_ranks_than_gpus_are_refused():
     from loadtune.sweep_process.runner import check_ranks
 
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
-        check_ranks(2, "cuda")
-    check_ranks(1, "cuda")
-    check_ranks(4, "cpu")
+        check_ranks(2, "cuda", 1)
+    check_ranks(1, "cuda", 1)
+    check_ranks(4, "cpu", 0)
 
 
 def test_ranks_under_torchrun_are_refused(monkeypatch):
@@ -132,7 +129,7 @@ def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **me
         loader={"batch_size": BATCH, "num_workers": 1},
         sweep={} if sweep is None else sweep,
         step={"factory": f"{PARTS}:rank_step", "kwargs": step_kwargs or {"sleep_s": {0: STEP_S, 1: STEP_S}}},
-        measure={"warmup_batches": 2, "batches": 20, "repeats": 2, "timeout_s": 60, **measure},
+        measure={"warmup_batches": 2, "batches": 20, "repeats": 1, "timeout_s": 60, **measure},
     )
 
 

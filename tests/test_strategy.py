@@ -109,7 +109,11 @@ def test_ofat_follows_up_on_the_winner_and_finds_what_one_change_misses():
     # Round 2 sits on the round-1 winner (3 workers); round 3 on the round-2 winner (and prefetch 4).
     assert all(n.startswith("num_workers=3, ") for n in by_round[2])
     assert "num_workers=3, prefetch_factor=2" not in by_round[2], "prefetch 2 is the baseline's own value"
-    assert all(n.startswith("num_workers=3, prefetch_factor=4, ") for n in by_round[3])
+    round_3 = [v.trial.loader_kwargs for v in visits if v.round == 3]
+    assert all(kw["prefetch_factor"] == 4 for kw in round_3)
+    # The worker count is swept again now that prefetch moved: its neighbours only, on prefetch 4.
+    assert {kw["num_workers"] for kw in round_3} == {2, 3, 4}
+    assert {kw["num_workers"] for kw in round_3 if not kw["persistent_workers"] and kw["in_order"]} == {2, 4}
     assert true_throughput(best_of(visits)) == 230, "prefetch 4 only pays with 2+ workers: round 2 finds it"
     assert "combined" not in [v.trial.name for v in visits], "every key at its round-1 best was measured already"
     assert len(set(measurer.measured)) == len(measurer.measured), "nothing is measured twice"
@@ -164,3 +168,18 @@ def test_the_picks_advice_is_measured_on_top_of_it_and_marked():
     assert asked[0].trial.asked_by == "num_workers=2" and asked[0].round == max(v.round for v in visits)
     again = run_grid(config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), False, Advising(truth=truth))
     assert [v.trial.name for v in again if v.trial.asked_by] == ["num_workers=4"], "one mechanism for all"
+
+
+def test_ofat_sweeps_the_worker_count_again_once_another_key_moved():
+    """Restarting workers every epoch costs more with more workers: without persistent workers 2
+    beat 4, with them 4 is best. The worker count, swept in round 1, is swept again on top of
+    persistent workers and finds 4."""
+    def truth(kw: dict) -> float:
+        nw, pers = kw["num_workers"], kw["persistent_workers"]
+        return 100 + 50 * nw - (0 if pers else 10 * nw * nw)
+
+    sweep = {"num_workers": [0, 2, 4], "persistent_workers": [False, True]}
+    measurer = FakeMeasurer(truth=truth)
+    visits = run_ofat(config({"batch_size": 8, "num_workers": 1}, sweep), False, measurer)
+    assert best_of(visits) == {**best_of(visits), "num_workers": 4, "persistent_workers": True}
+    assert len(set(measurer.measured)) == len(measurer.measured), "nothing is measured twice"

@@ -36,7 +36,7 @@ from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import summarize
 from loadtune.sweep_process.strategy import STRATEGIES, run_strategy
 from loadtune.sweep_process.torchrun import local_ranks
-from loadtune.trial_process.device import is_accelerator, resolve_device
+from loadtune.trial_process.device import is_accelerator
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
@@ -90,7 +90,7 @@ def default_output(spec: RunSpec) -> Path:
     return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
 
 
-def preflight(spec: RunSpec, device: str) -> PreflightInfo:
+def preflight(spec: RunSpec, device: str) -> PreflightInfo:  # device as asked: auto, cpu, cuda, cuda:I
     """Build every user part once, in a process of its own with a timeout (the longer of
     measure.timeout_s and PREFLIGHT_MIN_TIMEOUT_S), so a broken factory stops the sweep with a
     clear error before any trial, not as a failed row per trial."""
@@ -121,12 +121,9 @@ def adopt_source(spec: RunSpec, info: PreflightInfo) -> RunSpec:
                                source=info.source_kind)
 
 
-def check_ranks(ranks: int, device: str) -> None:
-    """Each rank on an accelerator needs a device of its own."""
+def check_ranks(ranks: int, device: str, count: int) -> None:
+    """Each rank on an accelerator needs a device of its own (`count` CUDA devices here)."""
     if ranks > 1 and is_accelerator(device):
-        import torch
-
-        count = torch.cuda.device_count()
         if ranks > count:
             raise ConfigError(f"--ranks {ranks} on {device}: each rank uses a CUDA device of its own and "
                               f"this machine has {count}; use --ranks {count} or fewer, or --device cpu")
@@ -316,8 +313,10 @@ class Runner:
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
-        then race (see race); the current score of every trial so far (racing may have re-scored,
-        stopped or failed earlier ones, and the data check flagged them)."""
+        stop those clearly behind (see race); the current score of every trial so far (racing may
+        have stopped or failed earlier ones, and the data check flagged them). The repeats that
+        decide the pick come once, after the last round (race): a round's winner only says where
+        the next round sits, and contenders a later round overtakes need no more repeats."""
         m = self.spec.config.measure
         new: list[TrialRun] = []
         for trial in trials:
@@ -338,7 +337,7 @@ class Runner:
         self._plan_runs(sum(first.values()))
         for repeat in range(1, max(first.values(), default=0) + 1):
             self._run_round([run for run in new if repeat <= first[run.trial.name]])
-        self.race()
+        self.race(more=False)
         return {name: self.scored(name) for name in self.runs}
 
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
@@ -409,10 +408,10 @@ class Runner:
             self.budget_spent = True
         return not self.budget_spent
 
-    def race(self) -> None:
-        """Racing: trials clearly behind the leader stop (stopped_early); the pick and the
-        contenders it is not yet shown as good as get one more repeat each, interleaved, until
-        the pick is decided, or `measure.repeats` or the time budget runs out."""
+    def race(self, more: bool = True) -> None:
+        """Racing: trials clearly behind the leader stop (stopped_early); with `more`, the pick
+        and the contenders it is not yet shown as good as get one more repeat each, interleaved,
+        until the pick is decided, or `measure.repeats` or the time budget runs out."""
         m = self.spec.config.measure
         while True:
             contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
@@ -426,7 +425,7 @@ class Runner:
                 if stopped.record is not None:  # only the flag changes: no figure to derive again
                     stopped.record = dataclasses.replace(stopped.record, stopped_early=True)
                     self.rewrite()
-            if step.decided or not step.again or not self._budget_left():
+            if not more or step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
             self._run_round([self.runs[name] for name in step.again])
@@ -483,14 +482,14 @@ def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strate
 def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event: events.OnEvent, seed: int,
            resume: bool, shm_free_mb: float | None | str, execute: Executor) -> SweepResult:
     cfg = spec.config
-    device = resolve_device(cfg.device)
-    accelerator = is_accelerator(device)
     # Ranks on this host share its cores, /dev/shm and GPUs; under torchrun, the figures of
     # the process tree are rank 0's alone.
     host_ranks = local_ranks() if spec.torchrun else spec.ranks
-    check_ranks(host_ranks, device)
     preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
-    info = preflight(spec, device)
+    info = preflight(spec, cfg.device)
+    device = info.device
+    accelerator = is_accelerator(device)
+    check_ranks(host_ranks, device, info.cuda_count)
     spec = adopt_source(spec, info)
     cfg = spec.config
     cores = usable_cores()
@@ -505,7 +504,7 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
         free_gb = shm_free_gb()
         shm_free_mb = free_gb * 1024 if free_gb is not None else None
     context = {
-        **fingerprint(),
+        **fingerprint(info.torch_version, info.gpu),
         "config_name": spec.name,
         "config_sha": spec.sha,
         "dataset_len": info.dataset_len,
@@ -547,6 +546,7 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
 
     try:
         run_strategy(strategy, cfg, accelerator, measure, rank_by, cfg.measure.tolerance)
+        runner.race()
     finally:
         if scratch is not None:
             scratch.cleanup()

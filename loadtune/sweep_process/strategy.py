@@ -50,13 +50,32 @@ def _needs_workers(trial: Trial) -> bool:
     return trial.skipped and "num_workers=0" in (trial.skip_reason or "")
 
 
+def _others(trial: Trial, key: str, config: Config) -> tuple:
+    """The trial's changes from the baseline, all but `key`: what a sweep of `key` sits on."""
+    return tuple(sorted((k, repr(v)) for k, v in changes_from_baseline(config, trial).items() if k != key))
+
+
+def _follow_up_values(values: Sequence, current) -> list:
+    """The values of a key to measure again on a new winner: the neighbours of its current value
+    in the swept list when the values are ordered numbers (a worker count, a prefetch depth), so
+    a round moves one step and the next round goes on while it gains; every value otherwise."""
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) != len(values) or current not in numbers:
+        return list(values)
+    ordered = sorted(set(numbers))
+    at = ordered.index(current)
+    return ordered[max(0, at - 1):at] + ordered[at + 1:at + 2]
+
+
 def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
              tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
     """Round 1: the baseline and each single change from it. Then, when the winner is not the
-    baseline, follow-up rounds: the other swept keys one at a time on top of the winner, while a
-    round's winner gains more than the tolerance. Keys the baseline made invalid (settings that
-    need workers, with num_workers=0) are measured on top of the best worker count. Without
-    follow-up rounds, `combined` (every key at its best value) when that is a new trial."""
+    baseline, follow-up rounds on the winner, while a round's winner gains more than the
+    tolerance: each swept key whose companions moved since it was last swept, one at a time on
+    top of the winner (the neighbouring values of a worker count or prefetch depth, every value
+    of other keys). Keys the baseline made invalid (settings that need workers, with
+    num_workers=0) are measured on top of the best worker count. Without follow-up rounds,
+    `combined` (every key at its best value) when that is a new trial."""
     trials = ofat_plan(config, accelerator)
     known = {t.name: t for t in trials}
     # Settings that need workers, planned on a baseline without any: measured on a worker count
@@ -66,22 +85,28 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
     scores = dict(measure(trials, 1))
     visits = [Visit(t, 1) for t in trials]
     baseline = trials[0]
+    deferred_keys = {t.changed for t in deferred}
+    # key -> the other settings it was last swept on (round 1: the baseline's).
+    swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
     winner = _winner(scores, known, by, tolerance)
     round_no = 1
     while winner is not None and round_no <= MAX_FOLLOW_UP_ROUNDS:
         if winner.name == baseline.name:
             # Only what the baseline could not measure, on the best trial with workers.
-            keys = list(dict.fromkeys(t.changed for t in deferred))
             on_top = _winner(scores, known, by, tolerance, lambda t: t.loader_kwargs.get("num_workers", 0) > 0)
+            keys = [k for k in config.sweep if k in deferred_keys]
         else:
-            moved = changes_from_baseline(config, winner)
-            keys = [k for k in config.sweep if k not in moved]
             on_top = winner
+            keys = [k for k in config.sweep if swept_on.get(k) != _others(on_top, k, config)]
         if on_top is None or not keys:
             break
         new = []
+        current = dict(on_top.settings)
         for key in keys:
-            for value in config.sweep[key]:
+            values = config.sweep[key] if key not in swept_on else _follow_up_values(config.sweep[key],
+                                                                                        current.get(key))
+            swept_on[key] = _others(on_top, key, config)
+            for value in values:
                 trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
                 if trial.name not in known and not trial.skipped:  # a refusal says nothing new here
                     known[trial.name] = trial

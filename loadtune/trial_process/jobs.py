@@ -44,6 +44,12 @@ class PreflightInfo:
     # Whether the first batch, read twice, had the same bytes (sample keys): False where samples
     # change from one read to the next (random augmentation); None where it could not be told.
     stable_bytes: bool | None = None
+    # What only torch can tell, asked here so that the sweep process never imports it (seconds
+    # at its start and end): the device `auto` resolved to, CUDA devices, torch's version, the GPU.
+    device: str = "cpu"
+    cuda_count: int = 0
+    torch_version: str = ""
+    gpu: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ class PreflightJob:
     dataset: DatasetSpec
     baseline: Trial
     step: StepSpec
-    device: str
+    device: str  # as asked (auto, cpu, cuda, cuda:I): resolved in the preflight
     base_dir: str
     config_path: str
     parent_pid: int

@@ -26,12 +26,16 @@ def run_preflight(job: PreflightJob) -> PreflightInfo:
 def preflight(job: PreflightJob) -> PreflightInfo:
     """Dataset, loader specs and step built as a trial builds them; one batch fetched in this
     process, to know what a batch weighs in shared memory."""
+    import torch
     from torch.utils.data import DataLoader, IterableDataset
 
+    from loadtune.machine import gpu_name
+    from loadtune.trial_process.device import resolve_device
     from loadtune.trial_process.factory import dataset_length
     from loadtune.trial_process.measure import batch_bytes
     from loadtune.trial_process.steps import build_step
 
+    device = resolve_device(job.device)
     if job.ranks > 1:
         from loadtune.trial_process.ranks import join_single
 
@@ -47,7 +51,7 @@ def preflight(job: PreflightJob) -> PreflightInfo:
         raise ConfigError(f"{job.config_path}: loader.shuffle = True: DataLoader cannot shuffle an "
                           f"IterableDataset ({job.dataset.factory}); set shuffle: false")
     loaded = loader_kwargs(baseline, job.base_dir, parts=source.parts)
-    build_step(job.step, job.base_dir, job.device)
+    build_step(job.step, job.base_dir, device)
     in_process = {k: v for k, v in loaded.items() if k not in ("worker_init_fn", "multiprocessing_context")}
     in_process.update(num_workers=0, prefetch_factor=None, persistent_workers=False, pin_memory=False)
     try:
@@ -58,7 +62,9 @@ def preflight(job: PreflightJob) -> PreflightInfo:
                          batch_bytes=None if first is _NO_BATCH else batch_bytes(first),
                          source_kind=source.kind, source_settings=source.settings or None,
                          iterable=isinstance(dataset, IterableDataset),
-                         stable_bytes=None if first is _NO_BATCH else stable_bytes(dataset, in_process))
+                         stable_bytes=None if first is _NO_BATCH else stable_bytes(dataset, in_process),
+                         device=device, cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
+                         torch_version=str(torch.__version__), gpu=gpu_name())  # a plain str: torch's own type would import torch where unpickled
 
 
 def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
