@@ -14,8 +14,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png
 
+# Two steps: tests of behaviour two at a time (pytest-xdist), then, alone, the few that assert
+# measured figures (marked serial), so that no other test's load moves them.
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 -m "not serial"
+	$(BIN)/python -m pytest -q -m serial
 
 # The unit tests only: no DataLoader workers, CLI processes, real sweeps or ranks (marked slow).
 test-fast: $(STAMP)

@@ -47,6 +47,7 @@ def assert_competition_ranks(ok: pd.DataFrame) -> None:
         previous = row.rank
 
 
+@pytest.mark.serial  # the ideal's wait ratio and its place above every trial are measured
 def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     out = tmp_path / "out.csv"
     result = run_cli("sweep", str(write_config(tiny_config())), "--out", str(out), "--json", marker=marker)

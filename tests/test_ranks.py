@@ -134,6 +134,7 @@ def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **me
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_config, marker):
     out = tmp_path / "r2.csv"
     config = rank_config({"sleep_s": {0: STEP_S, 1: STEP_S}, "require_group": True})  # built in a group, always
@@ -158,6 +159,7 @@ def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_co
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_all_reduce_makes_a_fast_rank_wait_for_the_slow_one(tmp_path, write_config, marker):
     """Rank 0's step takes no time and rank 1's 40 ms: with an all_reduce ending every step,
     rank 0's steps last as long as rank 1's, so the mean step is about 40 ms, not 20."""
@@ -171,6 +173,7 @@ def test_the_all_reduce_makes_a_fast_rank_wait_for_the_slow_one(tmp_path, write_
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_a_slower_fed_rank_shows_in_wait_ratio_max_rank(tmp_path, write_config, marker):
     """Rank 1's samples cost 5 ms (40 ms a batch, one worker) against rank 0's none; a 10 ms
     step: rank 1 waits most of the time, rank 0 only for the all_reduce."""

@@ -14,7 +14,7 @@ from loadtune.sweep_process.verdict import (DATA_BOUND_CPU, DATA_BOUND_HANDOVER,
                                     FETCH_CPU_CONTENDED_SHARE)
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 BASE = {"sweep": {}, "device": "cpu"}
 
@@ -128,14 +128,18 @@ def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, 
     row, result = verdict_of(write_config, tmp_path, marker,
                              {"factory": "loadtune.synthetic:sleep_cost",
                               "kwargs": {"num_samples": 400, "cost_s": 0.0001}},
-                             {"batch_size": 8, "num_workers": 1}, 0.03, SHORT)
+                             {"batch_size": 8, "num_workers": 1}, 0.05, {**SHORT, "batches": 30})
     assert row.verdict == "compute-bound", row.advice
     assert "Bottleneck (baseline, baseline): compute-bound" in result.stdout
 
 
 def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_path, marker):
     row, _ = verdict_of(write_config, tmp_path, marker,
-                        {"factory": "tests.fault_datasets:make_python_objects"},
+                        # 40 batches an epoch: the window (however long the warm-up runs on until
+                        # the first memory reading) never reaches the epoch's end, where the
+                        # workers that copied the list exit and the tree's memory drops.
+                        {"factory": "tests.fault_datasets:make_python_objects",
+                         "kwargs": {"num_items": 16_000_000, "num_samples": 320}},
                         {"batch_size": 8, "num_workers": 2}, 0.005,
                         {"warmup_batches": 1, "batches": 16, "repeats": 1, "timeout_s": 120})
     assert row.pss_growth_mb > 50, row
