@@ -133,3 +133,26 @@ def test_report_and_compare_start_without_torch(command, tmp_path):
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert "loadtune.results.record" in imported
     assert not [m for m in imported if m.split(".")[0] in HEAVY], "torch was imported"
+
+
+@pytest.mark.slow
+def test_a_sweep_leaves_torch_to_its_trial_processes(tmp_path, write_config, marker):
+    """Importing torch costs seconds at a sweep's start and end: the sweep process asks its
+    preflight (a trial process) for what needs torch, and never imports it itself."""
+    from tests.conftest import MARKER_VAR, tiny_config
+
+    config = write_config(tiny_config(sweep={}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1}))
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['loadtune', 'sweep', {str(config)!r}, '--out', {str(tmp_path / 'out.csv')!r}]\n"
+            "try:\n"
+            "    runpy.run_module('loadtune', run_name='__main__')\n"
+            "finally:\n"
+            "    print('torch imported:', 'torch' in sys.modules)\n")
+    env = {**__import__("os").environ, MARKER_VAR: marker}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
+    assert "Recommended:" in done.stdout, done.stderr
+    assert "torch imported: False" in done.stdout
+    from loadtune.results.record import read_records
+
+    rows = {r.trial: r for r in read_records(tmp_path / "out.csv")}
+    assert rows["baseline"].status == "ok" and rows["baseline"].torch_version, "torch's version, from the preflight"
