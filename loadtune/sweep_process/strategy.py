@@ -55,25 +55,14 @@ def _others(trial: Trial, key: str, config: Config) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in changes_from_baseline(config, trial).items() if k != key))
 
 
-def _follow_up_values(values: Sequence, current) -> list:
-    """The values of a key to measure again on a new winner: the neighbours of its current value
-    in the swept list when the values are ordered numbers (a worker count, a prefetch depth), so
-    a round moves one step and the next round goes on while it gains; every value otherwise."""
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) != len(values) or current not in numbers:
-        return list(values)
-    ordered = sorted(set(numbers))
-    at = ordered.index(current)
-    return ordered[max(0, at - 1):at] + ordered[at + 1:at + 2]
-
-
 def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
              tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
     """Round 1: the baseline and each single change from it. Then, when the winner is not the
     baseline, follow-up rounds on the winner, while a round's winner gains more than the
-    tolerance: each swept key whose companions moved since it was last swept, one at a time on
-    top of the winner (the neighbouring values of a worker count or prefetch depth, every value
-    of other keys). Keys the baseline made invalid (settings that need workers, with
+    tolerance: each swept key whose companions moved since it was last swept, each of its values
+    one at a time on top of the winner (a worker count that lost without persistent workers may
+    win with them: a first repeat is too noisy to climb one step at a time). Keys the baseline
+    made invalid (settings that need workers, with
     num_workers=0) are measured on top of the best worker count. Without follow-up rounds,
     `combined` (every key at its best value) when that is a new trial."""
     trials = ofat_plan(config, accelerator)
@@ -101,15 +90,16 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         if on_top is None or not keys:
             break
         new = []
-        current = dict(on_top.settings)
+        measured = {t.settings for t in known.values()}
         for key in keys:
-            values = config.sweep[key] if key not in swept_on else _follow_up_values(config.sweep[key],
-                                                                                        current.get(key))
             swept_on[key] = _others(on_top, key, config)
-            for value in values:
+            for value in config.sweep[key]:
                 trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
-                if trial.name not in known and not trial.skipped:  # a refusal says nothing new here
+                # A refusal says nothing new here; nor do settings measured under another name
+                # (no workers on top of a prefetch depth: the prefetch goes, as it must).
+                if trial.name not in known and not trial.skipped and trial.settings not in measured:
                     known[trial.name] = trial
+                    measured.add(trial.settings)
                     new.append(trial)
         if not new:
             break
