@@ -48,6 +48,18 @@ def test_as_good_clearly_behind_and_undecided_are_three_states():
     assert not as_good(unsure, leader, 0.03) and not clearly_behind(unsure, leader, 0.03)
 
 
+def test_clearly_behind_is_the_ratio_shown_below_one_minus_the_tolerance():
+    rng = np.random.default_rng(2)
+    # Each trial's mean known to about 10% (sd); 70 against 100: the ratio is about 0.70 +- 0.099,
+    # so its 95% upper bound, about 0.86, is below 0.97, while the two 95% intervals overlap.
+    lead = scored("lead", 100, 19.6, draws=rng.normal(100, 10, 4000))
+    slow = scored("slow", 70, 13.7, draws=rng.normal(70, 7, 4000))
+    assert slow.throughput.hi > 0.97 * lead.throughput.lo, "the intervals overlap"
+    assert clearly_behind(slow, lead, 0.03)
+    near = scored("near", 90, 17.6, draws=rng.normal(90, 9, 4000))  # ratio 0.9 +- 0.127: up to about 1.11
+    assert not clearly_behind(near, lead, 0.03) and not as_good(near, lead, 0.03)
+
+
 def test_the_pick_is_the_cheapest_shown_as_good_as_the_best():
     items = [scored("w4", 100, 0.5, workers=4), scored("w2", 99, 0.5, workers=2), scored("w1", 90, 0.5, workers=1)]
     assert pick(items, 0.03).name == "w2"
@@ -64,6 +76,19 @@ def test_race_stops_the_clearly_behind_and_measures_the_undecided_again():
     assert set(step.again) == {"w4", "w2"} and step.undecided == ("w2",)
     # w2 may be up to 101 / 97 of the pick: the pick may leave 1 - 97 / 101 on the table.
     assert step.gap == pytest.approx(1 - 97 / 101, abs=1e-9)
+
+
+def test_race_measures_the_pick_against_its_strongest_rival_only():
+    items = [scored("w4", 100, 3, repeats=1, workers=4), scored("w3", 99, 3, repeats=1, workers=3),
+             scored("w2", 98, 3, repeats=1, workers=2)]
+    step = race_step(items, 0.03, max_repeats=3)
+    assert step.pick == "w4" and set(step.undecided) == {"w3", "w2"}
+    assert step.again == ("w4", "w3"), "the weaker rival waits: the stronger one decides the pick first"
+    # The strongest rival and the pick at their limit: racing ends, w2 still named undecided.
+    spent = [scored("w4", 100, 3, repeats=3, workers=4), scored("w3", 99, 3, repeats=3, workers=3),
+             scored("w2", 98, 3, repeats=1, workers=2)]
+    step = race_step(spent, 0.03, max_repeats=3)
+    assert step.again == () and not step.decided and "w2" in step.undecided
 
 
 def test_race_is_decided_once_the_pick_is_shown_as_good_as_each_contender():
@@ -127,8 +152,10 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
     runner.measure(trials, 1)
     assert set(fake.runs.values()) == {1}, "a round only measures: the repeats come once the rounds are done"
     none = trials[1].name
-    assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early, "clearly behind"
+    assert not any(run.stopped_early for run in runner.runs.values()), \
+        "no trial has two repeats yet: nothing shows how much processes differ, so none is stopped"
     runner.race()
+    assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early, "clearly behind"
     assert fake.runs[none] == 1 and fake.runs["baseline"] == 1, "stopped after one repeat"
     assert fake.runs["num_workers=2"] >= MIN_REPEATS_TO_DECIDE and fake.runs["num_workers=3"] >= 2
     decision = runner.decision()
@@ -137,6 +164,32 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
     assert records[none].stopped_early is True and records[none].repeats == 1
     assert records["num_workers=2"].repeats == fake.runs["num_workers=2"], "the file holds the latest figures"
     assert len(records) == 4, "a trial measured again is one row, rewritten"
+
+
+class ProcessNoisy(FakeTrials):
+    """Each trial's processes run 8% fast, then 8% slow, in turn, while their own batches are
+    steady: only the repeats show the noise."""
+
+    def __call__(self, job, timeout_s):
+        name = job.trial.name
+        self.runs[name] = self.runs.get(name, 0) + 1
+        truth = TRUE["no workers" if job.trial.loader_kwargs["num_workers"] == 0 else name]
+        return Outcome("ok", "", fake_measurement(truth * (1.08 if self.runs[name] % 2 else 0.92), 0), 0.5)
+
+
+def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_config):
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=3, tolerance=0.03)
+    runner.execute = noisy = ProcessNoisy()
+    spec = runner.spec.config
+    runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    runner.race()
+    assert noisy.runs == {"num_workers=2": 3, "num_workers=3": 3}
+    assert runner.noise is not None and runner.noise.throughput_log_sd > 0.05
+    decision = runner.decision()
+    assert not decision.decided, "two repeats 16% apart cannot show 398 and 400 within 3% of each other"
+    records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
+    row = records["num_workers=2"]
+    assert (row.throughput_hi - row.throughput_lo) / row.throughput > 0.05, "the file's interval shows that noise"
 
 
 def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config):

@@ -7,7 +7,7 @@ from loadtune.measurement import Measurement, Window
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.ranking import rank
 from loadtune.results.interval import Interval
-from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
 
 
 def window(wait, step, samples=8, starts=None):
@@ -105,3 +105,40 @@ def test_epoch_starts_are_resampled_apart_from_steady_batches():
     assert stats.throughput.lo == pytest.approx(stats.throughput.mean)
     assert stats.throughput.hi == pytest.approx(stats.throughput.mean)
     assert stats.epoch_start_ms == pytest.approx(300.0)
+
+
+def steady(throughput: float, batches: int = 20) -> Window:
+    """A window whose batches all take the same time: nothing in it shows any spread."""
+    per_batch = 8 / throughput
+    return window([0.2 * per_batch] * batches, [0.8 * per_batch] * batches)
+
+
+def test_the_spread_between_processes_is_pooled_over_the_trials_with_two_repeats():
+    a = Measurement(0.1, (steady(100.0), steady(120.0)))
+    b = Measurement(0.1, (steady(300.0), steady(300.0), steady(330.0)))
+    lone = Measurement(0.1, (steady(50.0),))
+    noise = pooled_noise([a, b, lone])
+    logs_a, logs_b = np.log([100.0, 120.0]), np.log([300.0, 300.0, 330.0])
+    ss = ((logs_a - logs_a.mean()) ** 2).sum() + ((logs_b - logs_b.mean()) ** 2).sum()
+    assert noise.dof == 1 + 2, "a trial with one repeat says nothing about processes"
+    assert noise.throughput_log_sd == pytest.approx(np.sqrt(ss / 3))
+    assert noise.wait_ratio_sd == pytest.approx(0.0, abs=1e-12), "every window waits 20% of the time"
+    assert pooled_noise([lone]) is None
+
+
+def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
+    one = Measurement(0.1, (steady(200.0),))
+    alone = summarize(one)
+    assert alone.throughput.relative_spread < 0.001, "its own batches show no spread"
+    noise = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=6)
+    widened = summarize(one, noise=noise)
+    assert widened.throughput.mean == alone.throughput.mean
+    # About 1.96 standard deviations each side: 5% of 200 samples/s over sqrt(1) repeat.
+    assert widened.throughput.lo == pytest.approx(200 * (1 - 1.96 * 0.05), rel=0.02)
+    assert widened.throughput.hi == pytest.approx(200 * (1 + 1.96 * 0.05), rel=0.02)
+    assert 0.0 <= widened.wait_ratio.lo < 0.2 < widened.wait_ratio.hi <= 1.0
+    four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise)
+    assert four.throughput.relative_spread == pytest.approx(widened.throughput.relative_spread / 2, rel=0.1), \
+        "the spread of a mean of 4 repeats is half that of one"
+    many = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(5))), noise=noise)
+    assert many.throughput.relative_spread < 0.001, "with 5 repeats the repeats' own bootstrap decides"

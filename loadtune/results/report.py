@@ -16,6 +16,11 @@ from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
 
+# Undecided contenders named in the summary, and unstable trials warned about one by one;
+# the rest are counted (the table lists them all).
+NAMED_UNDECIDED = 3
+NAMED_UNSTABLE = 3
+
 ALWAYS_SHOWN = ("batch_size", "num_workers")
 TRIAL_WIDTH_MAX = 48
 
@@ -266,7 +271,11 @@ def summary_lines(info: Summary) -> list[str]:
         lines.append(f"Decided: the pick is shown as good as every other contender within {decision.tolerance:.0%} "
                      "of throughput.")
     elif decision is not None:
-        lines.append(f"Not decided: {decision.why} while {'; '.join(decision.undecided)} could still be up to "
+        named = "; ".join(decision.undecided[:NAMED_UNDECIDED])
+        more = len(decision.undecided) - NAMED_UNDECIDED
+        if more > 0:
+            named += f" and {more} more (see the table)"
+        lines.append(f"Not decided: {decision.why} while {named} could still be up to "
                      f"{decision.gap:.0%} faster than the pick; rerun with more --repeats (or a larger --budget) "
                      "to settle it.")
     if base and base.wait_ratio is not None:
@@ -332,16 +341,22 @@ LEGEND = (
 def noise_warnings(records: Sequence[Record]) -> list[str]:
     """The unstable-result warnings of the contenders that ran (not the ideal, a reference, nor
     the trials racing stopped early, which are clearly behind whatever their spread, nor those
-    the data check flagged, which are not contenders)."""
-    notes = []
+    the data check flagged, which are not contenders); beyond NAMED_UNSTABLE of them, one line."""
+    unstable = []
     for r in records:
         interval = r.throughput_interval
         if r.status == "ok" and r.trial != IDEAL and not r.stopped_early and not r.data_flagged \
                 and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:
-                notes.append(note)
-    return notes
+                unstable.append((r.trial or "", interval.relative_spread, note))
+    if len(unstable) <= NAMED_UNSTABLE:
+        return [note for _, _, note in unstable]
+    spreads = [spread for _, spread, _ in unstable]
+    return [f"{len(unstable)} trials have unstable results, throughput ±{min(spreads) * 100:.0f}% to "
+            f"±{max(spreads) * 100:.0f}% (first: {', '.join(name for name, _, _ in unstable[:NAMED_UNSTABLE])}): "
+            "processes differ that much from one repeat to the next here; rerun with --repeats 5 or more, "
+            "a longer --batches, or close other programs"]
 
 
 def report_title(records: Sequence[Record], source: str) -> str:

@@ -10,6 +10,7 @@ scores, so tests drive them with made-up numbers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -83,10 +84,32 @@ def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> b
     return wait_ratio_excess_upper(a, b) <= tolerance
 
 
+def throughput_ratio_upper(a: Scored, b: Scored) -> float:
+    """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
+    if a.name == b.name:
+        return 1.0
+    if _paired(a.throughput_draws, b.throughput_draws):
+        ratios = a.throughput_draws / b.throughput_draws
+        ratios = ratios[np.isfinite(ratios)]
+        if ratios.size:
+            bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
+            return max(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
+    return a.throughput.hi / b.throughput.lo if b.throughput.lo > 0 else math.inf
+
+
 def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: str = "throughput") -> bool:
-    """Even a's optimistic bound is behind the leader's pessimistic one by more than the tolerance."""
+    """Shown behind the leader by more than the tolerance: the one-sided 95% upper bound of a's
+    throughput over the leader's below 1 - tolerance (from both trials' draws; without them,
+    a's optimistic bound below the leader's pessimistic one), or its wait ratio's lower excess
+    above the tolerance."""
     if by == "throughput":
-        return a.throughput.hi < (1 - tolerance) * leader.throughput.lo
+        return throughput_ratio_upper(a, leader) < 1 - tolerance
+    if _paired(a.wait_ratio_draws, leader.wait_ratio_draws):
+        diff = a.wait_ratio_draws - leader.wait_ratio_draws
+        diff = diff[np.isfinite(diff)]
+        if diff.size:
+            return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - leader.wait_ratio.mean) \
+                > tolerance
     return a.wait_ratio.lo > leader.wait_ratio.hi + tolerance
 
 
@@ -109,8 +132,9 @@ def pick(items: Sequence[Scored], tolerance: float, by: str = "throughput") -> S
 
 @dataclass(frozen=True)
 class RaceStep:
-    """What racing does next: trials to stop (clearly behind), trials to measure again, and
-    whether the pick is decided (shown as good as every other contender, within the tolerance)."""
+    """What racing does next: trials to stop (clearly behind), trials to measure again (the pick
+    and its strongest undecided rival), and whether the pick is decided (shown as good as every
+    other contender, within the tolerance)."""
 
     pick: str | None
     stop: tuple[str, ...]
@@ -121,15 +145,17 @@ class RaceStep:
 
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: str = "throughput",
-              stopped: frozenset[str] = frozenset()) -> RaceStep:
-    """One step of the race among the trials that ran and were not stopped before. Repeats
-    already at `max_repeats` (or kept from an earlier run, with none measured now: repeats 0)
-    are not asked for again."""
+              stopped: frozenset[str] = frozenset(), may_stop: bool = True) -> RaceStep:
+    """One step of the race among the trials that ran and were not stopped before: the pick and
+    its strongest undecided rival are asked for one more repeat each. Repeats already at
+    `max_repeats` (or kept from an earlier run, with none measured now: repeats 0) are not asked
+    for again. Without `may_stop`, none is stopped: the intervals cannot show yet how much whole
+    processes differ."""
     live = [i for i in order(items, by) if i.name not in stopped]
     if not live:
         return RaceStep(None, (), (), False, (), 0.0)
     leader = live[0]
-    stop = tuple(i.name for i in live if clearly_behind(i, leader, tolerance, by))
+    stop = tuple(i.name for i in live if may_stop and clearly_behind(i, leader, tolerance, by))
     live = [i for i in live if i.name not in stop]
     chosen = pick(live, tolerance, by)
     assert chosen is not None
@@ -138,7 +164,12 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: s
                  and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats or enough) < enough)]
     # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
     undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]
-    again = [i for i in ([chosen] if undecided else []) + undecided if 0 < i.repeats < max_repeats]
+    # A duel: the pick and its strongest rival, the undecided contender most likely to beat it.
+    # Repeats for weaker rivals rarely change the pick, and at a few percent of noise between
+    # processes each would take all its repeats; once the strongest rival and the pick are at
+    # their limit, racing ends, and the summary names what is still undecided.
+    rival = undecided[:1]
+    again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
     gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
     return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), not undecided,
                     tuple(i.name for i in undecided), max(gap, tolerance))

@@ -33,7 +33,7 @@ from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
-from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
 from loadtune.sweep_process.strategy import STRATEGIES, run_strategy
 from loadtune.sweep_process.torchrun import local_ranks
 from loadtune.trial_process.device import is_accelerator
@@ -215,6 +215,9 @@ class Runner:
         self.started = time.monotonic()
         self.last_race: RaceStep | None = None
         self.budget_spent = False
+        # How much repeats differ between processes, pooled over the trials with two or more:
+        # it widens the intervals of trials with few repeats (stats.summarize).
+        self.noise: ProcessNoise | None = None
         # The data check compares content keys, or labels where the bytes change per read
         # (preflight's stable_bytes); the fixes it names depend on the dataset's kind.
         self.key_kind = LABEL if stable_bytes is False else CONTENT
@@ -278,7 +281,7 @@ class Runner:
                                       reason=failure.reason, wall_s=failure.wall_s)
         else:
             measurement = _merge(run.measurements)
-            stats = summarize(measurement, seed=_seed(trial.name))
+            stats = summarize(measurement, seed=_seed(trial.name), noise=self.noise)
             run.score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.throughput_draws,
                                stats.wait_ratio_draws, run.repeats, cost_of(trial.loader_kwargs))
             diagnosis = None
@@ -342,13 +345,36 @@ class Runner:
 
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
         """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
-        and the data checks once the round is done."""
+        and the data checks and the pooled noise between processes once the round is done."""
         batch = [run for run in runs if run.failure is None]
         self.rng.shuffle(batch)
         for run in batch:
             self._run_once(run)
             self._finish(run)
         self.check_data()
+        self.pool_noise()
+
+    def pool_noise(self) -> None:
+        """Pool the spread between repeats again; when it moved, every measured trial's intervals
+        (its score and its record's bounds) are derived again with it."""
+        measured = [run for name, run in self.runs.items()
+                    if name != IDEAL and run.failure is None and run.measurements and run.score is not None]
+        noise = pooled_noise(_merge(run.measurements) for run in measured)
+        if noise == self.noise:
+            return
+        self.noise = noise
+        for run in measured:
+            stats = summarize(_merge(run.measurements), seed=_seed(run.trial.name), noise=noise)
+            run.score = dataclasses.replace(run.score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
+                                            throughput_draws=stats.throughput_draws,
+                                            wait_ratio_draws=stats.wait_ratio_draws)
+            if run.record is not None:
+                run.record = Record.rounded(**{**run.record.to_dict(),
+                                               "throughput_lo": stats.throughput.lo,
+                                               "throughput_hi": stats.throughput.hi,
+                                               "wait_ratio_lo": stats.wait_ratio.lo,
+                                               "wait_ratio_hi": stats.wait_ratio.hi})
+        self.rewrite()
 
     # --- the data check ----------------------------------------------------------------------
 
@@ -409,15 +435,19 @@ class Runner:
         return not self.budget_spent
 
     def race(self, more: bool = True) -> None:
-        """Racing: trials clearly behind the leader stop (stopped_early); with `more`, the pick
-        and the contenders it is not yet shown as good as get one more repeat each, interleaved,
-        until the pick is decided, or `measure.repeats` or the time budget runs out."""
+        """Racing: trials clearly behind the leader stop (stopped_early), once the spread between
+        processes is known (see pool_noise); with `more`, the pick
+        and its strongest undecided rival get one more repeat each, interleaved, until the pick
+        is decided, or the two reach `measure.repeats`, or the time budget runs out."""
         m = self.spec.config.measure
         while True:
             contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
                           and run.trial.name != IDEAL and not run.flagged]
+            # Nothing is stopped before some trial has two repeats: until then, no interval shows
+            # how much processes differ, and one slow process would stop a contender.
             step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
-                             frozenset(run.trial.name for run in contenders if run.stopped_early))
+                             frozenset(run.trial.name for run in contenders if run.stopped_early),
+                             may_stop=self.noise is not None)
             self.last_race = step
             for name in step.stop:
                 stopped = self.runs[name]

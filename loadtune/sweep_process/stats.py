@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Iterable
 
 import numpy as np
 
@@ -82,6 +83,54 @@ def _strata(arrays: list[Group], starts: list[np.ndarray]) -> list[list[Group]]:
     return [s for s in (first, steady) if s]
 
 
+@dataclass(frozen=True)
+class ProcessNoise:
+    """How much repeats of the same trial differ from process to process, pooled over the
+    trials of a sweep with at least two: the standard deviation of a repeat's log throughput
+    (about its relative spread) and of its wait ratio, and the degrees of freedom behind them."""
+
+    throughput_log_sd: float
+    wait_ratio_sd: float
+    dof: int
+
+
+def window_figures(measurement: Measurement) -> list[tuple[float, float]]:
+    """Each window's (repeat's) wait ratio and throughput."""
+    return [_ratios(*_arrays(w)) for w in measurement.windows]
+
+
+def pooled_noise(measurements: Iterable[Measurement]) -> ProcessNoise | None:
+    """The spread between repeats (processes) of each trial, pooled over the trials that have
+    at least two: what a trial's own batches cannot show. None when no trial has two."""
+    log_ss = wait_ss = 0.0
+    dof = 0
+    for measurement in measurements:
+        figures = [(w, t) for w, t in window_figures(measurement) if t > 0 and math.isfinite(t)]
+        if len(figures) < 2:
+            continue
+        logs = np.log([t for _, t in figures])
+        waits = np.array([w for w, _ in figures])
+        log_ss += float(((logs - logs.mean()) ** 2).sum())
+        wait_ss += float(((waits - waits.mean()) ** 2).sum())
+        dof += len(figures) - 1
+    if dof == 0:
+        return None
+    return ProcessNoise(math.sqrt(log_ss / dof), math.sqrt(wait_ss / dof), dof)
+
+
+def _widen(mean: float, draws: np.ndarray, sd: float, rng: np.random.Generator) -> np.ndarray:
+    """Draws spread at least `sd` about the mean: the bootstrap's own spread, or the pooled one
+    between processes where that is larger (their shape kept, scaled)."""
+    finite = draws[np.isfinite(draws)]
+    have = float(finite.std()) if finite.size else 0.0
+    if sd <= have:
+        return draws
+    if have > sd * 1e-3:
+        return mean + (draws - mean) * (sd / have)
+    # The draws barely differ (rounding apart): no shape to keep, a normal spread instead.
+    return mean + rng.normal(0.0, sd, size=draws.shape)
+
+
 def _interval(mean: float, draws: np.ndarray) -> Interval:
     draws = draws[np.isfinite(draws)]
     if draws.size == 0:
@@ -91,13 +140,15 @@ def _interval(mean: float, draws: np.ndarray) -> Interval:
     return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
 
 
-def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
+def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | None = None) -> TrialStats:
     """Means over repeats and 95% intervals for wait ratio and throughput, plus per-batch figures.
 
     With at least MIN_REPEATS_FOR_REPEAT_BOOTSTRAP repeats the interval resamples whole
     repeats; with fewer it resamples blocks of BLOCK_BATCHES consecutive batches, which keeps
     the short-range correlation of a DataLoader's queue inside each block, with the epoch-start
-    batches resampled apart from the rest (a stratified bootstrap).
+    batches resampled apart from the rest (a stratified bootstrap). Blocks cannot show how much
+    whole processes differ: with `noise` (the sweep's pooled spread between repeats), the draws
+    are widened to at least that spread over the square root of the repeats.
     """
     windows = measurement.windows
     arrays = [_arrays(w) for w in windows]
@@ -112,6 +163,10 @@ def summarize(measurement: Measurement, seed: int = SEED) -> TrialStats:
         strata = _strata(arrays, starts_by_window)
     if sum(len(s) for s in strata) >= 2:
         wr_draws, tp_draws = _bootstrap(strata, rng)
+        if noise is not None and len(windows) < MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
+            root = math.sqrt(len(windows))
+            tp_draws = _widen(throughput, tp_draws, throughput * noise.throughput_log_sd / root, rng)
+            wr_draws = np.clip(_widen(wait_ratio, wr_draws, noise.wait_ratio_sd / root, rng), 0.0, 1.0)
         wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
     else:
         wr_draws = tp_draws = None
