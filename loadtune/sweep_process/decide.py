@@ -49,31 +49,67 @@ def _paired(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return a is not None and b is not None and len(a) == len(b) and len(a) > 0
 
 
+def _throughput_ratios(a: Scored, b: Scored) -> np.ndarray | None:
+    """throughput(a) / throughput(b) over the two trials' bootstrap draws (independent resamples
+    of independent runs), where both have them."""
+    if not _paired(a.throughput_draws, b.throughput_draws):
+        return None
+    ratios = a.throughput_draws / b.throughput_draws
+    ratios = ratios[np.isfinite(ratios)]
+    return ratios if ratios.size else None
+
+
+def _wait_ratio_excesses(a: Scored, b: Scored) -> np.ndarray | None:
+    """wait_ratio(a) - wait_ratio(b) over the two trials' draws, where both have them."""
+    if not _paired(a.wait_ratio_draws, b.wait_ratio_draws):
+        return None
+    diff = a.wait_ratio_draws - b.wait_ratio_draws
+    diff = diff[np.isfinite(diff)]
+    return diff if diff.size else None
+
+
 def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     """The one-sided 95% lower bound of throughput(a) / throughput(b). From the two trials'
-    bootstrap draws (independent resamples of independent runs) where both have them; else,
-    more cautiously, a's lower bound over b's upper bound."""
+    bootstrap draws where both have them; else, more cautiously, a's lower bound over b's upper
+    bound."""
     if a.name == b.name:
         return 1.0
-    if _paired(a.throughput_draws, b.throughput_draws):
-        ratios = a.throughput_draws / b.throughput_draws
-        ratios = ratios[np.isfinite(ratios)]
-        if ratios.size:
-            bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
-            return min(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
+    ratios = _throughput_ratios(a, b)
+    if ratios is not None:
+        bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
+        return min(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
     return a.throughput.lo / b.throughput.hi if b.throughput.hi > 0 else 0.0
+
+
+def throughput_ratio_upper(a: Scored, b: Scored) -> float:
+    """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
+    if a.name == b.name:
+        return 1.0
+    ratios = _throughput_ratios(a, b)
+    if ratios is not None:
+        bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
+        return max(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
+    return a.throughput.hi / b.throughput.lo if b.throughput.lo > 0 else math.inf
 
 
 def wait_ratio_excess_upper(a: Scored, b: Scored) -> float:
     """The one-sided 95% upper bound of wait_ratio(a) - wait_ratio(b) (lower is better)."""
     if a.name == b.name:
         return 0.0
-    if _paired(a.wait_ratio_draws, b.wait_ratio_draws):
-        diff = a.wait_ratio_draws - b.wait_ratio_draws
-        diff = diff[np.isfinite(diff)]
-        if diff.size:
-            return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
+    diff = _wait_ratio_excesses(a, b)
+    if diff is not None:
+        return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
     return a.wait_ratio.hi - b.wait_ratio.lo
+
+
+def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
+    """The one-sided 95% lower bound of wait_ratio(a) - wait_ratio(b), as wait_ratio_excess_upper."""
+    if a.name == b.name:
+        return 0.0
+    diff = _wait_ratio_excesses(a, b)
+    if diff is not None:
+        return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
+    return a.wait_ratio.lo - b.wait_ratio.hi
 
 
 def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> bool:
@@ -84,19 +120,6 @@ def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> b
     return wait_ratio_excess_upper(a, b) <= tolerance
 
 
-def throughput_ratio_upper(a: Scored, b: Scored) -> float:
-    """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
-    if a.name == b.name:
-        return 1.0
-    if _paired(a.throughput_draws, b.throughput_draws):
-        ratios = a.throughput_draws / b.throughput_draws
-        ratios = ratios[np.isfinite(ratios)]
-        if ratios.size:
-            bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
-            return max(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
-    return a.throughput.hi / b.throughput.lo if b.throughput.lo > 0 else math.inf
-
-
 def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: str = "throughput") -> bool:
     """Shown behind the leader by more than the tolerance: the one-sided 95% upper bound of a's
     throughput over the leader's below 1 - tolerance (from both trials' draws; without them,
@@ -104,13 +127,7 @@ def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: str = "throu
     above the tolerance."""
     if by == "throughput":
         return throughput_ratio_upper(a, leader) < 1 - tolerance
-    if _paired(a.wait_ratio_draws, leader.wait_ratio_draws):
-        diff = a.wait_ratio_draws - leader.wait_ratio_draws
-        diff = diff[np.isfinite(diff)]
-        if diff.size:
-            return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - leader.wait_ratio.mean) \
-                > tolerance
-    return a.wait_ratio.lo > leader.wait_ratio.hi + tolerance
+    return wait_ratio_excess_lower(a, leader) > tolerance
 
 
 def order(items: Sequence[Scored], by: str = "throughput") -> list[Scored]:
