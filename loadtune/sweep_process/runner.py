@@ -357,14 +357,14 @@ class Runner:
     def pool_noise(self) -> None:
         """Pool the spread between repeats again; when it moved, every measured trial's intervals
         (its score and its record's bounds) are derived again with it."""
-        measured = [run for name, run in self.runs.items()
+        measured = [(run, _merge(run.measurements)) for name, run in self.runs.items()
                     if name != IDEAL and run.failure is None and run.measurements and run.score is not None]
-        noise = pooled_noise(_merge(run.measurements) for run in measured)
+        noise = pooled_noise(measurement for _, measurement in measured)
         if noise == self.noise:
             return
         self.noise = noise
-        for run in measured:
-            stats = summarize(_merge(run.measurements), seed=_seed(run.trial.name), noise=noise)
+        for run, measurement in measured:
+            stats = summarize(measurement, seed=_seed(run.trial.name), noise=noise)
             run.score = dataclasses.replace(run.score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
                                             throughput_draws=stats.throughput_draws,
                                             wait_ratio_draws=stats.wait_ratio_draws)
@@ -436,9 +436,9 @@ class Runner:
 
     def race(self, more: bool = True) -> None:
         """Racing: trials clearly behind the leader stop (stopped_early), once the spread between
-        processes is known (see pool_noise); with `more`, the pick
-        and its strongest undecided rival get one more repeat each, interleaved, until the pick
-        is decided, or the two reach `measure.repeats`, or the time budget runs out."""
+        processes is known (see pool_noise); with `more`, the pick and its strongest undecided
+        rival get one more repeat each, interleaved, until the pick is decided, or the two reach
+        `measure.repeats`, or the time budget runs out."""
         m = self.spec.config.measure
         while True:
             contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
