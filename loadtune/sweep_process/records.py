@@ -15,7 +15,7 @@ from loadtune.trials import Trial, effective_settings
 SKIPPED, OK = "skipped", "ok"
 
 
-def _figures(stats: TrialStats) -> dict[str, Any]:
+def stats_columns(stats: TrialStats) -> dict[str, Any]:
     """The columns a trial's stats fill, in the record and in the per-rank file alike."""
     return dict(
         wait_ratio=stats.wait_ratio.mean, wait_ratio_lo=stats.wait_ratio.lo, wait_ratio_hi=stats.wait_ratio.hi,
@@ -43,7 +43,7 @@ def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int, sta
     if measurement is not None:
         values["pinned"] = measurement.pinned
     if stats is not None:
-        values.update(_figures(stats), repeats=stats.repeats, batches=stats.batches, ranks=stats.ranks,
+        values.update(stats_columns(stats), repeats=stats.repeats, batches=stats.batches, ranks=stats.ranks,
                       wait_ratio_max_rank=stats.wait_ratio_max_rank)
     return Record.rounded(**values)
 
@@ -53,7 +53,7 @@ def rank_records(trial: Trial, per_rank: Sequence[tuple[TrialStats, Measurement]
     """One record per rank of a trial that ran on several: each rank's own figures."""
     shared = {k: context.get(k) for k in ("config_name", "config_sha", "started_at")}
     return [RankRecord.rounded(trial=trial.name, dist_rank=index, pinned=measurement.pinned, **shared,
-                               **_figures(stats))
+                               **stats_columns(stats))
             for index, (stats, measurement) in enumerate(per_rank)]
 
 

@@ -31,7 +31,8 @@ from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import baseline_trial, ideal_trial
 from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
-from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, trial_record
+from loadtune.sweep_process.records import (OK, SKIPPED, apply_ranking, rank_records, stats_columns,
+                                          trial_record)
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
 from loadtune.sweep_process.strategy import STRATEGIES, run_strategy
@@ -369,11 +370,7 @@ class Runner:
                                             throughput_draws=stats.throughput_draws,
                                             wait_ratio_draws=stats.wait_ratio_draws)
             if run.record is not None:
-                run.record = Record.rounded(**{**run.record.to_dict(),
-                                               "throughput_lo": stats.throughput.lo,
-                                               "throughput_hi": stats.throughput.hi,
-                                               "wait_ratio_lo": stats.wait_ratio.lo,
-                                               "wait_ratio_hi": stats.wait_ratio.hi})
+                run.record = Record.rounded(**{**run.record.to_dict(), **stats_columns(stats)})
         self.rewrite()
 
     # --- the data check ----------------------------------------------------------------------

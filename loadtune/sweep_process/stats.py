@@ -200,4 +200,4 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
 
 def _wait_ratio(measurement: Measurement) -> float:
     """Mean over the windows of one rank's wait ratio."""
-    return float(np.mean([_ratios(*_arrays(w))[0] for w in measurement.windows]))
+    return float(np.mean([wait for wait, _ in window_figures(measurement)]))
