@@ -13,8 +13,8 @@ from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
 from loadtune.results.record import ResultsFile, read_records
 from loadtune.sweep_process import events
-from loadtune.sweep_process.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, pick, race_step,
-                                   throughput_ratio_lower)
+from loadtune.sweep_process.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, expected_shortfall,
+                                   pick, race_step, throughput_ratio_lower)
 from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.runner import Runner
@@ -106,6 +106,35 @@ def test_race_never_asks_more_of_a_trial_at_its_limit_or_kept_from_an_earlier_ru
     items = [scored("w4", 100, 5, repeats=3, workers=4), scored("kept", 99, 5, repeats=0, workers=2)]
     step = race_step(items, 0.03, max_repeats=3)
     assert step.again == () and not step.decided
+
+
+def test_expected_shortfall_is_the_mean_loss_over_the_draws():
+    a = scored("a", 100, 10, draws=np.array([100.0, 100.0, 100.0, 100.0]))
+    b = scored("b", 100, 10, draws=np.array([125.0, 80.0, 100.0, 50.0]))
+    # a / b per draw: 0.8, 1.25, 1, 2: a loses 20% in one draw of four.
+    assert expected_shortfall(a, b) == pytest.approx(0.05)
+    assert expected_shortfall(b, a) == pytest.approx((0.2 + 0.5) / 4)
+    assert expected_shortfall(a, a) == 0.0
+    assert expected_shortfall(scored("x", 100, 2), b) is None, "a trial kept from an earlier run has no draws"
+
+
+def test_racing_ends_undecided_once_the_expected_shortfall_is_within_the_tolerance():
+    rng = np.random.default_rng(3)
+    # 100 against 99, each known to about 3%: the ratio, about 1.01 +- 0.042, is not shown above
+    # 0.97 (undecided), but the pick loses more than a little to the rival in few draws.
+    lead = scored("w4", 100, 6, workers=4, draws=rng.normal(100, 3, 4000))
+    rival = scored("w2", 99, 6, workers=2, draws=rng.normal(99, 3, 4000))
+    step = race_step([lead, rival], 0.03, max_repeats=5)
+    assert step.pick == "w4" and not step.decided and step.undecided == ("w2",)
+    assert step.expected == pytest.approx(expected_shortfall(lead, rival)) and 0.005 < step.expected < 0.02
+    assert step.settled and step.again == (), "more repeats would buy less than the tolerance on average"
+    early = race_step([lead, rival], 0.03, max_repeats=5, may_stop=False)
+    assert not early.settled and early.again == ("w4", "w2"), "before the noise between processes is known"
+    # The same two known to 10% each: the pick may well lose more than 3%: race on.
+    wide = [scored("w4", 100, 20, workers=4, draws=rng.normal(100, 10, 4000)),
+            scored("w2", 99, 20, workers=2, draws=rng.normal(99, 10, 4000))]
+    step = race_step(wide, 0.03, max_repeats=5)
+    assert step.expected > 0.03 and not step.settled and step.again == ("w4", "w2")
 
 
 # --- through the runner, with a fake trial process ----------------------------------------------
@@ -200,3 +229,26 @@ def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config)
     assert fake.runs == {"num_workers=2": 1, "num_workers=3": 1}
     decision = runner.decision()
     assert not decision.decided and "budget" in decision.why and decision.undecided
+
+
+class CloseBehind(FakeTrials):
+    """num_workers=3 runs 1% behind num_workers=2; each trial's processes 2% fast, then 2% slow."""
+
+    def __call__(self, job, timeout_s):
+        name = job.trial.name
+        self.runs[name] = self.runs.get(name, 0) + 1
+        truth = {"num_workers=2": 400.0, "num_workers=3": 396.0}[name]
+        return Outcome("ok", "", fake_measurement(truth * (1.02 if self.runs[name] % 2 else 0.98), 0), 0.5)
+
+
+def test_racing_stops_when_more_repeats_would_buy_less_than_the_tolerance(tmp_path, write_config):
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, tolerance=0.03)
+    runner.execute = close = CloseBehind()
+    spec = runner.spec.config
+    runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    runner.race()
+    assert close.runs == {"num_workers=2": 2, "num_workers=3": 2}, "one duel step shows the noise; then it ends"
+    decision = runner.decision()
+    assert not decision.decided and set(decision.undecided) | {decision.pick} == {"num_workers=2", "num_workers=3"}
+    assert "expected shortfall" in decision.why and decision.expected < 0.03
+    assert "--tolerance" in decision.remedy

@@ -133,9 +133,15 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     noise = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=6)
     widened = summarize(one, noise=noise)
     assert widened.throughput.mean == alone.throughput.mean
-    # About 1.96 standard deviations each side: 5% of 200 samples/s over sqrt(1) repeat.
-    assert widened.throughput.lo == pytest.approx(200 * (1 - 1.96 * 0.05), rel=0.02)
-    assert widened.throughput.hi == pytest.approx(200 * (1 + 1.96 * 0.05), rel=0.02)
+    # Student's t with 6 degrees of freedom: 2.447 standard deviations each side (1.96 were the
+    # spread known exactly): 5% of 200 samples/s over sqrt(1) repeat.
+    assert 200 - widened.throughput.lo == pytest.approx(200 * 2.447 * 0.05, rel=0.06)
+    assert widened.throughput.hi - 200 == pytest.approx(200 * 2.447 * 0.05, rel=0.06)
+    known = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=10_000))
+    assert known.throughput.hi - 200 == pytest.approx(200 * 1.96 * 0.05, rel=0.06)
+    guessed = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=2))
+    assert guessed.throughput.hi - 200 == pytest.approx(200 * 4.303 * 0.05, rel=0.15), \
+        "a spread pooled from two repeats' differences is barely known: t with 2 degrees of freedom"
     assert 0.0 <= widened.wait_ratio.lo < 0.2 < widened.wait_ratio.hi <= 1.0
     four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise)
     assert four.throughput.relative_spread == pytest.approx(widened.throughput.relative_spread / 2, rel=0.1), \

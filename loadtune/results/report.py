@@ -210,6 +210,7 @@ class Summary:
             "tolerance": self.decision.tolerance if self.decision is not None else None,
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
+            "expected_lost": getattr(self.decision, "expected", None),
             "advice_measured": self.advice_measured,
             "source": self.source,
             "loader_kwargs": self.loader_kwargs,
@@ -276,8 +277,7 @@ def summary_lines(info: Summary) -> list[str]:
         if more > 0:
             named += f" and {more} more (see the table)"
         lines.append(f"Not decided: {decision.why} while {named} could still be up to "
-                     f"{decision.gap:.0%} faster than the pick; rerun with more --repeats (or a larger --budget) "
-                     "to settle it.")
+                     f"{decision.gap:.0%} faster than the pick; {decision.remedy}.")
     if base and base.wait_ratio is not None:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
     if info.source != "dataset" and info.change is not None:

@@ -4,8 +4,11 @@ to stop or to measure again (racing).
 "Not shown to differ" is not "shown to be as good": a trial is tied with the best only when
 the data show it within `tolerance` of it (the lower bound of the ratio of their throughputs,
 one-sided at 95%, at least 1 - tolerance, as in the two one-sided tests). A trial neither tied
-nor clearly behind is undecided: it asks for more repeats, not for a tie. Pure functions over
-scores, so tests drive them with made-up numbers.
+nor clearly behind is undecided: it asks for more repeats, not for a tie, while the pick's
+expected shortfall against it (the mean, over the two trials' draws, of what the pick would
+lose to it) is above the tolerance: once it is within, more repeats would buy less than the
+tolerance on average, and racing ends undecided. Pure functions over scores, so tests drive
+them with made-up numbers.
 """
 
 from __future__ import annotations
@@ -112,6 +115,18 @@ def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
     return a.wait_ratio.lo - b.wait_ratio.hi
 
 
+def expected_shortfall(a: Scored, b: Scored, by: str = "throughput") -> float | None:
+    """What a loses to b on average over the two trials' draws: the mean of max(0, 1 - a/b) of
+    their throughputs, or of max(0, wait_ratio(a) - wait_ratio(b)); None without draws."""
+    if a.name == b.name:
+        return 0.0
+    if by == "throughput":
+        ratios = _throughput_ratios(a, b)
+        return float(np.mean(np.maximum(0.0, 1 - ratios))) if ratios is not None else None
+    diff = _wait_ratio_excesses(a, b)
+    return float(np.mean(np.maximum(0.0, diff))) if diff is not None else None
+
+
 def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> bool:
     """Shown to be as good as b, within the tolerance: throughput at least (1 - tolerance) of b's,
     or a wait ratio at most `tolerance` above b's."""
@@ -159,6 +174,8 @@ class RaceStep:
     decided: bool
     undecided: tuple[str, ...]  # contenders the pick is not yet shown as good as
     gap: float  # at most this share of throughput may be left on the table by the pick
+    expected: float | None = None  # the pick's largest expected shortfall against them (None: unknown)
+    settled: bool = False  # racing ends undecided: that expected shortfall is within the tolerance
 
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: str = "throughput",
@@ -188,8 +205,17 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: s
     rival = undecided[:1]
     again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
     gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
+    # Racing also ends when the pick is expected to lose at most the tolerance to each of them:
+    # at several percent of noise between processes, showing a tie within 3% takes dozens of
+    # repeats, and each further repeat then buys less than the tolerance on average. Only once
+    # the intervals show the noise between processes (may_stop): before, they are too narrow.
+    shortfalls = [expected_shortfall(chosen, i, by) for i in undecided]
+    expected = None if not shortfalls or None in shortfalls else max(shortfalls)
+    settled = bool(undecided) and may_stop and expected is not None and expected <= tolerance
+    if settled:
+        again = []
     return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), not undecided,
-                    tuple(i.name for i in undecided), max(gap, tolerance))
+                    tuple(i.name for i in undecided), max(gap, tolerance), expected, settled)
 
 
 def _shortfall(chosen: Scored, other: Scored, by: str) -> float:

@@ -193,8 +193,7 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float, abort: 
                 continue
             break
         wall_s = time.perf_counter() - start
-        if message is not None:
-            process.join(EXIT_GRACE_S)
+        if message is not None:  # nothing more to wait for: the tree is ended below, workers and all
             status, payload = message
             if status == "ok":
                 if samples is not None and isinstance(payload, Measurement):

@@ -76,7 +76,9 @@ class Decision:
     pick: str | None = None  # the cheapest trial shown as good as the best: the recommendation
     undecided: tuple[str, ...] = ()
     gap: float = 0.0  # at most this share of throughput may be lost by the pick
-    why: str = ""  # what ended the racing when undecided: the repeats or the budget
+    why: str = ""  # what ended the racing when undecided: the repeats, the budget, or the expected shortfall
+    expected: float | None = None  # the pick's largest expected shortfall against the undecided
+    remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
 
 
 def default_output(spec: RunSpec) -> Path:
@@ -463,10 +465,16 @@ class Runner:
             return None
         tolerance = self.spec.config.measure.tolerance
         if step.decided:
-            return Decision(True, tolerance, step.pick, gap=tolerance)
-        why = "the time budget (--budget) ran out" if self.budget_spent else \
-            f"measure.repeats={self.spec.config.measure.repeats} ran out"
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why)
+            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected)
+        if step.settled:
+            why = (f"racing ended once the pick's expected shortfall against each contender left "
+                   f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
+        elif self.budget_spent:
+            why = "the time budget (--budget) ran out"
+        else:
+            why = f"measure.repeats={self.spec.config.measure.repeats} ran out"
+        remedy = "rerun with a smaller --tolerance to race closer calls" if step.settled else Decision.remedy
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more

@@ -118,17 +118,21 @@ def pooled_noise(measurements: Iterable[Measurement]) -> ProcessNoise | None:
     return ProcessNoise(math.sqrt(log_ss / dof), math.sqrt(wait_ss / dof), dof)
 
 
-def _widen(mean: float, draws: np.ndarray, sd: float, rng: np.random.Generator) -> np.ndarray:
+def _widen(mean: float, draws: np.ndarray, sd: float, dof: int, rng: np.random.Generator) -> np.ndarray:
     """Draws spread at least `sd` about the mean: the bootstrap's own spread, or the pooled one
-    between processes where that is larger (their shape kept, scaled)."""
+    between processes where that is larger (their shape kept, scaled). That pooled spread is
+    itself an estimate from `dof` degrees of freedom: each widened draw is scaled again by
+    sqrt(dof / chi-square(dof)), which turns a normal spread into Student's t with `dof`
+    degrees, so that an interval from two or three repeats is as wide as it should be."""
     finite = draws[np.isfinite(draws)]
     have = float(finite.std()) if finite.size else 0.0
     if sd <= have:
         return draws
     if have > sd * 1e-3:
-        return mean + (draws - mean) * (sd / have)
-    # The draws barely differ (rounding apart): no shape to keep, a normal spread instead.
-    return mean + rng.normal(0.0, sd, size=draws.shape)
+        spread = (draws - mean) * (sd / have)
+    else:  # the draws barely differ (rounding apart): no shape to keep, a normal spread instead
+        spread = rng.normal(0.0, sd, size=draws.shape)
+    return mean + spread * np.sqrt(dof / rng.chisquare(dof, size=draws.shape))
 
 
 def _interval(mean: float, draws: np.ndarray) -> Interval:
@@ -148,7 +152,8 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     the short-range correlation of a DataLoader's queue inside each block, with the epoch-start
     batches resampled apart from the rest (a stratified bootstrap). Blocks cannot show how much
     whole processes differ: with `noise` (the sweep's pooled spread between repeats), the draws
-    are widened to at least that spread over the square root of the repeats.
+    are widened to at least that spread over the square root of the repeats, with Student's t
+    tails for the degrees of freedom the spread was pooled from.
     """
     windows = measurement.windows
     arrays = [_arrays(w) for w in windows]
@@ -165,8 +170,8 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
         wr_draws, tp_draws = _bootstrap(strata, rng)
         if noise is not None and len(windows) < MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
             root = math.sqrt(len(windows))
-            tp_draws = _widen(throughput, tp_draws, throughput * noise.throughput_log_sd / root, rng)
-            wr_draws = np.clip(_widen(wait_ratio, wr_draws, noise.wait_ratio_sd / root, rng), 0.0, 1.0)
+            tp_draws = _widen(throughput, tp_draws, throughput * noise.throughput_log_sd / root, noise.dof, rng)
+            wr_draws = np.clip(_widen(wait_ratio, wr_draws, noise.wait_ratio_sd / root, noise.dof, rng), 0.0, 1.0)
         wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
     else:
         wr_draws = tp_draws = None
