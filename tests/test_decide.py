@@ -196,19 +196,24 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
 
 
 class ProcessNoisy(FakeTrials):
-    """Each trial's processes run 8% fast, then 8% slow, in turn, while their own batches are
-    steady: only the repeats show the noise."""
+    """Each trial's processes run `swing` fast, then `swing` slow, in turn, while their own
+    batches are steady: only the repeats show the noise."""
+
+    def __init__(self, swing: float, truths: dict[str, float] | None = None) -> None:
+        super().__init__()
+        self.swing, self.truths = swing, truths or {}
 
     def __call__(self, job, timeout_s):
         name = job.trial.name
         self.runs[name] = self.runs.get(name, 0) + 1
-        truth = TRUE["no workers" if job.trial.loader_kwargs["num_workers"] == 0 else name]
-        return Outcome("ok", "", fake_measurement(truth * (1.08 if self.runs[name] % 2 else 0.92), 0), 0.5)
+        truth = self.truths.get(name) or TRUE["no workers" if job.trial.loader_kwargs["num_workers"] == 0 else name]
+        swung = truth * (1 + self.swing if self.runs[name] % 2 else 1 - self.swing)
+        return Outcome("ok", "", fake_measurement(swung, 0), 0.5)
 
 
 def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_config):
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=3, tolerance=0.03)
-    runner.execute = noisy = ProcessNoisy()
+    runner.execute = noisy = ProcessNoisy(0.08)
     spec = runner.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
@@ -231,19 +236,10 @@ def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config)
     assert not decision.decided and "budget" in decision.why and decision.undecided
 
 
-class CloseBehind(FakeTrials):
-    """num_workers=3 runs 1% behind num_workers=2; each trial's processes 2% fast, then 2% slow."""
-
-    def __call__(self, job, timeout_s):
-        name = job.trial.name
-        self.runs[name] = self.runs.get(name, 0) + 1
-        truth = {"num_workers=2": 400.0, "num_workers=3": 396.0}[name]
-        return Outcome("ok", "", fake_measurement(truth * (1.02 if self.runs[name] % 2 else 0.98), 0), 0.5)
-
-
 def test_racing_stops_when_more_repeats_would_buy_less_than_the_tolerance(tmp_path, write_config):
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, tolerance=0.03)
-    runner.execute = close = CloseBehind()
+    # num_workers=3 runs 1% behind num_workers=2; each trial's processes 2% fast, then 2% slow.
+    runner.execute = close = ProcessNoisy(0.02, {"num_workers=2": 400.0, "num_workers=3": 396.0})
     spec = runner.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
