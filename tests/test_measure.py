@@ -171,23 +171,3 @@ def test_warmup_ends_at_warmup_batches_when_sampling_is_ready_at_once():
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=2, repeats=1, clock=clock,
                      sampling=Ready())
     assert m.warmup_s == pytest.approx(0.030 + 2 * 0.040)
-
-
-def test_keep_holds_the_live_iterator_until_the_caller_lets_go():
-    """A trial process sends its result before its workers shut down: with `keep`, the loop
-    hands its live iterator over instead of dropping it (a generator here: closed when dropped)."""
-    clock = FakeClock()
-    loader = FakeLoader(clock, length=100, fetch_s=0.01)
-    kept: list = []
-    measure_loop(loader, stepper(clock, 0.02), warmup_batches=1, batches=3, repeats=1, clock=clock, keep=kept)
-    assert len(kept) == 1 and kept[0].gi_frame is not None, "still running: nothing shut it down"
-    assert next(kept[0]) == [0] * 4, "and it goes on from where the loop left it"
-
-    def failing(batch):
-        raise RuntimeError("step failed")
-
-    kept = []
-    with pytest.raises(RuntimeError):
-        measure_loop(FakeLoader(clock, length=100, fetch_s=0.01), failing, warmup_batches=1, batches=3, repeats=1,
-                     clock=clock, keep=kept)
-    assert kept == [], "a loop that fails shuts its workers down as before"

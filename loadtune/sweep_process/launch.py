@@ -193,7 +193,8 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float, abort: 
                 continue
             break
         wall_s = time.perf_counter() - start
-        if message is not None:  # nothing more to wait for: the tree is ended below, workers and all
+        if message is not None:
+            process.join(EXIT_GRACE_S)
             status, payload = message
             if status == "ok":
                 if samples is not None and isinstance(payload, Measurement):

@@ -26,22 +26,18 @@ from loadtune.config import WORKER_ONLY
 from loadtune.trials import FEED_MEMORY
 
 
-def measure_trial(job: TrialJob, channel: SweepChannel, keep: list[Any] | None = None) -> Measurement:
+def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:
     """The trial, measured: in this process, or on job.ranks data-parallel ranks at once
-    (launched from here), or as this sweep's rank of a trial run under torchrun. With `keep`, a
-    trial measured in this process alone puts its loader and iterator there, workers still up:
-    a clean shutdown of the workers takes tens of milliseconds, so the result goes to the sweep
-    first and the sweep then ends the whole process tree."""
+    (launched from here), or as this sweep's rank of a trial run under torchrun."""
     if job.group is not None:
         with in_group(job.device, job.measure.timeout_s, job.group) as context:
             return measure_here(job, context, channel)
     if job.ranks > 1:
         return combine_ranks(launch(job, functools.partial(measure_here, channel=channel)))
-    return measure_here(job, None, channel, keep)
+    return measure_here(job, None, channel)
 
 
-def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel,
-                 keep: list[Any] | None = None) -> Measurement:
+def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel) -> Measurement:
     """The trial in this process; `rank` is its place in the group when it is one of several."""
     started = time.perf_counter()
     install_fetch_notes()
@@ -61,13 +57,11 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel,
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
-            fingerprint=job.trial.feed != FEED_MEMORY, keep=keep)
+            fingerprint=job.trial.feed != FEED_MEMORY)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
-    if keep is not None:
-        keep.append(parts.loader)  # persistent workers too
-    parts.close()  # without `keep`, persistent workers shut down cleanly here
+    parts.close()  # shut persistent workers down cleanly before the process ends
     return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned)
 
 

@@ -30,11 +30,9 @@ def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
     # repeat in every trial process.
     warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
     threading.Thread(target=exit_with_parent, args=(job.parent_pid,), daemon=True).start()
-    held: list[Any] = []  # the loader and its workers, up until the result is sent (see measure_trial)
     try:
-        result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel, held)
+        result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel)
         message: tuple[str, Any] = ("ok", result)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
         message = ("failed", describe(exc))
     channel.send_result(message)
-    held.clear()  # the sweep ends this tree once it has the result; until then, shut down cleanly

@@ -92,11 +92,7 @@ class Feed:
         self._in_epoch += 1
         return batch, new_epoch
 
-    def close(self, keep: list[Any] | None = None) -> None:
-        """Let the iterator go: its workers shut down now, or, with `keep`, once the caller lets
-        go of that list."""
-        if keep is not None and self._it is not None:
-            keep.append(self._it)
+    def close(self) -> None:
         self._it = None
 
 
@@ -146,7 +142,6 @@ def measure_loop(
     fingerprint: bool = True,
     probe: EdgeProbe | None = None,
     cpu_clock: Clock = time.thread_time,
-    keep: list[Any] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -169,8 +164,6 @@ def measure_loop(
     each counted batch's samples get their keys and labels (Window.keys, .labels): a small
     slice of each is copied out after its step, outside the timed parts (the clocks restart
     after it, so it adds nothing to wait, h2d or step), and hashed once the window is over.
-    With `keep`, a loop that ends normally puts its iterator there instead of shutting the
-    workers down: the caller sends its result first (see trial_process.execute).
     """
     feed = Feed(loader, epoch_batches)
     fetch, move, run_step = feed.next, transfer, step
@@ -232,10 +225,7 @@ def measure_loop(
                                   tuple(wait_cpu), *use, keys=keys, labels=labels))
         if sampling is not None:
             sampling.end()
-        measurement = Measurement(first_batch_s=first_batch_s, windows=tuple(windows),
-                                  batch_bytes=first_batch_bytes, warmup_s=warmup_s)
-    except BaseException:
+        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
+                           warmup_s=warmup_s)
+    finally:
         feed.close()
-        raise
-    feed.close(keep)
-    return measurement
