@@ -4,7 +4,9 @@ Reads a loadtune config for its dataset factory, loader baseline, step and measu
 builds `torch.utils.data.DataLoader(dataset, **settings)` with the settings given on the
 command line over the config's loader block, and runs what a training script runs: a new
 iterator every `measure.epoch_batches` batches (or at the dataset's end), `next()` then the
-step. The first `measure.warmup_batches` batches are not counted; the next `measure.batches`
+step. The first `measure.warmup_batches` batches, and `measure.warmup_batches_per_worker`
+(default 5) more for each worker within `measure.warmup_per_worker_max_s` (default 0.3 s), are
+not counted; the next `measure.batches`
 are, and it prints their samples per second as one JSON line. Nothing of loadtune is used.
 
     python benchmarks/plain_loop.py CONFIG.yaml '{"num_workers": 2, "prefetch_factor": 4}'
@@ -91,10 +93,14 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     dataset = load_callable(config["dataset"]["factory"], base_dir)(**(config["dataset"].get("kwargs") or {}))
     step = build_step(config["step"], base_dir)
     measure = config.get("measure") or {}
+    kwargs = loader_kwargs(dict(config.get("loader") or {}), settings)
     warmup = max(int(measure.get("warmup_batches", 5)), 1)
+    # The sweep's warm-up (README, measure.warmup_batches_per_worker): a few batches more for
+    # each worker, whose first batches come slower, for at most warmup_per_worker_max_s.
+    extra = int(measure.get("warmup_batches_per_worker", 5)) * int(kwargs.get("num_workers") or 0)
+    extra_max_s = float(measure.get("warmup_per_worker_max_s", 0.3))
     batches = int(measure.get("batches", 50))
     epoch_batches = measure.get("epoch_batches")
-    kwargs = loader_kwargs(dict(config.get("loader") or {}), settings)
     loader = DataLoader(dataset, **kwargs)
 
     it, in_epoch = None, 0
@@ -113,6 +119,11 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
         return batch
 
     for _ in range(warmup):
+        step(next_batch())
+    settle_from = time.perf_counter()
+    for _ in range(extra):
+        if time.perf_counter() - settle_from >= extra_max_s:
+            break
         step(next_batch())
     samples = 0
     start = time.perf_counter()

@@ -26,6 +26,8 @@ DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 SPEC_KEYS = ("collate_fn", "worker_init_fn")
 # Loader keys that are thread settings, applied by loadtune, not passed to DataLoader.
 THREAD_KEYS = ("main_threads", "worker_threads")
+WARMUP_BATCHES_PER_WORKER = 5  # measure.warmup_batches_per_worker's default
+WARMUP_PER_WORKER_MAX_S = 0.3  # measure.warmup_per_worker_max_s's default
 # Settings that only mean something with worker processes, and their defaults: dropped when
 # num_workers becomes 0.
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
@@ -98,6 +100,11 @@ class StepSpec(_Model):
 
 class MeasureSpec(_Model):
     warmup_batches: int = Field(default=5, ge=0)
+    # Each worker's first batches come slower (its start-up, first touches of memory): the
+    # warm-up runs this many more batches per worker, for at most warmup_per_worker_max_s (the
+    # slowness is per batch: long batches dilute it), so windows see workers in their stride.
+    warmup_batches_per_worker: int = Field(default=WARMUP_BATCHES_PER_WORKER, ge=0)
+    warmup_per_worker_max_s: float = Field(default=WARMUP_PER_WORKER_MAX_S, ge=0)
     batches: int = Field(default=50, ge=1)
     epoch_batches: Optional[int] = Field(default=None, ge=1)
     repeats: int = Field(default=3, ge=1)  # the most repeats any trial gets
@@ -107,6 +114,11 @@ class MeasureSpec(_Model):
     # Share of the usable cores other processes may use during a window before it is measured again.
     max_outside_cpu: float = Field(default=0.25, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
+
+    def extra_warmup_for(self, num_workers: int) -> int:
+        """Warm-up batches beyond warmup_batches for `num_workers` loading processes (at most
+        warmup_per_worker_max_s of them)."""
+        return self.warmup_batches_per_worker * max(int(num_workers or 0), 0)
 
     @model_validator(mode="after")
     def _repeats_in_order(self) -> "MeasureSpec":
@@ -214,6 +226,9 @@ def config_sha(config: Config) -> str:
     exclude: dict[str, Any] = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
     # Keys added since the first results format change no hash while left at their default.
     exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
+    at_default = {"warmup_batches_per_worker": WARMUP_BATCHES_PER_WORKER,
+                  "warmup_per_worker_max_s": WARMUP_PER_WORKER_MAX_S}
+    exclude["measure"] = exclude["measure"] | {k for k, v in at_default.items() if getattr(config.measure, k) == v}
     try:
         data = config.model_dump(mode="json", exclude=exclude)
         blob = json.dumps(data, sort_keys=True, default=str).encode()

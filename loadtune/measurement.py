@@ -74,6 +74,7 @@ class Measurement:
     batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
     resources: tuple[Any, ...] = ()  # ResourceSamples of the counted windows, one per process
     warmup_s: float = 0.0  # after the first batch, until the counted windows start
+    warmup_batches: int = 0  # batches not counted, the first one included
     setup_s: float = 0.0  # building the dataset, loader and step before the first batch
     # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
     # holds their combination (see combine_ranks).
@@ -121,6 +122,7 @@ def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
         pinned=None if None in pinned else all(pinned),
         batch_bytes=per_rank[0].batch_bytes,
         warmup_s=max(m.warmup_s for m in per_rank),
+        warmup_batches=max(m.warmup_batches for m in per_rank),
         setup_s=max(m.setup_s for m in per_rank),
         ranks=tuple(per_rank),
     )

@@ -141,7 +141,8 @@ def profile_run(
     """Profile `batches` batches of the baseline loader of `spec` feeding its step on `device`.
 
     `device` may be "auto" (resolved here). Warm-up batches (default: the config's
-    measure.warmup_batches, at least 1) run before the profiler starts. A new iterator is made
+    measure.warmup_batches and warmup_batches_per_worker for each worker, as in a sweep; at
+    least 1) run before the profiler starts. A new iterator is made
     when the loader is exhausted, or every measure.epoch_batches batches as in a sweep.
     Raises LoadtuneError for anything the user can fix (factories, settings, a dataset that
     fails while loading), with the cause chained.
@@ -162,8 +163,6 @@ def profile_run(
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")
     config = spec.config
-    warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
-    warmup = max(int(warmup), 1)
     device = resolve_device(device)
     base_dir = str(spec.base_dir)
     trace = Path(trace_path) if trace_path is not None else None
@@ -181,6 +180,10 @@ def profile_run(
         raise
     except Exception as exc:  # noqa: BLE001 - DataLoader refusing the user's settings
         raise LoadtuneError(f"{spec.path}: loader: DataLoader refused the baseline: {describe(exc)}") from exc
+    warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
+    warmup = max(int(warmup), 1)
+    # A sweep's warm-up for the workers too, unless a warm-up is given.
+    extra = config.measure.extra_warmup_for(kwargs.get("num_workers") or 0) if warmup_batches is None else 0
     step = make_synced_step(build_step(config.step, base_dir, device), device)
     transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
 
@@ -195,7 +198,9 @@ def profile_run(
             measurement = measure_loop(loader, step, warmup_batches=warmup, batches=batches, repeats=1,
                                        epoch_batches=config.measure.epoch_batches, transfer=transfer,
                                        default_batch_size=kwargs.get("batch_size") or 1, sampling=window,
-                                       region=torch.profiler.record_function, fingerprint=False)
+                                       region=torch.profiler.record_function, fingerprint=False,
+                                       extra_warmup_batches=extra,
+                                       extra_warmup_max_s=config.measure.warmup_per_worker_max_s)
     except LoadtuneError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's dataset, collate or step failed
@@ -215,7 +220,7 @@ def profile_run(
     return ProfileResult(
         device=device,
         dataloader=dataloader_line(trial.loader_kwargs),
-        warmup_batches=warmup,
+        warmup_batches=measurement.warmup_batches,
         batches=batches,
         samples=sum(counted.samples),
         epochs_started=sum(counted.epoch_start),

@@ -88,6 +88,10 @@ step:
 measure:
   warmup_batches: 2            # first batches of a trial not counted (the time to the first
                                # batch is kept apart). Default: 5.
+  warmup_batches_per_worker: 5  # and this many more per worker: a worker's first batches
+                               # come slower. Default: 5.
+  warmup_per_worker_max_s: 0.3  # the most seconds those take (long batches dilute the
+                               # slowness). Default: 0.3.
   batches: 10                  # counted batches per repeat. Default: 50.
   epoch_batches: null          # start a new epoch (new iterator) every N batches, so worker
                                # start-up shows; null: at the dataset's end. Default: null.

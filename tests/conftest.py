@@ -40,7 +40,8 @@ def tiny_config(**changes) -> dict:
         "loader": {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
         "sweep": {"num_workers": [0, 2], "pin_memory": [True]},
         "step": {"sleep_s": 0.005},
-        "measure": {"warmup_batches": 2, "batches": 10, "repeats": 2, "timeout_s": 60},
+        "measure": {"warmup_batches": 2, "warmup_batches_per_worker": 0, "batches": 10, "repeats": 2,
+                    "timeout_s": 60},
         "device": "cpu",
     }
     for key, value in changes.items():

@@ -82,10 +82,10 @@ def make_module(folder: str, num_items: int = 600) -> SequenceModule:
     return SequenceModule(folder, num_items)
 
 
-def make_distributed_loader(num_items: int = 400) -> DataLoader:
+def make_distributed_loader(folder: str, num_items: int = 400) -> DataLoader:
     """A loader built for data-parallel training: its DistributedSampler asks the process group."""
     from torch.utils.data.distributed import DistributedSampler
 
     data = Sequences(num_items)
     return DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=True),
-                      collate_fn=PadCollate(os.environ.get("TMPDIR", "/tmp")), num_workers=1)
+                      collate_fn=PadCollate(folder), num_workers=1)

@@ -20,7 +20,7 @@ def tiny(write_config, **loader):
                     "kwargs": {"num_samples": 64, "cost_s": SAMPLE_COST_S}},
         "loader": {"batch_size": 8, "num_workers": 1, **loader},
         "step": {"sleep_s": STEP_S},
-        "measure": {"warmup_batches": 2},
+        "measure": {"warmup_batches": 2, "warmup_batches_per_worker": 0},  # batch counts below exact
         "device": "cpu",
     }))
 

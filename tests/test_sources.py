@@ -70,8 +70,8 @@ def test_a_data_module_is_set_up_and_its_training_loader_used(write_config, tmp_
 
 
 def test_a_loader_with_a_distributed_sampler_works_on_ranks(write_config, tmp_path, marker):
-    config = tiny_config(dataset={"factory": "tests.loader_factories:make_distributed_loader"}, sweep={},
-                         measure=MEASURE)
+    config = tiny_config(dataset={"factory": "tests.loader_factories:make_distributed_loader",
+                                  "kwargs": {"folder": str(tmp_path)}}, sweep={}, measure=MEASURE)
     config.pop("loader")
     out = tmp_path / "r.csv"
     done = run_cli("sweep", str(write_config(config)), "--out", str(out), "--ranks", "2", marker=marker)

@@ -112,11 +112,29 @@ def test_ofat_follows_up_on_the_winner_and_finds_what_one_change_misses():
     round_3 = [v.trial.loader_kwargs for v in visits if v.round == 3]
     assert all(kw["prefetch_factor"] == 4 for kw in round_3)
     # The worker count is swept again now that prefetch moved, on prefetch 4 (1 is round 1's
-    # prefetch_factor=4; 0 would drop the prefetch, which is round 1's num_workers=0).
-    assert {kw["num_workers"] for kw in round_3 if not kw["persistent_workers"] and kw["in_order"]} == {2, 4, 6}
+    # prefetch_factor=4; 0 would drop the prefetch, which is round 1's num_workers=0; 6 ran at
+    # 115 against 190 in round 1, far behind).
+    assert {kw["num_workers"] for kw in round_3 if not kw["persistent_workers"] and kw["in_order"]} == {2, 4}
     assert true_throughput(best_of(visits)) == 230, "prefetch 4 only pays with 2+ workers: round 2 finds it"
     assert "combined" not in [v.trial.name for v in visits], "every key at its round-1 best was measured already"
     assert len(set(measurer.measured)) == len(measurer.measured), "nothing is measured twice"
+
+
+def test_ofat_sweeps_again_the_values_behind_but_not_those_far_behind():
+    def truth(kw: dict) -> float:  # six workers lose without persistent workers and win with them
+        nw, pers = kw["num_workers"], kw["persistent_workers"]
+        if nw == 6 and pers:
+            return 260.0
+        return {1: 100.0, 2: 180.0, 3: 200.0, 6: 165.0}[nw] + (10.0 if pers else 0.0)
+
+    measurer = FakeMeasurer(truth=truth)
+    sweep = {"num_workers": [1, 2, 3, 6], "persistent_workers": [False, True]}
+    visits = run_ofat(config({"batch_size": 8, "num_workers": 2}, sweep), False, measurer)
+    rounds = {v.trial.name: v.round for v in visits}
+    assert rounds["num_workers=3, persistent_workers=true"] == 2
+    assert rounds["num_workers=6, persistent_workers=true"] == 3, "165 of 200 is behind, not far behind"
+    assert "num_workers=1, persistent_workers=true" not in rounds, "100 of 200 is far behind: not again"
+    assert max(truth(v.trial.loader_kwargs) for v in visits) == 260
 
 
 def test_ofat_measures_worker_settings_on_the_best_worker_count_when_the_baseline_has_none():

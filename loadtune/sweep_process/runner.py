@@ -156,6 +156,7 @@ def _merge(measurements: Sequence[Measurement]) -> Measurement:
         batch_bytes=measurements[0].batch_bytes,
         resources=tuple(r for m in measurements for r in m.resources),
         warmup_s=sum(m.warmup_s for m in measurements) / n,
+        warmup_batches=max(m.warmup_batches for m in measurements),
         setup_s=sum(m.setup_s for m in measurements) / n,
         ranks=tuple(_merge(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
     )

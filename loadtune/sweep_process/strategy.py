@@ -19,6 +19,9 @@ from loadtune.trials import IDEAL, Trial
 STRATEGIES = ("ofat", "greedy", "grid")
 MAX_GREEDY_ROUNDS = 4
 MAX_FOLLOW_UP_ROUNDS = 4
+# A value whose throughput was below this share of the best of its key's last sweep is not
+# swept again on another base: what the companion settings change is far smaller than that.
+FAR_BEHIND = 0.75
 
 # Measure these trials (round number given) and return the score of each, by trial name.
 Measure = Callable[[Sequence[Trial], int], Mapping[str, Scored]]
@@ -46,6 +49,16 @@ def _winner(scores: Mapping[str, Scored], trials: Mapping[str, Trial], by: str, 
     return trials[chosen.name] if chosen is not None else None
 
 
+def _far_behind(members: Mapping[str, str], scores: Mapping[str, Scored]) -> set[str]:
+    """Of one key's sweep (its values, as repr, to the trials that measured them), the values
+    whose throughput was below FAR_BEHIND of the sweep's best."""
+    ran = {value: scores[name] for value, name in members.items() if name in scores and scores[name].ran}
+    if not ran:
+        return set()
+    best = max(s.throughput.mean for s in ran.values())
+    return {value for value, s in ran.items() if s.throughput.mean < FAR_BEHIND * best}
+
+
 def _needs_workers(trial: Trial) -> bool:
     return trial.skipped and "num_workers=0" in (trial.skip_reason or "")
 
@@ -61,7 +74,8 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
     baseline, follow-up rounds on the winner, while a round's winner gains more than the
     tolerance: each swept key whose companions moved since it was last swept, each of its values
     one at a time on top of the winner (a worker count that lost without persistent workers may
-    win with them: a first repeat is too noisy to climb one step at a time). Keys the baseline
+    win with them: a first repeat is too noisy to climb one step at a time), but for values that
+    ran below FAR_BEHIND of the best in a sweep of their key (ranked by throughput). Keys the baseline
     made invalid (settings that need workers, with
     num_workers=0) are measured on top of the best worker count. Without follow-up rounds,
     `combined` (every key at its best value) when that is a new trial."""
@@ -77,6 +91,13 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
     deferred_keys = {t.changed for t in deferred}
     # key -> the other settings it was last swept on (round 1: the baseline's).
     swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
+    # key -> values far behind in its last sweep (by throughput): not swept again.
+    far: dict[str, set[str]] = {}
+    if by == "throughput":
+        for key in swept_on:
+            members = {repr(t.value): t.name for t in trials if t.changed == key}
+            members[repr(getattr(config.loader, key, None))] = baseline.name
+            far[key] = _far_behind(members, scores)
     winner = _winner(scores, known, by, tolerance)
     round_no = 1
     while winner is not None and round_no <= MAX_FOLLOW_UP_ROUNDS:
@@ -91,10 +112,17 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
             break
         new = []
         measured = {t.settings for t in known.values()}
+        by_settings = {t.settings: t.name for t in known.values()}
+        sweeps: dict[str, dict[str, str]] = {}
         for key in keys:
             swept_on[key] = _others(on_top, key, config)
+            sweeps[key] = {}
             for value in config.sweep[key]:
+                if repr(value) in far.get(key, ()):
+                    continue
                 trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
+                if not trial.skipped:
+                    sweeps[key][repr(value)] = by_settings.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
                 # (no workers on top of a prefetch depth: the prefetch goes, as it must).
                 if trial.name not in known and not trial.skipped and trial.settings not in measured:
@@ -106,6 +134,9 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         round_no += 1
         scores.update(measure(new, round_no))
         visits.extend(Visit(t, round_no) for t in new)
+        if by == "throughput":
+            for key, members in sweeps.items():
+                far[key] = far.get(key, set()) | _far_behind(members, scores)
         best = _winner(scores, known, by, tolerance)
         if best is None or best.name == winner.name or not _gains(scores[best.name], scores[winner.name], by,
                                                                    tolerance):

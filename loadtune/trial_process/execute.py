@@ -57,7 +57,8 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
-            fingerprint=job.trial.feed != FEED_MEMORY)
+            fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=m.extra_warmup_for(workers),
+            extra_warmup_max_s=m.warmup_per_worker_max_s)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None

@@ -142,6 +142,8 @@ def measure_loop(
     fingerprint: bool = True,
     probe: EdgeProbe | None = None,
     cpu_clock: Clock = time.thread_time,
+    extra_warmup_batches: int = 0,
+    extra_warmup_max_s: float = 0.0,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -152,7 +154,9 @@ def measure_loop(
     transfer (0 without one), step the step. Timestamps are shared between the parts, so
     the parts of a window add up to its wall time (less the fingerprints, below). `sampling.start` runs once the first
     batch is in, before the warm-up batches, and `sampling.end` just after the last counted
-    batch; the warm-up goes on past `warmup_batches`, batch after batch as before (never
+    batch. After `warmup_batches`, up to `extra_warmup_batches` more run while fewer than
+    `extra_warmup_max_s` seconds have passed since (workers' first batches: see MeasureSpec).
+    The warm-up goes on past both, batch after batch as before (never
     pausing, which would let the queue fill), until `sampling.ready()`: a sampler's first
     reading then never overlaps a counted window. `copy_timer`, when given, returns the
     device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
@@ -178,13 +182,19 @@ def measure_loop(
         first_batch_bytes = batch_bytes(batch)
         if sampling is not None:
             sampling.start()
-        done = 0
+        done, base_done_at = 0, None
         while True:
             if done > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
             done += 1
-            if done >= max(warmup_batches, 1) and (sampling is None or sampling.ready()):
+            if done < max(warmup_batches, 1):
+                continue
+            if base_done_at is None:
+                base_done_at = clock()
+            settling = (done < max(warmup_batches, 1) + extra_warmup_batches
+                        and clock() - base_done_at < extra_warmup_max_s)
+            if not settling and (sampling is None or sampling.ready()):
                 break
         windows = []
         warmup_s = clock() - t0 - first_batch_s
@@ -226,6 +236,6 @@ def measure_loop(
         if sampling is not None:
             sampling.end()
         return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
-                           warmup_s=warmup_s)
+                           warmup_s=warmup_s, warmup_batches=done)
     finally:
         feed.close()
