@@ -111,8 +111,7 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         if on_top is None or not keys:
             break
         new = []
-        measured = {t.settings for t in known.values()}
-        by_settings = {t.settings: t.name for t in known.values()}
+        measured = {t.settings: t.name for t in known.values()}
         sweeps: dict[str, dict[str, str]] = {}
         for key in keys:
             swept_on[key] = _others(on_top, key, config)
@@ -122,12 +121,12 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
                     continue
                 trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
                 if not trial.skipped:
-                    sweeps[key][repr(value)] = by_settings.get(trial.settings, trial.name)
+                    sweeps[key][repr(value)] = measured.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
                 # (no workers on top of a prefetch depth: the prefetch goes, as it must).
                 if trial.name not in known and not trial.skipped and trial.settings not in measured:
                     known[trial.name] = trial
-                    measured.add(trial.settings)
+                    measured[trial.settings] = trial.name
                     new.append(trial)
         if not new:
             break

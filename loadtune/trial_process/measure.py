@@ -182,18 +182,17 @@ def measure_loop(
         first_batch_bytes = batch_bytes(batch)
         if sampling is not None:
             sampling.start()
-        done, base_done_at = 0, None
+        done, base, base_done_at = 0, max(warmup_batches, 1), None
         while True:
             if done > 0:
                 batch, _ = feed.next()
             step(transfer(batch) if transfer is not None else batch)
             done += 1
-            if done < max(warmup_batches, 1):
+            if done < base:
                 continue
             if base_done_at is None:
                 base_done_at = clock()
-            settling = (done < max(warmup_batches, 1) + extra_warmup_batches
-                        and clock() - base_done_at < extra_warmup_max_s)
+            settling = done < base + extra_warmup_batches and clock() - base_done_at < extra_warmup_max_s
             if not settling and (sampling is None or sampling.ready()):
                 break
         windows = []
