@@ -5,7 +5,8 @@ builds `torch.utils.data.DataLoader(dataset, **settings)` with the settings give
 command line over the config's loader block, and runs what a training script runs: a new
 iterator every `measure.epoch_batches` batches (or at the dataset's end), `next()` then the
 step. The first `measure.warmup_batches` batches, and `measure.warmup_batches_per_worker`
-(default 5) more for each worker within `measure.warmup_per_worker_max_s` (default 0.3 s), are
+(default 5) more for each worker within `measure.warmup_per_worker_max_s` (default 0.3 s;
+none for workers that are not persistent when an epoch is no longer than the window), are
 not counted; the next `measure.batches`
 are, and it prints their samples per second as one JSON line. Nothing of loadtune is used.
 
@@ -102,6 +103,15 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     batches = int(measure.get("batches", 50))
     epoch_batches = measure.get("epoch_batches")
     loader = DataLoader(dataset, **kwargs)
+    # None for workers started again every epoch when an epoch is no longer than the window.
+    try:
+        epoch = len(loader)
+    except TypeError:
+        epoch = None
+    if epoch_batches is not None:
+        epoch = epoch_batches if epoch is None else min(epoch, epoch_batches)
+    if not kwargs.get("persistent_workers") and epoch is not None and epoch <= batches:
+        extra = 0
 
     it, in_epoch = None, 0
 

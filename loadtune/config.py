@@ -115,9 +115,16 @@ class MeasureSpec(_Model):
     max_outside_cpu: float = Field(default=0.25, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
 
-    def extra_warmup_for(self, num_workers: int) -> int:
+    def extra_warmup_for(self, num_workers: int, persistent_workers: bool = True,
+                         epoch_length: int | None = None, window_batches: int | None = None) -> int:
         """Warm-up batches beyond warmup_batches for `num_workers` loading processes (at most
-        warmup_per_worker_max_s of them)."""
+        warmup_per_worker_max_s of them). None for workers that start again every epoch when an
+        epoch (`epoch_length` batches, where known) is no longer than a window (`batches`, or
+        `window_batches`): every window then holds a new set of workers' first batches whatever
+        the warm-up, as training does."""
+        window = self.batches if window_batches is None else window_batches
+        if not persistent_workers and epoch_length is not None and epoch_length <= window:
+            return 0
         return self.warmup_batches_per_worker * max(int(num_workers or 0), 0)
 
     @model_validator(mode="after")

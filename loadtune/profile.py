@@ -156,7 +156,7 @@ def profile_run(
     from loadtune.config import adopt_loader
     from loadtune.trial_process.factory import build_source
     from loadtune.trial_process.failures import describe
-    from loadtune.trial_process.loader import loader_kwargs
+    from loadtune.trial_process.loader import epoch_length, loader_kwargs
     from loadtune.trial_process.measure import measure_loop
     from loadtune.trial_process.steps import build_step
 
@@ -183,7 +183,9 @@ def profile_run(
     warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
     warmup = max(int(warmup), 1)
     # A sweep's warm-up for the workers too, unless a warm-up is given.
-    extra = config.measure.extra_warmup_for(kwargs.get("num_workers") or 0) if warmup_batches is None else 0
+    extra = 0 if warmup_batches is not None else config.measure.extra_warmup_for(
+        kwargs.get("num_workers") or 0, bool(kwargs.get("persistent_workers")),
+        epoch_length(loader, config.measure.epoch_batches), batches)
     step = make_synced_step(build_step(config.step, base_dir, device), device)
     transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
 

@@ -89,7 +89,8 @@ measure:
   warmup_batches: 2            # first batches of a trial not counted (the time to the first
                                # batch is kept apart). Default: 5.
   warmup_batches_per_worker: 5  # and this many more per worker: a worker's first batches
-                               # come slower. Default: 5.
+                               # come slower (not for workers that are not persistent, when
+                               # an epoch is no longer than `batches`). Default: 5.
   warmup_per_worker_max_s: 0.3  # the most seconds those take (long batches dilute the
                                # slowness). Default: 0.3.
   batches: 10                  # counted batches per repeat. Default: 50.

@@ -39,15 +39,18 @@ def test_an_unknown_option_is_refused():
 
 
 @pytest.mark.slow
-def test_the_api_from_a_script_gives_the_rows_the_cli_gives(write_config, tmp_path, marker):
+def test_the_api_from_a_script_gives_the_rows_the_cli_gives_and_trials_do_not_run_the_script(write_config, tmp_path, marker):
     path = write_config(tiny_config(sweep={"num_workers": [0, 2]},
                                     measure={"warmup_batches": 1, "batches": 6, "repeats": 1, "timeout_s": 60}))
     cli_out = tmp_path / "cli.csv"
     done = run_cli("sweep", str(path), "--out", str(cli_out), marker=marker)
     assert done.returncode == 0, done.stderr
     script = tmp_path / "run.py"
+    runs = tmp_path / "runs.txt"  # a line each time the script's top level runs
     script.write_text(textwrap.dedent(f"""
-        import json, loadtune
+        import json, os, loadtune
+        with open({str(runs)!r}, "a") as f:
+            f.write(f"{{os.getpid()}}\\n")
         if __name__ == "__main__":
             r = loadtune.sweep({str(path)!r}, out={str(tmp_path / 'api.csv')!r})
             print(json.dumps({{"trials": [(x.trial, x.status, x.num_workers) for x in r.rows if x.round == 1],
@@ -68,3 +71,5 @@ def test_the_api_from_a_script_gives_the_rows_the_cli_gives(write_config, tmp_pa
     assert got["columns"][:2] == ["rank", "trial"] and isinstance(got["decided"], bool)
     comparison = loadtune.compare(cli_out, tmp_path / "api.csv")
     assert comparison.verdict.startswith("conclusion")
+    # The trial processes, forked from the trial server, did not run the script again.
+    assert len(runs.read_text().splitlines()) == 1

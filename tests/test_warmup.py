@@ -13,6 +13,7 @@ from loadtune.sweep_process.plan import trial_for
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_here
 from loadtune.trial_process.jobs import TrialJob
+from loadtune.trial_process.loader import epoch_length
 from loadtune.trial_process.measure import measure_loop
 from tests.conftest import tiny_config
 from tests.test_measure import FakeClock, FakeLoader, stepper
@@ -27,6 +28,30 @@ def test_the_warm_up_grows_with_the_workers():
         MeasureSpec(warmup_batches_per_worker=-1)
     with pytest.raises(ValueError, match="warmup_per_worker_max_s"):
         MeasureSpec(warmup_per_worker_max_s=-0.1)
+
+
+def test_workers_started_every_epoch_get_no_more_warm_up_when_an_epoch_fits_a_window():
+    m = MeasureSpec(batches=50)
+    assert m.extra_warmup_for(3, persistent_workers=False, epoch_length=50) == 0
+    assert m.extra_warmup_for(3, persistent_workers=False, epoch_length=20) == 0
+    assert m.extra_warmup_for(3, persistent_workers=False, epoch_length=51) == 15, "a window may miss a restart"
+    assert m.extra_warmup_for(3, persistent_workers=False, epoch_length=None) == 15, "length unknown"
+    assert m.extra_warmup_for(3, persistent_workers=True, epoch_length=50) == 15, "persistent: started once"
+    assert m.extra_warmup_for(3, persistent_workers=False, epoch_length=50, window_batches=40) == 15
+
+
+def test_epoch_length_is_the_loaders_cut_at_epoch_batches():
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(10))
+
+    assert epoch_length(DataLoader(list(range(100)), batch_size=4), None) == 25
+    assert epoch_length(DataLoader(list(range(100)), batch_size=4), 10) == 10
+    assert epoch_length(DataLoader(list(range(100)), batch_size=4), 40) == 25
+    assert epoch_length(DataLoader(Stream(), batch_size=4), None) is None
+    assert epoch_length(DataLoader(Stream(), batch_size=4), 7) == 7
 
 
 def _warmed(extra: int, max_s: float, fetch_s: float = 0.01) -> int:
@@ -76,3 +101,21 @@ def test_a_trial_counts_its_windows_after_each_workers_first_batches(write_confi
     measurement = measure_here(job, None, SweepChannel())
     warmup = 3 + 2 * per_worker
     assert measurement.windows[0].labels == tuple(range(warmup, warmup + 6))
+
+
+@pytest.mark.parametrize("persistent, warmup", [(False, 3), (True, 3 + 2 * 4)])
+def test_a_trial_with_an_epoch_of_one_window_warms_up_persistent_workers_only(write_config, persistent, warmup):
+    """Epochs of 6 batches of one sample, windows of 6: workers started every epoch get the
+    base warm-up alone, persistent ones 4 batches more each (labels repeat every epoch)."""
+    config = tiny_config(loader={"batch_size": 1, "num_workers": 2, "prefetch_factor": 2},
+                         measure={"warmup_batches": 3, "warmup_batches_per_worker": 4, "epoch_batches": 6,
+                                  "warmup_per_worker_max_s": 120, "batches": 6, "repeats": 1, "timeout_s": 60})
+    config["dataset"]["kwargs"]["cost_s"] = 0.0005
+    spec = load_config(write_config(config))
+    cfg = spec.config
+    trial = trial_for(cfg, {"num_workers": 2, "persistent_workers": persistent}, False)
+    job = TrialJob(trial, cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir), os.getpid(),
+                   multiprocessing.get_all_start_methods()[0])
+    measurement = measure_here(job, None, SweepChannel())
+    assert measurement.warmup_batches == warmup
+    assert measurement.windows[0].labels == tuple((warmup + i) % 6 for i in range(6))

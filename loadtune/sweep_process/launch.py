@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from loadtune.measurement import Measurement
 from loadtune.sweep_process.resources import ResourceSamples, TreeSampler
-from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, SAMPLING
+from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, MAIN_NAME_VAR, MAIN_PATH_VAR, SAMPLING
 from loadtune.trial_process.failures import signal_text
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
 from loadtune.trial_process.main import trial_main
@@ -28,14 +28,19 @@ _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
-SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.data", "loadtune.trial_process.main"]  # what every trial needs
+# What every trial needs: torch, the trial's own code, psutil (its CPU readings, through
+# loadtune.machine) and what a DataLoader with workers imports.
+SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.data", "loadtune.trial_process.main",
+                  "loadtune.machine", "multiprocessing.queues", "multiprocessing.sharedctypes",
+                  "multiprocessing.synchronize"]
 _context.set_forkserver_preload(SERVER_MODULES)
 
 
 def preload(specs: list[str], base_dir: str) -> None:
     """Have the trial server import the user's factory modules too (torchvision, say), once,
-    instead of every trial process importing them again. Only before the server's first start;
-    a module that fails to import there is simply imported by each trial, as without this."""
+    instead of every trial process importing them again, and start it. Only before the
+    server's first start; a module that fails to import there is simply imported by each
+    trial, as without this."""
     from multiprocessing import forkserver
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
@@ -50,6 +55,35 @@ def preload(specs: list[str], base_dir: str) -> None:
             module = path.stem
         modules.append(module)
     _context.set_forkserver_preload(list(dict.fromkeys(modules)))
+    _start_server()
+
+
+def _start_server() -> None:
+    """Start the trial server, telling it (see server_init) the sweep's main module as
+    multiprocessing names it to each new process, so that trials do not run that module again:
+    the `loadtune` script imports the CLI (0.1 s a trial), a user's script runs its top level.
+    Trials need nothing from it: they import every callable by its "module:callable" spec. A
+    server that cannot start now is tried again, and reported, by the first trial."""
+    from multiprocessing import forkserver, spawn
+
+    main = spawn.get_preparation_data("loadtune")
+    told = {MAIN_NAME_VAR: main.get("init_main_from_name"), MAIN_PATH_VAR: main.get("init_main_from_path")}
+    saved = {key: os.environ.get(key) for key in told}
+    try:
+        for key, value in told.items():
+            if value:
+                os.environ[key] = value
+            else:
+                os.environ.pop(key, None)
+        forkserver.ensure_running()
+    except Exception:  # noqa: BLE001 - the first trial's start says what is wrong
+        pass
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @dataclass(frozen=True)

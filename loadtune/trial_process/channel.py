@@ -11,6 +11,10 @@ COUNTED_START = "counted-start"  # at the warm-up: start sampling
 SAMPLING = "sampling"  # the answer: the first reading is taken, the counted windows may start
 COUNTED_END = "counted-end"  # after the counted windows; answered with the same once sampling stopped
 ACK_TIMEOUT_S = 10.0
+# Told to the trial server, in its environment, when the sweep starts it (see server_init):
+# the sweep's main module, as multiprocessing names it to each new process.
+MAIN_NAME_VAR = "LOADTUNE_SWEEP_MAIN_NAME"
+MAIN_PATH_VAR = "LOADTUNE_SWEEP_MAIN_PATH"
 
 
 class SweepChannel:

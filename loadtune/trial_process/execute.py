@@ -18,7 +18,7 @@ from loadtune.trial_process.device import first_tensor_pinned, make_synced_step,
 from loadtune.trial_process.factory import build_source
 from loadtune.trial_process.fetch_notes import FIELDS, count_fetches, install_fetch_notes
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trial_process.loader import Epochs, apply_main_threads, loader_kwargs
+from loadtune.trial_process.loader import Epochs, apply_main_threads, epoch_length, loader_kwargs
 from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
 from loadtune.trial_process.steps import build_step
@@ -53,11 +53,13 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
         sampling = _Sampling(channel, rank, job) if loading else None
         setup_s = time.perf_counter() - started
         m = job.measure
+        extra = m.extra_warmup_for(workers, bool(kwargs.get("persistent_workers")),
+                                   epoch_length(parts.loader, m.epoch_batches))
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
-            fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=m.extra_warmup_for(workers),
+            fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
             extra_warmup_max_s=m.warmup_per_worker_max_s)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None

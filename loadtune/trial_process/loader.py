@@ -71,3 +71,15 @@ class Epochs:
         self.sampler.set_epoch(self.epoch)
         self.epoch += 1
         return iter(self.loader)
+
+
+def epoch_length(loader: Any, epoch_batches: int | None) -> int | None:
+    """Batches in one of the measured loop's epochs: the loader's length, cut at
+    `epoch_batches`; None where neither is known (an IterableDataset without a length)."""
+    try:
+        length: int | None = len(loader.loader if isinstance(loader, Epochs) else loader)
+    except TypeError:
+        length = None
+    if epoch_batches is None:
+        return length
+    return epoch_batches if length is None else min(length, epoch_batches)

@@ -8,11 +8,34 @@ When the sweep ends, the server is told by its pipe closing and exits; tearing d
 interpreter with torch loaded takes about a second, and the server holds the terminal's output
 open meanwhile. It has nothing to flush or clean up (each trial is a process of its own, which
 leaves by os._exit), so it leaves at once.
+
+Multiprocessing runs the parent's main module again in each new process (as `__mp_main__`)
+unless that process's `__main__` already has its name or path. The sweep names its main
+module in the environment when it starts the server, and the server's `__main__` takes that
+name and path: the trials forked from here then skip it (launch._start_server says why).
 """
 
 import atexit
+import importlib.machinery
 import os
 import signal
+import sys
+
+from loadtune.trial_process.channel import MAIN_NAME_VAR, MAIN_PATH_VAR
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 atexit.register(os._exit, 0)
+
+
+def _stand_in_for_the_sweeps_main() -> None:
+    main = sys.modules.get("__main__")
+    if main is None:
+        return
+    name, path = os.environ.get(MAIN_NAME_VAR), os.environ.get(MAIN_PATH_VAR)
+    if name:
+        main.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    if path:
+        main.__file__ = path
+
+
+_stand_in_for_the_sweeps_main()
