@@ -28,10 +28,11 @@ atexit.register(os._exit, 0)
 
 
 def _stand_in_for_the_sweeps_main() -> None:
+    """Give this server's __main__ the name and path of the sweep's main module."""
     main = sys.modules.get("__main__")
     if main is None:
         return
-    name, path = os.environ.get(MAIN_NAME_VAR), os.environ.get(MAIN_PATH_VAR)
+    name, path = os.environ.pop(MAIN_NAME_VAR, None), os.environ.pop(MAIN_PATH_VAR, None)  # not the trials' business
     if name:
         main.__spec__ = importlib.machinery.ModuleSpec(name, None)
     if path:
