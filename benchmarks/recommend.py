@@ -401,6 +401,24 @@ def bench_pipeline(name: str, index: int, work: Path, ref_code: Path, ref_commit
             "pick": describe(now.pick), "best": describe(best.settings)}
 
 
+def pipeline_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The pipelines named by --pipelines (comma-separated, or all); an unknown one is an error."""
+    names = list(PIPELINES) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PIPELINES]
+    if unknown:
+        parser.error(f"unknown pipeline(s) {', '.join(unknown)}; known: {', '.join(PIPELINES)}")
+    return names
+
+
+def workspace(keep: Path | None, prefix: str) -> tuple[Path, Path]:
+    """A scratch folder (removed at the end) and the folder for configs, CSVs and logs: `keep`,
+    or one inside the scratch folder."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    work = keep.resolve() if keep else scratch / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    return scratch, work
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer num_workers values and rounds")
@@ -411,16 +429,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="head-to-head rounds (default 6, --quick 4)")
     parser.add_argument("--keep", type=Path, default=None, help="keep configs, CSVs and logs in this folder")
     args = parser.parse_args()
-    names = list(PIPELINES) if args.pipelines == "all" else [n.strip() for n in args.pipelines.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PIPELINES]
-    if unknown:
-        parser.error(f"unknown pipeline(s) {', '.join(unknown)}; known: {', '.join(PIPELINES)}")
+    names = pipeline_names(parser, args.pipelines)
     rounds = args.rounds or (ROUNDS_QUICK if args.quick else ROUNDS)
 
     started = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="loadtune-recommend-"))
-    work = args.keep.resolve() if args.keep else scratch / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    scratch, work = workspace(args.keep, "loadtune-recommend-")
     results = []
     try:
         ref_commit = fetch_reference(args.reference_ref, scratch / "reference")

@@ -21,12 +21,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from recommend import (DEFAULT_PIPELINES, GOAL_TIME_RATIO, PIPELINES, REFERENCE_REF, ROOT, fetch_reference,
-                       machine_line, run_sweep, write_config)
+                       machine_line, pipeline_names, run_sweep, workspace, write_config)
 
 
 def processes(rows: list[dict]) -> int:
@@ -36,18 +35,13 @@ def processes(rows: list[dict]) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pipelines", default=",".join(DEFAULT_PIPELINES))
+    parser.add_argument("--pipelines", default=",".join(DEFAULT_PIPELINES), help="comma-separated, or all")
     parser.add_argument("--reference-ref", default=REFERENCE_REF)
     parser.add_argument("--keep", type=Path, help="keep configs, CSVs and logs in this folder")
     args = parser.parse_args()
-    names = [n for n in args.pipelines.split(",") if n]
-    unknown = [n for n in names if n not in PIPELINES]
-    if unknown:
-        parser.error(f"unknown pipeline(s) {', '.join(unknown)}; known: {', '.join(PIPELINES)}")
+    names = pipeline_names(parser, args.pipelines)
     started = time.perf_counter()
-    scratch = Path(tempfile.mkdtemp(prefix="loadtune-rounds-"))
-    work = args.keep.resolve() if args.keep else scratch / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    scratch, work = workspace(args.keep, "loadtune-rounds-")
     lines = []
     try:
         commit = fetch_reference(args.reference_ref, scratch / "reference")
