@@ -103,7 +103,7 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     batches = int(measure.get("batches", 50))
     epoch_batches = measure.get("epoch_batches")
     loader = DataLoader(dataset, **kwargs)
-    # None for workers started again every epoch when an epoch is no longer than the window.
+    # No extra batches for workers started again every epoch when an epoch is no longer than the window.
     try:
         epoch = len(loader)
     except TypeError:

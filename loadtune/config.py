@@ -118,7 +118,7 @@ class MeasureSpec(_Model):
     def extra_warmup_for(self, num_workers: int, persistent_workers: bool = True,
                          epoch_length: int | None = None, window_batches: int | None = None) -> int:
         """Warm-up batches beyond warmup_batches for `num_workers` loading processes (at most
-        warmup_per_worker_max_s of them). None for workers that start again every epoch when an
+        warmup_per_worker_max_s of them). 0 for workers that start again every epoch when an
         epoch (`epoch_length` batches, where known) is no longer than a window (`batches`, or
         `window_batches`): every window then holds a new set of workers' first batches whatever
         the warm-up, as training does."""
