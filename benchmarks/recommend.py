@@ -18,7 +18,7 @@ The others start from num_workers=1, prefetch_factor=2, with an 8-15 ms sleep as
 For each pipeline:
   1. the default sweep (`loadtune sweep CONFIG`: default strategy, repeats, batches and
      warm-up), timed, with the code here and with a reference version (--reference-ref,
-     default 6f3bd58: its tree from `git archive`, run with PYTHONPATH pointing at it), the
+     default 49c7878, whose default was ofat: its tree from `git archive`, run with PYTHONPATH pointing at it), the
      two in alternating order over the pipelines;
   2. a grid sweep (`--strategy grid --repeats 1`, by the reference version, so the candidates
      come alike before and after a change) for the grid's top 3 by throughput;
@@ -74,7 +74,7 @@ from loadtune.machine import cpu_model, usable_cores  # noqa: E402
 
 GOAL_QUALITY = 0.98
 GOAL_TIME_RATIO = 0.5
-REFERENCE_REF = "6f3bd58"
+REFERENCE_REF = "49c7878"  # the last default sweep before the pipeline model: ofat
 SETTING_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
 WORKER_KEYS = ("prefetch_factor", "persistent_workers")
 TOP = 3
@@ -395,7 +395,14 @@ def bench_pipeline(name: str, index: int, work: Path, ref_code: Path, ref_commit
           f"ratio {time_ratio:.2f}")
     skipped = ended_skipped(now.rows)
     print(f"  ended skipped although a measured worker count makes them valid: {', '.join(skipped) or 'none'}")
-    return {"name": name, "quality": statistics.median(quality) if quality else None, "pairs": quality,
+    most = max((int(r["repeats"]) for r in now.rows if r.get("status") == "ok" and r.get("repeats")), default=0)
+    decided = bool(now.summary.get("decided"))
+    ties = now.summary.get("ties") or []
+    model = now.summary.get("model") or {}
+    print(f"  default sweep: {'decided' if decided else 'not decided'}, at most {most} processes for a trial, "
+          f"{len(ties)} contender(s) tied by the model and the data; model error {model.get('error')} over "
+          f"{model.get('error_trials')} trial(s){', fell back to ofat' if model.get('fell_back_to_ofat') else ''}")
+    return {"name": name, "decided": decided, "most_repeats": most, "quality": statistics.median(quality) if quality else None, "pairs": quality,
             "crossed": statistics.median(crossed) if crossed else None,
             "now_s": now.seconds, "ref_s": ref.seconds, "time_ratio": time_ratio, "skipped": skipped,
             "pick": describe(now.pick), "best": describe(best.settings)}
@@ -469,6 +476,10 @@ def main() -> int:
     figures = "; ".join(f"{r['name']}: {', '.join(r['skipped'])}" for r in skipped) or "none"
     print(f"goal: no swept key ends skipped when a measured worker count makes it valid: "
           f"{'MISSED' if skipped else 'met'} ({figures})")
+    decided = [r["name"] for r in results if r["decided"]]
+    print(f"goal: decided on at least three of the pipelines, at most measure.repeats processes a trial: "
+          f"{'met' if len(decided) >= min(3, len(results)) else 'MISSED'} (decided: {', '.join(decided) or 'none'}; "
+          f"most processes for a trial: {max((r['most_repeats'] for r in results), default=0)})")
     print(f"total {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -97,7 +97,7 @@ def sweep(config: str | Path | Mapping[str, Any], *, out: str | Path | None = No
     `config` is a YAML path or a mapping of the same keys. `overrides` are `--set` assignments
     ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options`: repeats, batches,
     warmup, tolerance, budget, device (config shorthands, as the CLI's), and scale, strategy
-    ("ofat"), rank_by ("throughput"), ranks (1), resume (False), seed, on_event (a callable
+    ("model"), rank_by ("throughput"), ranks (1), resume (False), seed, on_event (a callable
     given each sweep event). Raises LoadtuneError for anything the user can fix.
     """
     from loadtune.sweep_process.runner import default_output, run_sweep
@@ -106,7 +106,7 @@ def sweep(config: str | Path | Mapping[str, Any], *, out: str | Path | None = No
     spec = load(config, overrides, run.pop("scale", 1.0), **options)
     spec = dataclasses.replace(spec, ranks=int(run.pop("ranks", 1)))
     out_path = Path(out) if out is not None else default_output(spec)
-    strategy, rank_by = run.pop("strategy", "ofat"), run.pop("rank_by", "throughput")
+    strategy, rank_by = run.pop("strategy", "model"), run.pop("rank_by", "throughput")
     on_event: Callable[[Any], None] | None = run.pop("on_event", None)
     result = run_sweep(spec, out_path, rank_by, strategy, resume=bool(run.pop("resume", False)),
                        seed=int(run.pop("seed", 0)), **({"on_event": on_event} if on_event else {}))
@@ -138,7 +138,8 @@ def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given
         output=str(result.out_path), config=spec.name, scale=spec.scale,
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
         device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
-        decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data)
+        decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data,
+        model=result.model)
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out_given,
                     torchrun=spec.torchrun)

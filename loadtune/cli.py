@@ -122,8 +122,9 @@ def sweep(
     budget: Optional[float] = typer.Option(None, "--budget", help="Shorthand for measure.budget_s: seconds "
                                            "after which racing adds no more repeats."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
-    strategy: str = typer.Option("ofat", "--strategy", help="ofat (one change at a time from the baseline), "
-                                 "greedy (coordinate descent) or grid (every combination)."),
+    strategy: str = typer.Option("model", "--strategy", help="model (one change at a time, then only what the "
+                                 "fitted pipeline model cannot rule out; the default), ofat (one change at a time "
+                                 "from the baseline), greedy (coordinate descent) or grid (every combination)."),
     rank_by: str = typer.Option("throughput", "--rank-by", help="throughput or wait_ratio."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the result as a chart (PNG)."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
@@ -137,7 +138,7 @@ def sweep(
     from loadtune.config import load_config
     from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.api import summary_of
-    from loadtune.results.report import flagged_lines, not_run_lines, results_table, summary_lines
+    from loadtune.results.report import flagged_lines, not_run_lines, predicted_lines, results_table, summary_lines
     from loadtune.sweep_process.runner import default_output, run_sweep
     from loadtune.sweep_process.strategy import STRATEGIES
 
@@ -186,6 +187,8 @@ def sweep(
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})"))
     for line in not_run_lines(result.records):
         out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
+    for line in predicted_lines(result.records):
+        out_console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
     for line in flagged_lines(result.records):
         out_console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
     for warning in result.warnings:
@@ -243,8 +246,8 @@ def report(
 ) -> None:
     """Show results CSVs as ranked tables with a legend, and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import (LEGEND, flagged_lines, noise_warnings, not_run_lines, report_title,
-                                         results_table)
+    from loadtune.results.report import (LEGEND, flagged_lines, noise_warnings, not_run_lines, predicted_lines,
+                                         report_title, results_table)
 
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     try:
@@ -259,6 +262,8 @@ def report(
         console.print(results_table(rows, title=report_title(rows, path.name)))
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
+        for line in predicted_lines(rows):
+            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
         for line in flagged_lines(rows):
             console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
         for line in noise_warnings(rows):

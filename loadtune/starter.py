@@ -62,9 +62,10 @@ loader:
   # main_threads: null         # torch threads of the training process; null: unchanged.
   # worker_threads: null       # torch and OpenMP/BLAS threads in each worker; null: unchanged.
 
-# sweep: the values to try, one change at a time from the baseline (the default strategy,
-# --strategy ofat); each differing value is a trial of its own. Any loader key but
-# collate_fn / worker_init_fn can be swept. Combinations DataLoader refuses (prefetch_factor
+# sweep: the values to try, one change at a time from the baseline first; each differing value
+# is a trial of its own. The default strategy (model) then predicts every combination and
+# measures only what it cannot rule out (--strategy ofat: follow-up rounds on the winner).
+# Any loader key but collate_fn / worker_init_fn can be swept. Combinations DataLoader refuses (prefetch_factor
 # or persistent_workers without workers) and pin_memory without a GPU are reported as
 # skipped, not run. Default: {} (only the baseline is measured).
 sweep:

@@ -69,7 +69,7 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.2 and ideal.pct_of_ideal == 100
     ok = df[(df.status == "ok") & (df.trial != "ideal")]
     assert list(ok.index) == list(range(len(ok))), "rows that ran come first"
-    assert (ok.pct_of_ideal < 100).all() and (ok.strategy == "ofat").all()
+    assert (ok.pct_of_ideal < 100).all() and (ok.strategy == "model").all()
     assert (ok[ok.asked_by.isna()]["round"] == 1).all()
     assert ok["rank"].is_monotonic_increasing and ok["rank"].iloc[0] == 1
     assert list(ok.throughput) == sorted(ok.throughput, reverse=True), "best first, ties or not"

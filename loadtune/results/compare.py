@@ -22,7 +22,7 @@ from loadtune.trials import BASELINE, IDEAL
 
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
-from loadtune.results.record import load_records, plain_frame
+from loadtune.results.record import PREDICTED, load_records, plain_frame
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 
@@ -38,7 +38,7 @@ DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_m
 
 # Per file, in this order, in the aligned table (`<metric>@<label>`).
 PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
-                    "throughput", "throughput_lo", "throughput_hi",
+                    "throughput", "throughput_lo", "throughput_hi", "predicted_throughput",
                     "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
                     "speedup", "reason")
 FLAGS_COLUMN = "flags"
@@ -296,7 +296,8 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
 
     table = _aligned(results, trials)
     for i, trial in enumerate(trials):
-        statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels}
+        # A config one file measured and another only predicted has not changed its status.
+        statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels} - {PREDICTED}
         if len(statuses) > 1:
             flags[trial].append(STATUS_CHANGED)
         ties = {table.at[i, f"tied_with_best{LABEL_SEPARATOR}{label}"] for label in labels
@@ -361,28 +362,32 @@ def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int)
 
 
 def comparison_table(comparison: Comparison, title: str = "") -> Table:
-    """Trials as rows; per file its rank (`=`: tied with best), samples/s and wait ratio with
-    their 95% intervals; rows that did not run show their status; then the trial's flags."""
+    """Trials as rows; per file its rank (`=`: tied with best), samples/s with its 95% interval
+    and what the pipeline model predicted for it, the wait ratio with its interval; rows that
+    did not run show their status; then the trial's flags."""
     table = Table(title=title or None, header_style="bold")
     table.add_column("trial", justify="left")
     for label in comparison.labels:
         table.add_column(f"{label}\nrank", justify="right")
         table.add_column(f"{label}\nsamples/s [95% CI]", justify="right")
+        table.add_column(f"{label}\npredicted", justify="right")
         table.add_column(f"{label}\nwait ratio [95% CI]", justify="right")
     table.add_column("flags", justify="left")
     for row in comparison.table.to_dict("records"):
         cells: list[Any] = [str(row["trial"])]
         for label in comparison.labels:
             status = row[f"status{LABEL_SEPARATOR}{label}"]
+            predicted = _fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
             if status != OK:
-                cells += [Text(status, style=STATUS_STYLE.get(status, "")), "", ""]
+                cells += [Text(status, style=STATUS_STYLE.get(status, "")), "",
+                          predicted if status == PREDICTED else "", ""]
                 continue
             rank = row[f"rank{LABEL_SEPARATOR}{label}"]
             mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
             winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
             shown = "ref" if row["trial"] == IDEAL else "-" if rank is None or rank is pd.NA else rank
             cells += [Text(f"{mark}{shown}", style=winner_style),
-                      _with_interval(row, "throughput", label, 1),
+                      _with_interval(row, "throughput", label, 1), predicted,
                       _with_interval(row, "wait_ratio", label, 3)]
         flags = row[FLAGS_COLUMN]
         cells.append(Text(flags, style="yellow") if flags else "")

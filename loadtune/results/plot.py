@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from loadtune.errors import LoadtuneError, ResultsError
-from loadtune.results.record import load_records, plain_frame
+from loadtune.results.record import PREDICTED, load_records, plain_frame
 from loadtune.text import short
 from loadtune.trials import BASELINE, IDEAL
 
@@ -35,6 +35,7 @@ WAIT_COLOR = "#f08c00"
 GREY = "#9a9a9a"
 GREY_FILL = "#ececec"
 IDEAL_COLOR = "#c92a2a"
+PREDICTED_COLOR = "#212529"
 WAIT_LABEL_OUTSIDE_BELOW = 0.85
 LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.6}
 
@@ -84,10 +85,13 @@ def _meta_value(df: pd.DataFrame, col: str) -> str:
 
 def trial_order(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[str]:
     """Trials top to bottom: the first CSV's ranking (best first, rows that did not run last),
-    then trials only the other CSVs have, in their order. The `ideal` row is not a trial."""
+    then trials only the other CSVs have, in their order. The `ideal` row is not a trial, nor are
+    configs the model only predicted (status predicted: the CSV holds them)."""
     order: list[str] = []
     for i, (_, df) in enumerate(frames):
         rows = df[df["trial"] != IDEAL]
+        if "status" in rows.columns:
+            rows = rows[rows["status"] != PREDICTED]
         if i == 0 and "rank" in rows.columns:
             rows = rows.assign(_pos=range(len(rows)))
             rows = rows.sort_values(["rank", "_pos"], na_position="last", kind="stable")
@@ -170,7 +174,8 @@ def _throughput_right(rows: dict[str, dict[str, Any]], n_frames: int) -> float:
     ends = [1.0]
     for row in rows.values():
         if _is_ok(row):
-            ends.append(max(_num(row["throughput"]), _num(row.get("throughput_hi")) or 0.0))
+            ends.append(max(_num(row["throughput"]), _num(row.get("throughput_hi")) or 0.0,
+                            _num(row.get("predicted_throughput")) or 0.0))
     return max(ends) * (1.22 if n_frames == 1 else 1.3 if n_frames == 2 else 1.45)
 
 
@@ -187,6 +192,12 @@ def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]],
         ax.barh(ys, values, xerr=[below, above], color=[_bar_color(r) for r in data], height=0.62,
                 error_kw={"ecolor": "#333333", "elinewidth": 1.1, "capsize": 3}, zorder=2)
     highs = [v + a for v, a in zip(values, above)]
+    predicted = [(y, p) for y, r in zip(ys, data) if (p := _num(r.get("predicted_throughput"))) is not None]
+    if predicted:  # what the model said before the trial ran
+        ax.scatter([p for _, p in predicted], [y for y, _ in predicted], marker="D", s=22, color=PREDICTED_COLOR,
+                   zorder=4, linewidths=0)
+        at = dict(predicted)
+        highs = [max(high, at.get(y, 0.0)) for high, y in zip(highs, ys)]  # labels clear the marker
     base = rows.get(BASELINE)
     base_value = _num(base["throughput"]) if _is_ok(base) else None
     ideal_value = _num(ideal["throughput"]) if _is_ok(ideal) else None
@@ -264,6 +275,9 @@ def _legend_handles(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[Any]:
                Patch(color=BASELINE_COLOR, label="baseline"),
                Patch(color=OTHER_COLOR, label="other trial"),
                Line2D([], [], color=BASELINE_COLOR, ls="--", label="baseline throughput")]
+    if any("predicted_throughput" in df.columns and df["predicted_throughput"].notna().any() for _, df in frames):
+        handles.append(Line2D([], [], color=PREDICTED_COLOR, marker="D", ls="", markersize=5,
+                              label="predicted before it ran"))
     if any((df["trial"] == IDEAL).any() for _, df in frames):
         handles.append(Line2D([], [], color=IDEAL_COLOR, ls=":", label="ideal: the step fed from memory"))
     handles.append(Patch(color=GREY_FILL, label="did not run (reason in grey)"))

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Sequence, TypeVar
 from loadtune.errors import ResultsError
 from loadtune.results.interval import Interval
 
-FORMAT_VERSION = 2  # 1: written before this column existed; read the same, with the defaults below
+FORMAT_VERSION = 3  # 1: before this column existed (migrated below); 2: before the predicted columns and rows
 INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
 TRUE_TEXT = frozenset({"true", "yes", "1"})
 FALSE_TEXT = frozenset({"false", "no", "0"})
@@ -30,6 +30,8 @@ ENCODING = "utf-8"
 DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT = "same", "duplicates", "different"
 DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
 DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
+# The status of a row the pipeline model predicted and the sweep never measured.
+PREDICTED = "predicted"
 
 
 def _col(kind: str, digits: int | None = None) -> Any:
@@ -153,11 +155,20 @@ class Record(_Table):
     worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
     disturbed_repeats: int | None = _col(INT)  # repeats measured again: other processes used the cores
     data_check: str | None = _col(TEXT)  # same, duplicates, different (DATA_CHECKS); empty: not checked
+    # What the pipeline model predicted before the trial ran (empty: no model yet); the only
+    # figures of a `predicted` row, a config of the space that was never measured.
+    predicted_throughput: float | None = _col(FLOAT, 2)
+    predicted_wait_ratio: float | None = _col(FLOAT, 4)
     format_version: int | None = _col(INT)
 
     @property
     def ran(self) -> bool:
         return self.status == "ok" and self.throughput is not None and self.wait_ratio is not None
+
+    @property
+    def predicted_only(self) -> bool:
+        """A config the model scored but the sweep did not measure: never ranked or recommended."""
+        return self.status == PREDICTED
 
     @property
     def data_flagged(self) -> bool:

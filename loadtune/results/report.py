@@ -54,11 +54,16 @@ def _interval(record: Record, key: str, digits: int) -> str:
 
 
 def results_table(records: Sequence[Record], title: str = "") -> Table:
-    """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed."""
+    """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed;
+    `predicted` is what the pipeline model said before the trial ran. Configs only predicted,
+    never measured, are left out (predicted_lines says how many; the CSV holds them)."""
     table = Table(title=title or None, header_style="bold", caption_justify="left")
+    records = [r for r in records if not r.predicted_only]
     longest = max((len(r.trial or "") for r in records), default=5)
-    for name in ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup", "% of ideal",
-                 "wait ms", "p95 ms", "step ms", "1st batch s", "epoch start ms"):
+    predicted = any(r.predicted_throughput is not None for r in records)  # files before the model have none
+    for name in ("rank", "trial", "samples/s [95% CI]", *(("predicted",) if predicted else ()),
+                 "wait ratio [95% CI]", "speedup", "% of ideal", "wait ms", "p95 ms", "step ms", "1st batch s",
+                 "epoch start ms"):
         if name == "trial":
             table.add_column(name, justify="left", no_wrap=True, min_width=min(longest, TRIAL_WIDTH_MAX))
         elif "CI" in name:
@@ -69,7 +74,7 @@ def results_table(records: Sequence[Record], title: str = "") -> Table:
         if r.status != "ok":
             status = r.status or ""
             table.add_row("-", Text(r.trial or ""), Text(status, style=STATUS_STYLE.get(status, "")),
-                          *([""] * 8), style="dim")
+                          *([""] * (9 if predicted else 8)), style="dim")
             continue
         mark = "=" if r.tied_with_best else ""
         flagged = r.data_flagged
@@ -77,6 +82,7 @@ def results_table(records: Sequence[Record], title: str = "") -> Table:
             "-" if flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
             Text(f"{r.trial or ''} ({r.data_check})" if flagged else r.trial or ""),
             _interval(r, "throughput", 1),
+            *((_fmt(r.predicted_throughput, 1),) if predicted else ()),
             _interval(r, "wait_ratio", 3),
             _fmt(r.speedup),
             _fmt(r.pct_of_ideal, 1),
@@ -91,7 +97,18 @@ def results_table(records: Sequence[Record], title: str = "") -> Table:
 
 
 def not_run_lines(records: Sequence[Record]) -> list[str]:
-    return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records if r.status != "ok"]
+    return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records
+            if r.status != "ok" and not r.predicted_only]
+
+
+def predicted_lines(records: Sequence[Record]) -> list[str]:
+    """One line on the configs of the space the model predicted and the sweep did not measure."""
+    only = [r for r in records if r.predicted_only and r.predicted_throughput is not None]
+    if not only:
+        return []
+    best = max(only, key=lambda r: r.predicted_throughput or 0.0)
+    return [f"{len(only)} more configs of the space were predicted, not measured (status predicted in the CSV); "
+            f"the best of them: {best.trial}, {best.predicted_throughput:.1f} samples/s predicted."]
 
 
 def flagged_lines(records: Sequence[Record]) -> list[str]:
@@ -180,6 +197,7 @@ class Summary:
     loader_kwargs: dict[str, Any] | None = None  # the recommended trial's settings
     change: dict[str, Any] | None = None  # those that differ from the baseline's
     data: DataFindings | None = None  # the data check
+    model: Any = None  # results.model.ModelReport: the pipeline model fitted to the measured trials
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -217,6 +235,8 @@ class Summary:
             "change": self.change,
             "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
             "data_check": self.data.to_json() if self.data is not None else None,
+            "model": self.model.to_json() if self.model is not None else None,
+            "ties": [dataclasses.asdict(t) for t in getattr(self.decision, "ties", ())],
         }
         if self.ranks > 1:
             one = self.one_rank
@@ -268,6 +288,12 @@ def summary_lines(info: Summary) -> list[str]:
         within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
         lines.append(f"  {best.trial} measured fastest; the recommendation is shown within {within} of it and is "
                      "the cheapest such trial (fewest workers).")
+    for tie in getattr(decision, "ties", ()):
+        spread = "this machine's spread between processes" if tie.spread_source == "processes" else \
+            "the spread of the model's fit"
+        lines.append(f"Tied: the model predicts {tie.other} at {tie.predicted_ratio:.2f}x the pick, and it measured "
+                     f"{tie.measured_ratio:.2f}x, within {spread} (±{tie.spread:.0%}); the cheaper is picked and "
+                     "neither was raced further.")
     if decision is not None and decision.decided:
         lines.append(f"Decided: the pick is shown as good as every other contender within {decision.tolerance:.0%} "
                      "of throughput.")
@@ -301,11 +327,31 @@ def summary_lines(info: Summary) -> list[str]:
             lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}: "
                          f"{measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on.")
     lines.extend(data_lines)
+    lines.extend(_model_lines(info.model))
     lines.extend(_ranks_lines(info, chosen))
     scaled = f" ({info.scaled})" if info.scaled else ""
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
     return lines
+
+
+# Above this median error the summary says the model does not fit the pipeline.
+MODEL_ERROR_LARGE = 0.15
+
+
+def _model_lines(report: Any) -> list[str]:
+    """One line on the pipeline model: how well it predicted the trials before they ran."""
+    if report is None:
+        return []
+    if report.fell_back:
+        return ["Model: it does not fit this pipeline (its first-round trials, each predicted from the others, "
+                "were off by more than 15%): the sweep measured as ofat does."]
+    if report.error is None:
+        return [f"Model: fitted to {report.model.trials} trials; no trial was predicted before it ran."]
+    verdict = "it does not fit this pipeline well: trust the measurements, not the predicted rows" \
+        if report.error > MODEL_ERROR_LARGE else "predicted rows in the CSV are as good as that"
+    return [f"Model: predicted the {report.checked} trials measured after it was fitted within "
+            f"{report.error:.0%} (median); {verdict}."]
 
 
 def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
@@ -331,6 +377,7 @@ LEGEND = (
     "rank: 1 = best by throughput; '=' marks trials shown within the tolerance (default 3%) of the best "
     "(tied); 'ref' is the ideal (the step fed from memory), not a setting; '-' with (duplicates) or "
     "(different): the trial delivered other samples than the baseline (data_check), so it is not ranked.",
+    "predicted: the pipeline model's throughput for the trial, made before it ran.",
     "wait ratio: share of the loop spent waiting for data and copying it to the device; "
     "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",
     "wait / p95 ms: mean and 95th percentile wait per counted batch; 1st batch s: worker start-up; "

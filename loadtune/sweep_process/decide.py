@@ -127,9 +127,20 @@ def expected_shortfall(a: Scored, b: Scored, by: str = "throughput") -> float | 
     return float(np.mean(np.maximum(0.0, diff))) if diff is not None else None
 
 
-def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput") -> bool:
+# Pairs of trials (as frozensets of two names) the pipeline model and the data tie: the model
+# explains them as equal and their measurements agree within the spread between processes.
+Ties = frozenset
+
+
+def tied(a: Scored, b: Scored, ties: Ties = frozenset()) -> bool:
+    return a.name == b.name or frozenset((a.name, b.name)) in ties
+
+
+def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput", ties: Ties = frozenset()) -> bool:
     """Shown to be as good as b, within the tolerance: throughput at least (1 - tolerance) of b's,
-    or a wait ratio at most `tolerance` above b's."""
+    or a wait ratio at most `tolerance` above b's; or tied with it by the model and the data."""
+    if ties and tied(a, b, ties):
+        return True
     if by == "throughput":
         return throughput_ratio_lower(a, b) >= 1 - tolerance
     return wait_ratio_excess_upper(a, b) <= tolerance
@@ -153,13 +164,14 @@ def order(items: Sequence[Scored], by: str = "throughput") -> list[Scored]:
     return sorted(ran, key=lambda i: (i.wait_ratio.mean, -i.throughput.mean))
 
 
-def pick(items: Sequence[Scored], tolerance: float, by: str = "throughput") -> Scored | None:
+def pick(items: Sequence[Scored], tolerance: float, by: str = "throughput",
+         ties: Ties = frozenset()) -> Scored | None:
     """The cheapest trial shown as good as the best, within the tolerance; None when none ran."""
     ranked = order(items, by)
     if not ranked:
         return None
-    tied = [i for i in ranked if as_good(i, ranked[0], tolerance, by)]
-    return min(tied, key=lambda i: i.cost)
+    good = [i for i in ranked if as_good(i, ranked[0], tolerance, by, ties)]
+    return min(good, key=lambda i: i.cost)
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,7 @@ class RaceStep:
 
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: str = "throughput",
-              stopped: frozenset[str] = frozenset(), may_stop: bool = True) -> RaceStep:
+              stopped: frozenset[str] = frozenset(), may_stop: bool = True, ties: Ties = frozenset()) -> RaceStep:
     """One step of the race among the trials that ran and were not stopped before: the pick and
     its strongest undecided rival are asked for one more repeat each. Repeats already at
     `max_repeats` (or kept from an earlier run, with none measured now: repeats 0) are not asked
@@ -191,10 +203,10 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: s
     leader = live[0]
     stop = tuple(i.name for i in live if may_stop and clearly_behind(i, leader, tolerance, by))
     live = [i for i in live if i.name not in stop]
-    chosen = pick(live, tolerance, by)
+    chosen = pick(live, tolerance, by, ties)
     assert chosen is not None
     enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
-    undecided = [i for i in live if i.name != chosen.name
+    undecided = [i for i in live if i.name != chosen.name and not tied(chosen, i, ties)
                  and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats or enough) < enough)]
     # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
     undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from loadtune.results.record import Record
-from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, as_good, order
+from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, Ties, as_good, order
 from loadtune.trials import cost_of
 
 RANK_BY = ("throughput", "wait_ratio")
@@ -26,7 +26,7 @@ class Placing:
 
 
 def rank(items: Sequence[Scored], by: str = "throughput", tolerance: float = DEFAULT_TOLERANCE,
-         ) -> dict[str, Placing]:
+         ties: Ties = frozenset()) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial shown as good as its group's leader, within the
     tolerance, shares the leader's rank; one that cannot be told yet starts a group of its own."""
     if by not in RANK_BY:
@@ -35,7 +35,7 @@ def rank(items: Sequence[Scored], by: str = "throughput", tolerance: float = DEF
     leader: Scored | None = None
     group_rank = 0
     for position, item in enumerate(order(items, by), start=1):
-        if leader is None or not as_good(item, leader, tolerance, by):
+        if leader is None or not as_good(item, leader, tolerance, by, ties):
             leader, group_rank = item, position
         placings[item.name] = Placing(group_rank, group_rank == 1)
     return placings

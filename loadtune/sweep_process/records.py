@@ -26,7 +26,7 @@ def stats_columns(stats: TrialStats) -> dict[str, Any]:
     )
 
 
-def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int, status: str = OK, reason: str = "",
+def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int | None, status: str = OK, reason: str = "",
                  wall_s: float | None = None, stats: TrialStats | None = None,
                  measurement: Measurement | None = None, diagnosis: Mapping[str, Any] | None = None,
                  **extra: Any) -> Record:

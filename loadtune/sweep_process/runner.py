@@ -4,6 +4,7 @@ repeats each in a trial process of its own, ranking, and the results file."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import multiprocessing
 import os
 import random
@@ -21,7 +22,9 @@ from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
 from loadtune.results.report import noise_warnings
-from loadtune.results.record import DATA_FLAGGED, RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.model import ModelReport, PipelineModel, Prediction, fit, leave_one_out_error, prediction_error
+from loadtune.results.record import (DATA_FLAGGED, PREDICTED, RankRecord, Record, ResultsFile, rank_file,
+                                     read_records)
 from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep_process import events
 from loadtune.sweep_process.datacheck import CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, streams
@@ -29,13 +32,14 @@ from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import baseline_trial, ideal_trial
-from loadtune.sweep_process.decide import RaceStep, Scored, order, race_step
+from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import (OK, SKIPPED, apply_ranking, rank_records, stats_columns,
                                           trial_record)
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
-from loadtune.sweep_process.strategy import STRATEGIES, run_strategy
+from loadtune.sweep_process.plan import grid_plan
+from loadtune.sweep_process.strategy import STRATEGIES, config_key, run_strategy
 from loadtune.sweep_process.torchrun import local_ranks
 from loadtune.trial_process.device import is_accelerator
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
@@ -50,6 +54,9 @@ BUSY_WATCH_S = 0.25
 # The first build of a dataset may fill a cache (download, decode, generate): allowed this long
 # at least, whatever measure.timeout_s says about a trial.
 PREFLIGHT_MIN_TIMEOUT_S = 600.0
+# Two trials the model explains as equal are tied when their measured throughputs differ by at
+# most this many standard deviations of the spread between processes (about 95%).
+TIE_SPREADS = 2.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,7 @@ class SweepResult:
     decision: "Decision | None" = None
     source: str = "dataset"  # what the dataset factory returned (the baseline came from its DataLoader)
     data: DataFindings | None = None  # the data check: trials flagged, and why some were not checked
+    model: ModelReport | None = None  # the pipeline model fitted to the measured trials
 
 
 @dataclass(frozen=True)
@@ -79,6 +87,20 @@ class Decision:
     why: str = ""  # what ended the racing when undecided: the repeats, the budget, or the expected shortfall
     expected: float | None = None  # the pick's largest expected shortfall against the undecided
     remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
+    ties: tuple["ModelTie", ...] = ()  # contenders the model and the data tied with the pick
+
+
+@dataclass(frozen=True)
+class ModelTie:
+    """Two trials the pipeline model explains as equal whose measurements agree within the
+    spread between processes: tied, the cheaper picked, neither raced further."""
+
+    pick: str
+    other: str
+    predicted_ratio: float  # predicted throughput of other / pick
+    measured_ratio: float  # measured throughput of other / pick
+    spread: float  # the spread between processes it was judged against (log sd)
+    spread_source: str  # "processes" (repeats of the same trials) or "model" (the fit's residuals)
 
 
 def default_output(spec: RunSpec) -> Path:
@@ -180,6 +202,7 @@ class TrialRun:
     rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
     check: Check | None = None  # its data check (datacheck), once there was something to compare
     delivered: tuple[int, Delivery | None] | None = None  # (repeats, delivery) it was taken from
+    predicted: Prediction | None = None  # what the pipeline model predicted before it ran
 
     @property
     def flagged(self) -> bool:
@@ -205,7 +228,8 @@ class Runner:
                  emit: events.OnEvent, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
                  execute: Executor = run_in_trial_process, sampled_ranks: int = 1,
                  per_rank: ResultsFile | None = None, scratch: str | None = None,
-                 stable_bytes: bool | None = True, iterable: bool | None = None) -> None:
+                 stable_bytes: bool | None = True, iterable: bool | None = None,
+                 dataset_len: int | None = None) -> None:
         self.spec, self.device, self.context, self.results = spec, device, context, results
         self.emit, self.execute, self.cores, self.shm_check = emit, execute, cores, shm_check
         self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
@@ -226,6 +250,13 @@ class Runner:
         # (preflight's stable_bytes); the fixes it names depend on the dataset's kind.
         self.key_kind = LABEL if stable_bytes is False else CONTENT
         self.iterable = iterable
+        # The pipeline model, fitted to the measured trials (refitted when they change).
+        self.dataset_len = dataset_len
+        self._model: tuple[tuple, PipelineModel | None] | None = None
+        self.model_fell_back = False
+        self.model_ties: Ties = frozenset()
+        self.use_model_ties = False  # the model strategy: contenders the model and the data tie are not raced
+        self.tie_notes: tuple[ModelTie, ...] = ()
 
     # --- what is known ---------------------------------------------------------------------
 
@@ -236,6 +267,96 @@ class Runner:
     @property
     def trials(self) -> dict[str, Trial]:
         return {name: r.trial for name, r in self.runs.items()}
+
+    # --- the pipeline model --------------------------------------------------------------------
+
+    def _modelled(self) -> list[Record]:
+        """The records the model is fitted to: trials measured in this sweep that ran (the ideal
+        and trials the data check flagged are not the pipeline)."""
+        return [run.record for name, run in self.runs.items()
+                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged]
+
+    def fit(self) -> PipelineModel | None:
+        """The pipeline model fitted to every trial measured so far (None with too few)."""
+        records = self._modelled()
+        key = tuple((r.trial, r.repeats, r.throughput) for r in records)
+        if self._model is None or self._model[0] != key:
+            self._model = (key, fit(records, self.dataset_len, self.spec.config.measure.epoch_batches,
+                                    self.spec.config.loader.model_dump()))
+        return self._model[1]
+
+    def held_out_error(self) -> float | None:
+        """Median |predicted / measured - 1| of each measured trial, by the model fitted to the others."""
+        return leave_one_out_error(self._modelled(), self.dataset_len, self.spec.config.measure.epoch_batches)
+
+    def fell_back(self, error: float | None) -> None:
+        self.model_fell_back = True
+        said = f"its median error on the first round's trials, each predicted from the others, is {error:.0%}" \
+            if error is not None else "too few trials ran to fit it"
+        self.emit(events.Notice(f"the pipeline model does not fit this pipeline ({said}): measuring as ofat does"))
+
+    def model_report(self) -> ModelReport | None:
+        model = self.fit()
+        if model is None:
+            return None
+        error, checked = prediction_error(self.records)
+        return ModelReport(model, error, checked, self.model_fell_back)
+
+    def _predict_new(self, runs: Sequence[TrialRun]) -> None:
+        """Each new trial's prediction, before it runs: the CSV then shows how good the model is."""
+        model = self.fit() if any(r.trial.feed != FEED_MEMORY for r in runs) else None
+        if model is None:
+            return
+        for run in runs:
+            if run.trial.feed != FEED_MEMORY and run.predicted is None:
+                run.predicted = model.predict(run.trial.loader_kwargs)
+
+    def tie_with_model(self) -> None:
+        """Contenders the model explains as equal to the pick (predicted within the tolerance)
+        whose measurements agree within the spread between processes (the pooled spread of
+        repeats; before any trial has two, the spread of the model's fit) are tied with it."""
+        model = self.fit()
+        step = self.last_race
+        if model is None or step is None or step.pick is None or self.model_fell_back:
+            return
+        tolerance = self.spec.config.measure.tolerance
+        if self.noise is not None:
+            spread, source = self.noise.throughput_log_sd, "processes"
+        else:
+            spread, source = model.residual_log_sd, "model"
+        pick = self.runs[step.pick]
+        ties, notes = set(self.model_ties), list(self.tie_notes)
+        for name in step.undecided:
+            other = self.runs[name]
+            if pick.score is None or other.score is None or not pick.score.ran or not other.score.ran:
+                continue
+            predicted = model.predict(other.trial.loader_kwargs).throughput / \
+                model.predict(pick.trial.loader_kwargs).throughput
+            measured = other.score.throughput.mean / pick.score.throughput.mean
+            judged = spread * math.sqrt(1 / max(pick.repeats, 1) + 1 / max(other.repeats, 1))
+            if abs(predicted - 1) <= tolerance and abs(math.log(measured)) <= TIE_SPREADS * judged:
+                ties.add(frozenset((pick.trial.name, name)))
+                notes.append(ModelTie(pick.trial.name, name, predicted, measured, spread, source))
+        self.model_ties, self.tie_notes = frozenset(ties), tuple(notes)
+
+    def predicted_records(self) -> list[Record]:
+        """Every config of the space (each combination of the swept values) that was not measured,
+        with the final model's prediction: status `predicted`, never ranked or recommended."""
+        model = self.fit()
+        if model is None:
+            return []
+        cfg = self.spec.config
+        accelerator = is_accelerator(self.device)
+        measured = {config_key(run.trial) for run in self.runs.values() if run.trial.settings}
+        out = []
+        for trial in grid_plan(cfg, accelerator):
+            if trial.skipped or config_key(trial) in measured or trial.name in self.runs:
+                continue
+            guess = model.predict(trial.loader_kwargs)
+            out.append(trial_record(trial, self.context, round_no=None, status=PREDICTED,
+                                    reason="not measured: the pipeline model predicts it",
+                                    predicted_throughput=guess.throughput, predicted_wait_ratio=guess.wait_ratio))
+        return out
 
     def scored(self, name: str) -> Scored:
         """The trial's score as racing, ranking and the strategies see it: a trial flagged by the
@@ -297,7 +418,7 @@ class Runner:
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
                                       stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
-                                      **_check_columns(run.check))
+                                      **_check_columns(run.check), **_predicted_columns(run.predicted))
             if self.per_rank is not None and measurement.ranks:
                 run.rank_records = rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context)
         if first_time:
@@ -339,6 +460,7 @@ class Runner:
                 self._finish(run)
             else:
                 new.append(run)
+        self._predict_new(new)
         # The ideal is a reference, not a contender: one repeat is enough.
         first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else m.min_repeats for run in new}
         self._plan_runs(sum(first.values()))
@@ -445,10 +567,18 @@ class Runner:
                           and run.trial.name != IDEAL and not run.flagged]
             # Nothing is stopped before some trial has two repeats: until then, no interval shows
             # how much processes differ, and one slow process would stop a contender.
-            step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
-                             frozenset(run.trial.name for run in contenders if run.stopped_early),
-                             may_stop=self.noise is not None)
+            behind = frozenset(run.trial.name for run in contenders if run.stopped_early)
+            step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by, behind,
+                             may_stop=self.noise is not None, ties=self.model_ties)
             self.last_race = step
+            if more and self.use_model_ties and not step.decided:
+                # Contenders the model and the data tie with the pick need no more repeats.
+                ties = self.model_ties
+                self.tie_with_model()
+                if self.model_ties != ties:
+                    step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
+                                     behind, may_stop=self.noise is not None, ties=self.model_ties)
+                    self.last_race = step
             for name in step.stop:
                 stopped = self.runs[name]
                 stopped.stopped_early = True
@@ -465,8 +595,10 @@ class Runner:
         if step is None or step.pick is None:
             return None
         tolerance = self.spec.config.measure.tolerance
+        ties = tuple(t for t in self.tie_notes if t.pick == step.pick and frozenset((t.pick, t.other))
+                     in self.model_ties)
         if step.decided:
-            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected)
+            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties)
         if step.settled:
             why = (f"racing ended once the pick's expected shortfall against each contender left "
                    f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
@@ -475,7 +607,7 @@ class Runner:
         else:
             why = f"measure.repeats={self.spec.config.measure.repeats} ran out"
         remedy = "rerun with a smaller --tolerance to race closer calls" if step.settled else Decision.remedy
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy)
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy, ties)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
@@ -499,7 +631,7 @@ class Runner:
                                     f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
                                     "measuring it again"))
 
-def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "ofat",
+def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "model",
               on_event: events.OnEvent = events.ignore, seed: int = 0, resume: bool = False,
               shm_free_mb: float | None | str = "measure", execute: Executor = run_in_trial_process) -> SweepResult:
     """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
@@ -569,8 +701,9 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
                     shm_check=lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks),
                     execute=execute, sampled_ranks=1 if spec.torchrun else spec.ranks, per_rank=per_rank,
                     scratch=scratch.name if scratch is not None else None, stable_bytes=info.stable_bytes,
-                    iterable=info.iterable)
+                    iterable=info.iterable, dataset_len=info.dataset_len)
     runner.rank_by = rank_by
+    runner.use_model_ties = strategy == "model"
     runner.resume(kept, kept_ranks)
     on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
     ideal = ideal_trial(cfg)
@@ -581,12 +714,12 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
         return runner.measure([*extra, *trials], round_no)
 
     try:
-        run_strategy(strategy, cfg, accelerator, measure, rank_by, cfg.measure.tolerance)
+        run_strategy(strategy, cfg, accelerator, measure, rank_by, cfg.measure.tolerance, modeler=runner)
         runner.race()
     finally:
         if scratch is not None:
             scratch.cleanup()
-    records = tuple(_ranked(runner, rank_by))
+    records = tuple(_ranked(runner, rank_by)) + tuple(runner.predicted_records())
     unstable = noise_warnings(records)
     disturbed = [f"{r.trial} ({r.disturbed_repeats})" for r in records if r.disturbed_repeats]
     if disturbed:
@@ -598,7 +731,7 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
     results.replace(records)
     on_event(events.SweepFinished(records))
     return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
-                       spec.source, runner.data_findings())
+                       spec.source, runner.data_findings(), runner.model_report())
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
@@ -610,6 +743,13 @@ def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
             and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
             and r.batches == m.batches]
+
+
+def _predicted_columns(predicted: Prediction | None) -> dict[str, Any]:
+    """What the model predicted for a trial before it ran (nothing when there was no model yet)."""
+    if predicted is None:
+        return {}
+    return {"predicted_throughput": predicted.throughput, "predicted_wait_ratio": predicted.wait_ratio}
 
 
 def _check_columns(check: Check | None) -> dict[str, Any]:
@@ -628,7 +768,7 @@ def _seed(name: str) -> int:
 
 def _ranked(runner: Runner, rank_by: str) -> list[Record]:
     scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
-    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance)
+    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model_ties)
     return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
 
 

@@ -1,4 +1,5 @@
-"""How to search the settings: one change at a time with follow-up rounds on the winner (ofat),
+"""How to search the settings: one change at a time, then what the pipeline model cannot rule
+out (model, the default), one change at a time with follow-up rounds on the winner (ofat),
 coordinate descent (greedy), or every combination (grid). A strategy decides which trials to
 measure next from the scores of those already measured; measuring is a callback (which also
 races the repeats), so tests drive a strategy with a fake measurer."""
@@ -7,16 +8,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, order, pick
 from loadtune.sweep_process.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
                                  trial_for)
 from loadtune.sweep_process.ranking import rank
-from loadtune.trials import IDEAL, Trial
+from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 
-STRATEGIES = ("ofat", "greedy", "grid")
+STRATEGIES = ("model", "ofat", "greedy", "grid")
+DEFAULT_STRATEGY = "model"
+# The model strategy measures at most this many follow-up rounds after the first.
+MAX_MODEL_ROUNDS = 6
+# Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
+# model fitted to the others) the model does not fit the pipeline: the sweep measures as ofat does.
+MODEL_FALLBACK_ERROR = 0.15
 MAX_GREEDY_ROUNDS = 4
 MAX_FOLLOW_UP_ROUNDS = 4
 # A value whose throughput was below this share of the best of its key's last sweep is not
@@ -25,6 +32,15 @@ FAR_BEHIND = 0.75
 
 # Measure these trials (round number given) and return the score of each, by trial name.
 Measure = Callable[[Sequence[Trial], int], Mapping[str, Scored]]
+
+
+class Modeler(Protocol):
+    """What the model strategy needs of the runner: the pipeline model fitted to every trial
+    measured so far, and how well it predicts a trial it was not fitted to."""
+
+    def fit(self) -> Any: ...  # results.model.PipelineModel, or None with too few trials
+    def held_out_error(self) -> float | None: ...
+    def fell_back(self, error: float | None) -> None: ...  # told when the sweep measures as ofat instead
 
 
 @dataclass(frozen=True)
@@ -156,17 +172,18 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
 
 
 def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],
-                  known: dict[str, Trial], by: str, tolerance: float, round_no: int) -> list[Visit]:
+                  known: dict[str, Trial], by: str, tolerance: float, round_no: int,
+                  admit: Callable[[Trial], bool] = lambda t: True) -> list[Visit]:
     """Measure what the pick's verdict advises, when that is a loader setting not measured on
-    top of it yet (more workers, a deeper prefetch, in_order=False, persistent workers): one
-    more round, its trials marked as asked for by that verdict."""
+    top of it yet (more workers, a deeper prefetch, in_order=False, persistent workers) and
+    `admit` lets it: one more round, its trials marked as asked for by that verdict."""
     chosen = _winner(scores, known, by, tolerance)
     if chosen is None or not scores[chosen.name].suggests:
         return []
     new = []
     for change in scores[chosen.name].suggests:
         trial = trial_for(config, {**changes_from_baseline(config, chosen), **dict(change)}, accelerator)
-        if trial.name not in known and not trial.skipped:
+        if trial.name not in known and not trial.skipped and admit(trial):
             trial = dataclasses.replace(trial, asked_by=chosen.name)
             known[trial.name] = trial
             new.append(trial)
@@ -230,8 +247,99 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
                                   max(v.round for v in visits))
 
 
+def config_key(trial: Trial) -> tuple:
+    """A config as DataLoader applies it: two trials with the same key measure the same thing."""
+    return tuple(sorted({**dict(trial.settings), **effective_settings(trial.loader_kwargs)}.items()))
+
+
+def _believed(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
+              by: str) -> float | None:
+    """A config's figure as the search believes it: measured where it was, else predicted."""
+    name = measured.get(config_key(trial))
+    if name is not None:
+        score = scores.get(name)
+        if score is None or not score.ran:
+            return None
+        return score.throughput.mean if by == "throughput" else score.wait_ratio.mean
+    predicted = model.predict(trial.loader_kwargs)
+    return predicted.throughput if by == "throughput" else predicted.wait_ratio
+
+
+def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
+                  by: str, tolerance: float) -> list[Trial]:
+    """What the model cannot rule out, not measured yet: the config believed best (measured
+    figures where there are, predictions elsewhere) and the cheapest config believed within the
+    tolerance of it. Both measured: nothing left to learn."""
+    believed = {t.name: b for t in space if (b := _believed(t, scores, measured, model, by)) is not None}
+    if not believed:
+        return []
+    if by == "throughput":
+        best = max(believed.values())
+        within = [t for t in space if t.name in believed and believed[t.name] >= (1 - tolerance) * best]
+        top = max(within, key=lambda t: believed[t.name])
+    else:
+        best = min(believed.values())
+        within = [t for t in space if t.name in believed and believed[t.name] <= best + tolerance]
+        top = min(within, key=lambda t: believed[t.name])
+    cheapest = min(within, key=lambda t: cost_of(t.loader_kwargs))
+    return [t for t in dict.fromkeys((top, cheapest)) if config_key(t) not in measured]
+
+
+def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
+              tolerance: float = DEFAULT_TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
+    """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
+    with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
+    measured trials and refitted after every measurement, predicts every config of the space
+    (every combination of the swept values); only what it cannot rule out is measured, the config
+    believed best and the cheapest believed within the tolerance of it, until both are measured.
+    When the model predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
+    if modeler is None:
+        raise ValueError("the model strategy needs the runner's model")
+    trials = [t for t in ofat_plan(config, accelerator) if not _needs_workers(t)]
+    scores = dict(measure(trials, 1))
+    visits = [Visit(t, 1) for t in trials]
+    model = modeler.fit()
+    error = modeler.held_out_error()
+    if model is None or error is None or error > MODEL_FALLBACK_ERROR:
+        modeler.fell_back(error)
+        return visits + run_ofat(config, accelerator, measure, by, tolerance)
+    space = [t for t in grid_plan(config, accelerator) if not t.skipped]
+    measured = {config_key(t): t.name for t in trials}
+    known = {t.name: t for t in trials}
+    round_no = 1
+    while round_no <= MAX_MODEL_ROUNDS and model is not None:
+        new = model_targets(space, scores, measured, model, by, tolerance)
+        if not new:
+            break
+        round_no += 1
+        scores.update(measure(new, round_no))
+        visits.extend(Visit(t, round_no) for t in new)
+        for t in new:
+            measured[config_key(t)] = t.name
+            known[t.name] = t
+        model = modeler.fit()
+    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no,
+                                  admit=lambda t: model is None or _promising(t, scores, measured, model, by,
+                                                                               tolerance, space))
+
+
+def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any, by: str,
+               tolerance: float, space: Sequence[Trial]) -> bool:
+    """Whether the model predicts a config outside the space (a verdict's advice) within the
+    tolerance of the best believed in it: only then is it worth measuring."""
+    values = [b for t in space if (b := _believed(t, scores, measured, model, by)) is not None]
+    if not values:
+        return True
+    predicted = model.predict(trial.loader_kwargs)
+    if by == "throughput":
+        return predicted.throughput >= (1 - tolerance) * max(values)
+    return predicted.wait_ratio <= min(values) + tolerance
+
+
 def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-                 tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+                 tolerance: float = DEFAULT_TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
+    if name == "model":
+        return run_model(config, accelerator, measure, by, tolerance, modeler)
     runner = {"ofat": run_ofat, "greedy": run_greedy, "grid": run_grid}.get(name)
     if runner is None:
         raise ValueError(f"strategy {name!r}: expected one of {', '.join(STRATEGIES)}")

@@ -1,0 +1,591 @@
+"""The pipeline model (docs/model.md): what every DataLoader config of a sweep's space would do,
+fitted to the evidence of the trials measured so far.
+
+A DataLoader is a small queueing system, and the trials already say what its parts cost: the
+CPU and the waiting in each batch's fetch (`fetch_ms`, `fetch_cpu_share`), the training
+thread's hand-over per batch (`handover_ms`), the step's wall time and the CPU it uses
+(`step_ms`, `main_cpu_util`), the copy (`h2d_ms`), worker start-up at each epoch
+(`epoch_start_ms`) and the usable cores. `fit` reads those once, over all measured trials
+together, then fits the two figures no single column shows (how much fetches vary from batch
+to batch, and what each busy thread beyond the cores costs) by how well the whole model
+explains the measured throughputs. `PipelineModel.predict` then runs the DataLoader's own
+protocol for any config: round-robin workers, `prefetch_factor` batches in flight per worker,
+in-order hand-over, the drain at each epoch's end and the start-up after it, over fetch times
+drawn with the fitted variation, capped by what the cores can do.
+
+Settings the mechanism does not cover (threads, pin_memory's CPU side, in_order, anything else
+swept) get a factor: their measured effect as a single change, applied on top. Offline (numpy
+only), so `loadtune predict` and the readers use it without torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from loadtune.results.record import Record
+from loadtune.trials import IDEAL, effective_settings
+
+# Settings the queueing mechanism explains; any other swept key is a measured factor.
+MECHANISM_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "batch_size", "pin_memory"})
+# Candidate values of the two fitted figures, searched in full (a handful of trials cannot
+# support a finer fit, and a grid never wanders off to an absurd optimum).
+FITTED_GRIDS: dict[str, tuple[float, ...]] = {
+    "fetch_cv": (0.0, 0.15, 0.3, 0.5, 0.75, 1.0),
+    "worker_put_ms": (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0),
+    "core_share": (1.0, 0.85, 0.7, 0.55, 0.4),
+    "oversubscription": (0.0, 0.03, 0.08, 0.15, 0.3),
+}
+FIT_PASSES = 3  # coordinate search over the grids, from their middles
+# Batches simulated per epoch at most: enough for a steady state well past the prefetch queue;
+# longer epochs add their start-up cost spread over their real length.
+SIM_EPOCH_BATCHES = 120
+SIM_EPOCHS = 3  # the first is dropped: it starts from nothing, as no measured window does
+SIM_SEED = 20261203
+# A model fitted to fewer measured trials than this predicts nothing.
+MIN_TRIALS_TO_FIT = 2
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the model expects of one config: samples per second and the wait ratio."""
+
+    throughput: float
+    wait_ratio: float
+    period_ms: float  # per batch, epoch starts spread over the epoch
+    cpu_bound: bool  # the cores, not the queue, set the pace
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured trial as the model reads it (a Record's evidence columns)."""
+
+    settings: dict[str, Any]
+    batch_size: int
+    throughput: float
+    wait_ratio: float | None
+    step_ms: float | None
+    h2d_ms: float
+    fetch_ms: float | None
+    fetch_cpu_share: float | None
+    handover_ms: float | None
+    main_cpu_util: float | None
+    epoch_start_ms: float | None
+    cores: float  # usable cores per rank
+    ranks: int = 1
+
+    @property
+    def workers(self) -> int:
+        return int(self.settings.get("num_workers") or 0)
+
+    @property
+    def period_ms(self) -> float:
+        return 1e3 * self.batch_size / self.throughput
+
+
+def evidence_of(record: Record) -> Evidence | None:
+    """A measured record's evidence, or None when it did not run or lacks the figures."""
+    if not record.ran or record.trial == IDEAL or record.data_flagged or not record.batch_size \
+            or not record.throughput or record.throughput <= 0:
+        return None
+    cores = float(record.cpu_count or 1)
+    if record.cpu_quota:
+        cores = min(cores, float(record.cpu_quota))
+    # With ranks, each runs its own DataLoader on a share of the cores; throughput is their sum.
+    ranks = max(int(record.ranks or 1), 1)
+    settings = {k: getattr(record, k) for k in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                 "pin_memory", "batch_size", "main_threads", "worker_threads")}
+    return Evidence(effective_settings(settings), int(record.batch_size), float(record.throughput) / ranks,
+                    record.wait_ratio, record.step_ms, float(record.h2d_ms or 0.0), record.fetch_ms,
+                    record.fetch_cpu_share, record.handover_ms, record.main_cpu_util, record.epoch_start_ms,
+                    max(cores, 1.0) / ranks, ranks)
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """The fitted pipeline. Per-sample costs (a batch of B costs B times as much), in ms."""
+
+    fetch_cpu_ms_per_sample: float  # CPU a loading process spends per sample (read, decode, augment, collate)
+    fetch_wait_ms_per_sample: float  # the rest of a fetch: waiting on storage, the network, sleeps
+    main_fetch_ms_per_sample: float | None  # a fetch in the training process itself (num_workers=0), as measured
+    handover_ms_per_sample: float  # the training thread's CPU to receive a batch from a worker
+    step_ms_per_sample: float  # the step's wall time, uncontended
+    step_cpu_ms_per_sample: float  # the part of it that is host CPU (competes with the workers)
+    h2d_ms: float  # copy to the device per batch (pinned or not: see h2d_pinned_ms)
+    h2d_pinned_ms: float
+    worker_start_ms: float  # an epoch's start without persistent workers: fixed part
+    worker_start_per_worker_ms: float  # and per worker
+    persistent_resume_ms: float  # an epoch's start with persistent workers
+    cores: float  # usable cores (affinity and quota) of each rank it was fitted on
+    fetch_cv: float  # batch-to-batch variation of a fetch (fitted)
+    oversubscription: float  # extra CPU per busy thread beyond the cores, as a share (fitted)
+    worker_put_ms: float  # a worker's CPU per batch beyond its fetch: putting it into shared memory (fitted)
+    core_share: float  # what each core beyond the first adds for CPU-bound threads (fitted; < 1 on shared cores)
+    dataset_len: int | None  # for the epoch length of another batch size
+    epoch_batches: int | None  # measure.epoch_batches, when epochs were cut
+    factors: tuple[tuple[str, str, float], ...] = ()  # (key, value, measured factor) of unexplained settings
+    ranks: int = 1  # ranks it was fitted on, each with its own DataLoader on cores of its own
+    trials: int = 0  # measured trials it was fitted to
+    residual_log_sd: float = 0.0  # spread of log(measured / predicted) over them
+
+    # --- predicting --------------------------------------------------------------------------
+
+    def epoch_length(self, batch_size: int) -> float:
+        """Batches per epoch for this batch size (inf when unknown: no epoch starts modelled)."""
+        if self.epoch_batches:
+            full = math.ceil(self.dataset_len / batch_size) if self.dataset_len else self.epoch_batches
+            return float(min(self.epoch_batches, full))
+        return float(math.ceil(self.dataset_len / batch_size)) if self.dataset_len else math.inf
+
+    def epoch_cut(self, batch_size: int) -> bool:
+        """Whether epochs end before the dataset does (measure.epoch_batches cuts them)."""
+        return bool(self.epoch_batches and self.dataset_len
+                    and self.epoch_batches < math.ceil(self.dataset_len / batch_size))
+
+    def predict(self, kwargs: Mapping[str, Any], cores: float | None = None, step_scale: float = 1.0,
+                ranks: int | None = None) -> Prediction:
+        """The config's throughput (samples/s, all ranks together) and wait ratio, on `cores`
+        usable cores (default: the ones it was fitted on) shared by `ranks` ranks (default: as
+        fitted), each with its own DataLoader, with the step's time scaled by `step_scale`."""
+        ranks = self.ranks if ranks is None else ranks
+        s = effective_settings(kwargs)
+        batch = int(s["batch_size"] or kwargs.get("batch_size") or 1)
+        workers = int(s["num_workers"] or 0)
+        prefetch = int(s["prefetch_factor"] or 0)
+        cores = (self.cores * self.ranks if cores is None else cores) / max(ranks, 1)
+        h2d = self.h2d_pinned_ms if s["pin_memory"] else self.h2d_ms
+        core = _predict(self, batch, workers, prefetch, bool(s["persistent_workers"]), h2d, max(cores, 0.05),
+                        step_scale)
+        factor = 1.0
+        for key, value, f in self.factors:
+            if _value_text(s.get(key, kwargs.get(key))) == value:
+                factor *= f
+        throughput = core.throughput * factor * max(ranks, 1)
+        return replace(core, throughput=throughput, period_ms=core.period_ms / factor)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["factors"] = [{"key": k, "value": v, "factor": f} for k, v, f in self.factors]
+        return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in out.items()}
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)
+
+
+# --- the simulation ------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def _draws(count: int, cv: float) -> tuple[float, ...]:
+    """Multipliers of a fetch's mean time, mean 1 and the given variation (log-normal): the same
+    draws for every config, so configs differ by their settings, not their luck."""
+    if cv <= 0:
+        return (1.0,) * count
+    sigma = math.sqrt(math.log1p(cv * cv))
+    z = np.random.default_rng(SIM_SEED).standard_normal(count)
+    return tuple(float(x) for x in np.exp(z * sigma - sigma * sigma / 2))
+
+
+@dataclass(frozen=True)
+class Simulated:
+    period_ms: float  # per batch, epoch starts included and spread over the epoch
+    wait_ms: float  # per batch: the loop's wait, receiving included
+    worker_share: float  # share of the time the mean worker spends fetching (wasted batches too)
+
+
+def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv: float, handover_ms: float,
+             step_ms: float, start_ms: float, epoch_batches: float, cut: bool = False) -> Simulated:
+    """The DataLoader's protocol over whole epochs, in ms.
+
+    Batch j of an epoch goes to worker j mod W; the first prefetch × W indices go out when the
+    epoch's iterator is made, and each batch received sends out the index prefetch × W ahead
+    (to the same worker). The loop takes batches in order: it waits for batch j's worker, takes
+    `handover_ms` to receive it, then steps for `step_ms`. Without persistent workers each
+    epoch's workers start `start_ms` after its iterator is made (with them, that is the resume).
+    With `cut`, epochs end before the dataset does (measure.epoch_batches): the batches already
+    sent out past the end are fetched for nothing, and the next iterator waits for them (all of
+    them with persistent workers, which drain the old queue; the one each worker is on without).
+    """
+    n = int(min(epoch_batches, SIM_EPOCH_BATCHES)) if math.isfinite(epoch_batches) else SIM_EPOCH_BATCHES
+    n = max(n, 1)
+    mult = _draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4))
+    draw = 0
+    t = 0.0  # the loop's clock: when it is free to ask for the next batch
+    epoch_t: list[float] = []
+    waits: list[float] = []
+    busy = 0.0
+    mid = (0.0, 0.0)
+    for e in range(SIM_EPOCHS):
+        start = t
+        received = [0.0] * n
+        if e == 1:
+            busy = 0.0
+        if workers == 0:
+            for j in range(n):
+                took = fetch_ms * mult[draw]
+                draw += 1
+                waits.append(took)
+                received[j] = t + took
+                t += took + step_ms
+        else:
+            free = [start + start_ms] * workers
+            depth = prefetch * workers
+            for j in range(n):
+                k = j % workers
+                sent = start if j < depth else received[j - depth]
+                took = fetch_ms * mult[draw]
+                draw += 1
+                busy += took
+                done = max(sent, free[k]) + took
+                free[k] = done
+                got = max(done, t) + handover_ms
+                waits.append(got - t)
+                received[j] = got
+                t = got + step_ms
+            if cut:
+                # Batches already sent out past the epoch's end are fetched for nothing.
+                last = [0.0] * workers
+                for j in range(n, n + depth):
+                    k = j % workers
+                    sent = start if j < depth else received[j - depth]
+                    began = max(sent, free[k])
+                    took = fetch_ms * mult[draw]
+                    draw += 1
+                    if persistent or began <= t:
+                        busy += took
+                        free[k] = began + took
+                        last[k] = free[k]
+                # The next iterator waits for them: all with persistent workers, else the one each is on.
+                t = max([t, *(free if persistent else last)])
+        epoch_t.append(t - start)
+        if e == SIM_EPOCHS - 1 and n >= 8:
+            lo, hi = n // 4, (3 * n) // 4
+            mid = (received[hi] - received[lo], float(hi - lo))
+    kept = SIM_EPOCHS - 1
+    total = sum(epoch_t[1:])
+    share = busy / (workers * total) if workers and total > 0 else 0.0
+    if not math.isfinite(epoch_batches) or epoch_batches > n:
+        # A steady state from the middle of an epoch, and each epoch's extra cost spread over its
+        # real length.
+        steady = mid[0] / mid[1] if mid[1] else total / (kept * n)
+        extra = max(0.0, total / kept - n * steady)
+        per_epoch = extra / epoch_batches if math.isfinite(epoch_batches) else 0.0
+        return Simulated(steady + per_epoch, max(0.0, steady - step_ms) + per_epoch, min(1.0, share))
+    return Simulated(total / (kept * n), sum(waits[n:]) / (kept * n), min(1.0, share))
+
+
+def _contention(workers: int, worker_busy: float, main_busy: float, cores: float) -> tuple[float, float]:
+    """How much a worker's and the training thread's CPU phases stretch: the expected
+    max(1, runnable threads / cores) each sees while it runs, the others runnable independently
+    with their busy shares (a worker `worker_busy` of the time, the training thread `main_busy`)."""
+    # Distribution of the number of runnable workers (binomial), then with the training thread.
+    dist = np.zeros(workers + 1)
+    dist[0] = 1.0
+    for _ in range(workers):
+        dist[1:] = dist[1:] * (1 - worker_busy) + dist[:-1] * worker_busy
+        dist[0] *= 1 - worker_busy
+    counts = np.arange(workers + 1, dtype=float)
+
+    def stretch(runnable: np.ndarray) -> np.ndarray:
+        return np.maximum(1.0, runnable / cores)
+
+    # A worker sees the other workers (one fewer) and the training thread.
+    if workers:
+        others = np.zeros(workers)
+        others[:] = dist[:-1] if worker_busy >= 1 else 0
+        if worker_busy < 1:
+            # The others of a running worker: Binomial(workers - 1, busy).
+            others = np.zeros(workers)
+            others[0] = 1.0
+            for _ in range(workers - 1):
+                others[1:] = others[1:] * (1 - worker_busy) + others[:-1] * worker_busy
+                others[0] *= 1 - worker_busy
+        n = np.arange(workers, dtype=float) + 1
+        worker = float(np.sum(others * (main_busy * stretch(n + 1) + (1 - main_busy) * stretch(n))))
+    else:
+        worker = 1.0
+    main = float(np.sum(dist * stretch(counts + 1)))
+    return worker, main
+
+
+def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, persistent: bool, h2d_ms: float,
+             cores: float, step_scale: float = 1.0) -> Prediction:
+    cv, kappa, put = model.fetch_cv, model.oversubscription, model.worker_put_ms
+    cores = min(cores, 1 + (cores - 1) * model.core_share) if cores > 1 else cores
+    fetch_cpu = model.fetch_cpu_ms_per_sample * batch
+    fetch_wait = model.fetch_wait_ms_per_sample * batch
+    step = model.step_ms_per_sample * batch * step_scale
+    step_cpu = min(model.step_cpu_ms_per_sample * batch * step_scale, step)
+    handover = model.handover_ms_per_sample * batch if workers else 0.0
+    epoch = model.epoch_length(batch)
+    if workers == 0:
+        alone = model.main_fetch_ms_per_sample * batch if model.main_fetch_ms_per_sample is not None \
+            else fetch_cpu + fetch_wait
+        sim = simulate(0, 0, False, alone, cv, 0.0, step + h2d_ms, 0.0, epoch)
+        wait_ratio = (sim.wait_ms + h2d_ms) / sim.period_ms if sim.period_ms > 0 else 0.0
+        return Prediction(1e3 * batch / sim.period_ms, min(1.0, wait_ratio), sim.period_ms, False)
+    fetch_cpu += put  # with workers, each batch is also put into shared memory for the loop
+    start = model.persistent_resume_ms if persistent else \
+        model.worker_start_ms + model.worker_start_per_worker_ms * workers
+    # Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
+    # (fixed point: the stretch slows the pace, which changes how busy each thread is), and
+    # each busy thread beyond the cores costs `oversubscription` more CPU (switches, caches).
+    worker_stretch = main_stretch = 1.0
+    period = 0.0
+    wasted = 1.0  # work per useful batch, with the batches an epoch's cut throws away
+    cut = model.epoch_cut(batch)
+    for _ in range(4):
+        fetch = fetch_wait + fetch_cpu * worker_stretch
+        main_cpu = (step_cpu + handover) * main_stretch
+        main_wall = step - step_cpu + h2d_ms + main_cpu
+        sim = simulate(workers, max(prefetch, 1), persistent, fetch, cv, handover * main_stretch,
+                       main_wall - handover * main_stretch, start, epoch, cut)
+        period = sim.period_ms
+        useful = fetch * workers and fetch / (workers * period)
+        wasted = max(1.0, sim.worker_share / useful) if useful else 1.0
+        worker_busy = min(1.0, sim.worker_share * fetch_cpu * worker_stretch / fetch) if fetch > 0 else 0.0
+        main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
+        ws, ms = _contention(workers, worker_busy, main_busy, cores)
+        excess = max(0.0, workers * worker_busy + main_busy - cores)
+        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
+        if abs(ws - worker_stretch) < 1e-3 and abs(ms - main_stretch) < 1e-3:
+            break
+        worker_stretch, main_stretch = ws, ms
+    # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part).
+    capped = (fetch_cpu * wasted + step_cpu + handover) / cores
+    cpu_bound = capped > period
+    step_wall = step + (main_stretch - 1) * step_cpu
+    if cpu_bound:
+        period = capped
+    wait_ratio = max(0.0, 1 - step_wall / period) if period > 0 else 0.0
+    return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, cpu_bound or worker_stretch > 1.05)
+
+
+# --- fitting -------------------------------------------------------------------------------
+
+
+def _median(values: Iterable[float | None], default: float = 0.0) -> float:
+    present = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(present) if present else default
+
+
+def _uncontended(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """Trials whose loading processes had a core each beside the training thread: their fetch
+    wall time is the fetch's own, not time spent queued for a core."""
+    calm = [e for e in evidence if e.workers == 0 or e.workers <= max(1, math.floor(e.cores) - 1)]
+    return calm or [min(evidence, key=lambda e: e.workers)]
+
+
+def _first_fetch_ms(fetch_cpu: float, fetch_wait: float, workers: int, cores: float) -> float:
+    """The first batch of an epoch, with every worker fetching its first at once on the cores."""
+    return fetch_wait + fetch_cpu * max(1.0, workers / cores)
+
+
+def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
+                 epoch_batches: int | None) -> PipelineModel:
+    """The figures each trial shows directly, combined over the trials (medians: one odd process
+    moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
+    timed = [e for e in evidence if e.fetch_ms is not None]
+    # Workers' fetches, where there are any: the training process may fetch differently (its
+    # torch ops use several threads; a worker's use one).
+    with_fetch = [e for e in timed if e.workers] or timed
+    calm = _uncontended(with_fetch) if with_fetch else []
+    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size for e in with_fetch)
+    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size for e in calm)
+    if not with_fetch:
+        # No fetch was timed: the loop's own wait without workers is the fetch.
+        alone = [e for e in evidence if e.workers == 0 and e.wait_ratio is not None]
+        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in alone), 0.0)
+    workers = [e for e in evidence if e.workers > 0 and e.handover_ms is not None]
+    kept = [e for e in workers if e.settings["persistent_workers"]]
+    # Without persistent workers the training thread's CPU in next() also holds each epoch's
+    # worker start-up: the persistent trials show the hand-over alone, else the lowest.
+    handover = _median(e.handover_ms / e.batch_size for e in kept) if kept else \
+        min((e.handover_ms / e.batch_size for e in workers), default=0.0)
+    steps = _uncontended([e for e in evidence if e.step_ms is not None] or list(evidence))
+    step = _median((e.step_ms / e.batch_size for e in steps if e.step_ms is not None), 0.0)
+    step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
+    step_cpu = min(max(step_cpu, 0.0), step)
+    pinned = [e.h2d_ms for e in evidence if e.settings["pin_memory"]]
+    plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
+    h2d = _median(plain, _median(pinned))
+    h2d_pinned = _median(pinned, h2d)
+    cores, ranks = evidence[0].cores, evidence[0].ranks
+    starts_np = [(e.workers, e.epoch_start_ms - _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size,
+                                                                 e.workers, e.cores))
+                 for e in evidence if e.workers > 0 and not e.settings["persistent_workers"]
+                 and e.epoch_start_ms is not None]
+    start0, start_per = _line(starts_np)
+    resumes = [e.epoch_start_ms - _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers,
+                                                  e.cores)
+               for e in evidence if e.workers > 0 and e.settings["persistent_workers"] and e.epoch_start_ms is not None]
+    resume = max(0.0, _median(resumes, 0.0))
+    alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0]
+    main_fetch = _median(alone) if alone else None
+    return PipelineModel(fetch_cpu, fetch_wait, main_fetch, handover, step, step_cpu, h2d, h2d_pinned, start0, start_per, resume,
+                         cores, 0.0, 0.0, 0.0, 1.0, dataset_len, epoch_batches, (), ranks, len(evidence))
+
+
+def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
+    """The step's host CPU per batch: the training process's CPU per batch less what it spent
+    receiving batches (with workers) or fetching them (without)."""
+    if e.main_cpu_util is None:
+        return None
+    main_ms = e.main_cpu_util * e.cores * e.period_ms
+    if e.workers == 0:
+        if e.fetch_ms is None or e.fetch_cpu_share is None:
+            return None
+        return main_ms - e.fetch_ms * e.fetch_cpu_share
+    return main_ms - (e.handover_ms if e.handover_ms is not None else handover_ms_per_sample * e.batch_size)
+
+
+def _line(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares intercept and slope (both kept at 0 or above); one x: its median, slope 0."""
+    if not points:
+        return 0.0, 0.0
+    xs = np.array([p[0] for p in points], dtype=float)
+    ys = np.array([p[1] for p in points], dtype=float)
+    if len(set(xs.tolist())) < 2:
+        return max(0.0, float(np.median(ys))), 0.0
+    slope, intercept = np.polyfit(xs, ys, 1)
+    slope = max(0.0, float(slope))
+    if intercept < 0:
+        intercept = 0.0
+        slope = max(0.0, float(np.sum(xs * ys) / np.sum(xs * xs)))
+    return float(intercept), slope
+
+
+def _core_prediction(model: PipelineModel, e: Evidence) -> Prediction:
+    """The mechanism's prediction for a measured trial, without the factors."""
+    s = e.settings
+    h2d = model.h2d_pinned_ms if s["pin_memory"] else model.h2d_ms
+    return _predict(model, e.batch_size, e.workers, int(s["prefetch_factor"] or 0), bool(s["persistent_workers"]),
+                    h2d, model.cores)
+
+
+def _explained(e: Evidence, baseline: Mapping[str, Any]) -> bool:
+    """Whether the mechanism alone should explain this trial: it changes no unexplained setting."""
+    return all(e.settings.get(k) == baseline.get(k) for k in e.settings if k not in MECHANISM_KEYS)
+
+
+def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches: int | None = None,
+        baseline: Mapping[str, Any] | None = None) -> PipelineModel | None:
+    """The model fitted to every measured record at once, or None with fewer than
+    MIN_TRIALS_TO_FIT. `baseline` holds the settings unexplained keys are factors against
+    (default: the most common value of each among the records)."""
+    evidence = [e for r in records if (e := evidence_of(r)) is not None]
+    if len(evidence) < MIN_TRIALS_TO_FIT:
+        return None
+    if dataset_len is None:
+        dataset_len = next((r.dataset_len for r in records if r.dataset_len), None)
+    base = dict(baseline or {})
+    for key in evidence[0].settings:
+        if key not in base:
+            values = [_value_text(e.settings.get(key)) for e in evidence]
+            common = max(set(values), key=values.count)
+            base[key] = next(e.settings.get(key) for e in evidence if _value_text(e.settings.get(key)) == common)
+    base = effective_settings(base)
+    model = base_figures(evidence, dataset_len, epoch_batches)
+    core = [e for e in evidence if _explained(e, base)] or evidence
+    logs = np.log([e.throughput for e in core])
+
+    def loss(candidate: PipelineModel) -> float:
+        predicted = np.log([_core_prediction(candidate, e).throughput for e in core])
+        return float(np.sum((predicted - logs) ** 2))
+
+    grids = {name: grid for name, grid in FITTED_GRIDS.items() if _can_show(name, model, core)}
+    params = {name: grid[len(grid) // 2] for name, grid in grids.items()}
+    losses: dict[tuple[float, ...], float] = {}
+    for _ in range(FIT_PASSES):
+        moved = False
+        for name, grid in grids.items():
+            scored = []
+            for value in grid:
+                trial = {**params, name: value}
+                key = tuple(trial.values())
+                if key not in losses:
+                    losses[key] = loss(replace(model, **trial))
+                scored.append((losses[key], value))
+            best = min(scored)[1]
+            if best != params[name]:
+                params[name], moved = best, True
+        if not moved:
+            break
+    model = replace(model, **params)
+    # Unexplained settings: each value's measured effect against the mechanism's prediction.
+    factors = []
+    for key in sorted(k for k in base if k not in MECHANISM_KEYS):
+        by_value: dict[str, list[float]] = {}
+        for e in evidence:
+            value = _value_text(e.settings.get(key))
+            if value != _value_text(base.get(key)):
+                core_guess = _core_prediction(model, e)
+                by_value.setdefault(value, []).append(e.throughput / core_guess.throughput)
+        factors += [(key, value, statistics.median(ratios)) for value, ratios in sorted(by_value.items())]
+    model = replace(model, factors=tuple(factors))
+    residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
+    spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
+    return replace(model, residual_log_sd=spread)
+
+
+def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> bool:
+    """Whether the measured trials can show a fitted figure at all: what workers do needs a
+    trial with workers; what crowded cores cost, a trial with more busy threads than cores."""
+    if name == "fetch_cv":
+        return True
+    if not any(e.workers for e in evidence):
+        return False
+    if name == "worker_put_ms":
+        return True
+    fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
+    share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
+    return any(e.workers * share + 1 > e.cores for e in evidence if e.workers)
+
+
+def leave_one_out_error(records: Sequence[Record], dataset_len: int | None = None,
+                        epoch_batches: int | None = None) -> float | None:
+    """Median |predicted / measured - 1| of each measured trial, predicted by the model fitted to
+    the others: how well the model predicts a trial it was not fitted to. None with too few."""
+    usable = [r for r in records if evidence_of(r) is not None]
+    if len(usable) <= MIN_TRIALS_TO_FIT:
+        return None
+    errors = []
+    for i, record in enumerate(usable):
+        model = fit(usable[:i] + usable[i + 1:], dataset_len, epoch_batches)
+        if model is None:
+            continue
+        evidence = evidence_of(record)
+        assert evidence is not None
+        errors.append(abs(model.predict(evidence.settings).throughput / (evidence.throughput * model.ranks) - 1))
+    return statistics.median(errors) if errors else None
+
+
+@dataclass(frozen=True)
+class ModelReport:
+    """The fitted model as the summary and --json show it."""
+
+    model: PipelineModel
+    error: float | None  # median |predicted/measured - 1| over trials predicted before they ran
+    checked: int  # how many such trials
+    fell_back: bool = False  # the error was too large: the sweep measured as ofat does
+    ties: tuple[tuple[str, str], ...] = field(default=())  # pairs the model and the data tied
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.model.to_json(), "error": None if self.error is None else round(self.error, 4),
+                "error_trials": self.checked, "fell_back_to_ofat": self.fell_back}
+
+
+def prediction_error(records: Sequence[Record]) -> tuple[float | None, int]:
+    """Median |predicted/measured - 1| over the measured records that carry a prediction made
+    before they ran, and how many there were."""
+    errors = [abs(r.predicted_throughput / r.throughput - 1) for r in records
+              if r.ran and r.trial != IDEAL and r.predicted_throughput and r.throughput]
+    return (statistics.median(errors) if errors else None), len(errors)

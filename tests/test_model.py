@@ -1,0 +1,267 @@
+"""The pipeline model: its fit on made-up evidence with known parameters, its simulation against
+the facts note's analytical model, and the model strategy on a fake measurer whose truth is a
+model."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from loadtune.config import Config
+from loadtune.results.interval import Interval
+from loadtune.results.model import (PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error,
+                                    simulate)
+from loadtune.results.record import PREDICTED, Record
+from loadtune.sweep_process.decide import Scored, pick
+from loadtune.sweep_process.plan import grid_plan
+from loadtune.sweep_process.strategy import config_key, model_targets, run_model, run_ofat
+from loadtune.trials import cost_of, effective_settings
+
+BATCH = 16
+CORES = 2.0
+DATASET_LEN = 800  # 50 batches an epoch
+# The truth every made-up trial is drawn from; the fitted figures at values of their grids.
+TRUTH = PipelineModel(
+    fetch_cpu_ms_per_sample=0.25, fetch_wait_ms_per_sample=1.0, main_fetch_ms_per_sample=1.25,
+    handover_ms_per_sample=0.05, step_ms_per_sample=0.6, step_cpu_ms_per_sample=0.1, h2d_ms=0.0, h2d_pinned_ms=0.0,
+    worker_start_ms=30.0, worker_start_per_worker_ms=10.0, persistent_resume_ms=2.0, cores=CORES,
+    fetch_cv=0.3, oversubscription=0.0, worker_put_ms=0.5, core_share=1.0, dataset_len=DATASET_LEN,
+    epoch_batches=None)
+
+
+def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persistent: bool = False,
+            name: str | None = None) -> Record:
+    """A record whose evidence columns say exactly what `model` holds, and whose throughput and
+    wait ratio are the model's own prediction: what a noiseless machine running it would write."""
+    settings = {"num_workers": workers, "prefetch_factor": prefetch if workers else None,
+                "persistent_workers": persistent and workers > 0, "pin_memory": False, "batch_size": BATCH}
+    guess = model.predict(settings)
+    period_ms = 1e3 * BATCH / guess.throughput
+    if workers:
+        fetch_ms = (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample) * BATCH
+        share = model.fetch_cpu_ms_per_sample * BATCH / fetch_ms
+        handover = model.handover_ms_per_sample * BATCH
+        main_ms = model.step_cpu_ms_per_sample * BATCH + handover
+        first = model.fetch_wait_ms_per_sample * BATCH + model.fetch_cpu_ms_per_sample * BATCH * max(1.0,
+                                                                                                     workers / CORES)
+        start = model.persistent_resume_ms if persistent else \
+            model.worker_start_ms + model.worker_start_per_worker_ms * workers
+        epoch_start = start + first
+    else:
+        fetch_ms = model.main_fetch_ms_per_sample * BATCH
+        share = model.fetch_cpu_ms_per_sample / (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample)
+        handover = None
+        main_ms = model.step_cpu_ms_per_sample * BATCH + fetch_ms * share
+        epoch_start = None
+    return Record(trial=name or f"num_workers={workers}", status="ok", throughput=guess.throughput,
+                  wait_ratio=guess.wait_ratio, step_ms=model.step_ms_per_sample * BATCH, h2d_ms=0.0,
+                  fetch_ms=fetch_ms, fetch_cpu_share=share, handover_ms=handover,
+                  main_cpu_util=main_ms / period_ms / CORES, epoch_start_ms=epoch_start, cpu_count=int(CORES),
+                  dataset_len=DATASET_LEN, repeats=1, **effective_settings(settings))
+
+
+FIRST_ROUND = [(1, 2, False), (0, None, False), (2, 2, False), (4, 2, False), (1, 1, False), (1, 4, False),
+               (1, 2, True)]
+
+
+def first_round(model: PipelineModel) -> list[Record]:
+    return [made_up(model, w, p, pw, name=f"t{i}") for i, (w, p, pw) in enumerate(FIRST_ROUND)]
+
+
+def test_fit_recovers_known_parameters_exactly():
+    fitted = fit(first_round(TRUTH), DATASET_LEN)
+    assert fitted is not None
+    for name in ("fetch_cpu_ms_per_sample", "fetch_wait_ms_per_sample", "main_fetch_ms_per_sample",
+                 "handover_ms_per_sample", "step_ms_per_sample", "step_cpu_ms_per_sample", "worker_start_ms",
+                 "worker_start_per_worker_ms", "persistent_resume_ms", "cores", "fetch_cv", "worker_put_ms"):
+        assert getattr(fitted, name) == pytest.approx(getattr(TRUTH, name), rel=1e-9, abs=1e-9), name
+    assert fitted.trials == len(FIRST_ROUND)
+    assert fitted.residual_log_sd == pytest.approx(0.0, abs=1e-9)
+    # And so it predicts configs it never saw exactly as the truth does.
+    for workers, prefetch, persistent in ((3, 4, True), (6, 1, False), (2, 2, True)):
+        kwargs = {"num_workers": workers, "prefetch_factor": prefetch, "persistent_workers": persistent,
+                  "batch_size": BATCH}
+        assert fitted.predict(kwargs).throughput == pytest.approx(TRUTH.predict(kwargs).throughput, rel=1e-9)
+    assert leave_one_out_error(first_round(TRUTH), DATASET_LEN) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_fit_needs_two_trials_and_ignores_what_is_not_the_pipeline():
+    one = made_up(TRUTH, 1)
+    assert fit([one]) is None
+    ideal = dataclasses.replace(made_up(TRUTH, 2), trial="ideal")
+    failed = Record(trial="x", status="failed", num_workers=3, batch_size=BATCH)
+    flagged = dataclasses.replace(made_up(TRUTH, 4), trial="dup", data_check="duplicates")
+    assert evidence_of(ideal) is None and evidence_of(failed) is None and evidence_of(flagged) is None
+    assert fit([one, ideal, failed, flagged]) is None
+
+
+def test_unexplained_settings_are_measured_factors():
+    """A key the mechanism does not cover (worker_threads) gets its measured single-change effect."""
+    records = first_round(TRUTH)
+    threaded = made_up(TRUTH, 2, name="threads")
+    threaded = dataclasses.replace(threaded, worker_threads=2, throughput=threaded.throughput * 0.8)
+    fitted = fit([*records, threaded], DATASET_LEN)
+    assert fitted is not None
+    assert fitted.factors == (("worker_threads", "2", pytest.approx(0.8)),)
+    plain = {"num_workers": 3, "prefetch_factor": 2, "batch_size": BATCH}
+    assert fitted.predict({**plain, "worker_threads": 2}).throughput == \
+        pytest.approx(0.8 * fitted.predict(plain).throughput)
+
+
+def test_simulation_matches_the_facts_note_model():
+    """Sleep-only fetches, workers that keep up or not: the note's analytical wait, far from balance."""
+    step, batch_cost = 10.0, 40.0
+    for workers in (1, 2, 8, 16):
+        sim = simulate(workers, 2, True, batch_cost, 0.0, 0.0, step, 0.0, math.inf)
+        expected_period = max(step, batch_cost / workers)
+        assert sim.period_ms == pytest.approx(expected_period, rel=1e-6)
+        assert sim.wait_ms == pytest.approx(max(0.0, batch_cost / workers - step), abs=1e-6)
+    alone = simulate(0, 0, False, batch_cost, 0.0, 0.0, step, 0.0, math.inf)
+    assert alone.period_ms == pytest.approx(batch_cost + step)
+
+
+def test_simulation_counts_epoch_starts_and_the_cut():
+    """Each epoch's start-up is paid once per epoch; epochs cut before the dataset's end throw
+    away the batches already sent out, and persistent workers wait for them."""
+    steady = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 0.0, 20)
+    started = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 100.0, 20)
+    assert started.period_ms == pytest.approx(steady.period_ms + 100.0 / 20, rel=1e-6)
+    kept = simulate(2, 4, True, 30.0, 0.0, 0.0, 10.0, 0.0, 20, cut=True)
+    whole = simulate(2, 4, True, 30.0, 0.0, 0.0, 10.0, 0.0, 20, cut=False)
+    assert kept.period_ms > whole.period_ms
+    assert kept.worker_share > whole.worker_share
+
+
+def test_busy_threads_beyond_the_cores_slow_the_pace():
+    """Fetches that are CPU work: more workers than cores gain nothing over as many as cores."""
+    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0, epoch_batches=None,
+                              dataset_len=None)
+    kw = {"prefetch_factor": 2, "batch_size": BATCH}
+    two, six = (cpu.predict({**kw, "num_workers": w}).throughput for w in (2, 6))
+    assert six <= two * 1.001
+    assert cpu.predict({**kw, "num_workers": 2}, cores=1.0).throughput < two
+
+
+def test_prediction_error_reads_only_predictions_made_before():
+    a = Record(trial="a", status="ok", throughput=100.0, wait_ratio=0.1, predicted_throughput=110.0)
+    b = Record(trial="b", status="ok", throughput=100.0, wait_ratio=0.1)
+    c = Record(trial="c", status=PREDICTED, predicted_throughput=90.0)
+    d = Record(trial="d", status="ok", throughput=200.0, wait_ratio=0.1, predicted_throughput=180.0)
+    assert prediction_error([a, b, c, d]) == (pytest.approx(0.1), 2)
+    assert c.predicted_only and not c.ran
+
+
+# --- the strategy on a fake measurer whose truth is a model ------------------------------------
+
+SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4], "persistent_workers": [False, True]}
+TRUE_PIPELINE = dataclasses.replace(TRUTH, dataset_len=DATASET_LEN, epoch_batches=None)
+
+
+def config() -> Config:
+    return Config.model_validate({
+        "dataset": {"factory": "m:f"},
+        "loader": {"batch_size": BATCH, "num_workers": 1, "prefetch_factor": 2},
+        "sweep": SWEEP,
+        "step": {"sleep_s": 0.01},
+    })
+
+
+class ModelMeasurer:
+    """Measures each trial as the true pipeline does (no noise), keeps the records, and fits the
+    model to them as the runner does."""
+
+    def __init__(self, truth: PipelineModel) -> None:
+        self.truth = truth
+        self.records: dict[str, Record] = {}
+        self.measured: list[str] = []
+        self.fell = None
+
+    def __call__(self, trials, round_no):
+        out = {}
+        for t in trials:
+            if t.skipped:
+                out[t.name] = Scored(t.name, None, None)
+                continue
+            kw = t.loader_kwargs
+            if t.name not in self.records:
+                self.measured.append(t.name)
+                self.records[t.name] = made_up(self.truth, kw["num_workers"], kw.get("prefetch_factor"),
+                                               bool(kw.get("persistent_workers")), name=t.name)
+            r = self.records[t.name]
+            out[t.name] = Scored(t.name, Interval(r.throughput, r.throughput * 0.999, r.throughput * 1.001),
+                                 Interval(r.wait_ratio, r.wait_ratio, r.wait_ratio), repeats=2, cost=cost_of(kw))
+        return {**{n: self._scored(n) for n in self.records}, **out}
+
+    def _scored(self, name):
+        r = self.records[name]
+        return Scored(name, Interval(r.throughput, r.throughput * 0.999, r.throughput * 1.001),
+                      Interval(r.wait_ratio, r.wait_ratio, r.wait_ratio), repeats=2,
+                      cost=cost_of(r.to_dict()))
+
+    def fit(self):
+        return fit(list(self.records.values()), DATASET_LEN)
+
+    def held_out_error(self):
+        return leave_one_out_error(list(self.records.values()), DATASET_LEN)
+
+    def fell_back(self, error):
+        self.fell = error
+
+
+def test_model_strategy_measures_fewer_trials_than_ofat_and_finds_the_optimum():
+    cfg = config()
+    modelled = ModelMeasurer(TRUE_PIPELINE)
+    run_model(cfg, False, modelled, modeler=modelled)
+    ofat = ModelMeasurer(TRUE_PIPELINE)
+    run_ofat(cfg, False, ofat)
+    assert modelled.fell is None
+    assert len(modelled.measured) < len(ofat.measured)
+    space = [t for t in grid_plan(cfg, False) if not t.skipped]
+    truth = {config_key(t): TRUE_PIPELINE.predict(t.loader_kwargs).throughput for t in space}
+    best = max(truth.values())
+    scores = modelled(list(t for t in space if t.name in modelled.records), 0)
+    chosen = pick([s for s in scores.values() if s.ran], 0.03)
+    # The pick is as good as the space's best, within the tolerance, and no costlier config was
+    # measured where a cheaper one is as good.
+    assert chosen is not None and chosen.throughput.mean >= (1 - 0.03) * best
+    cheapest = min((t for t in space if truth[config_key(t)] >= (1 - 0.03) * best), key=lambda t: cost_of(t.loader_kwargs))
+    assert cheapest.name in modelled.records
+
+
+def test_model_targets_stop_once_best_and_cheapest_are_measured():
+    cfg = config()
+    space = [t for t in grid_plan(cfg, False) if not t.skipped]
+    scores = {t.name: Scored(t.name, Interval(100.0, 99.0, 101.0), Interval(0.1, 0.1, 0.1), repeats=1,
+                             cost=cost_of(t.loader_kwargs)) for t in space}
+    measured = {config_key(t): t.name for t in space}
+    assert model_targets(space, scores, measured, TRUE_PIPELINE, "throughput", 0.03) == []
+
+
+def test_model_strategy_falls_back_to_ofat_when_the_model_does_not_fit():
+    cfg = config()
+
+    class Misfit(ModelMeasurer):
+        def held_out_error(self):
+            return 0.5
+
+    misfit = Misfit(TRUE_PIPELINE)
+    run_model(cfg, False, misfit, modeler=misfit)
+    ofat = ModelMeasurer(TRUE_PIPELINE)
+    run_ofat(cfg, False, ofat)
+    assert misfit.fell == 0.5
+    assert set(misfit.measured) == set(ofat.measured)
+
+
+def test_ranks_each_run_a_pipeline_on_their_share_of_the_cores():
+    """Two ranks on twice the cores, each its own DataLoader: the same per-rank pipeline, and
+    throughput summed over the ranks."""
+    doubled = [dataclasses.replace(r, ranks=2, cpu_count=2 * int(CORES), throughput=2 * r.throughput)
+               for r in first_round(TRUTH)]
+    fitted = fit(doubled, DATASET_LEN)
+    assert fitted is not None and fitted.ranks == 2 and fitted.cores == CORES
+    kwargs = {"num_workers": 3, "prefetch_factor": 4, "batch_size": BATCH}
+    assert fitted.predict(kwargs).throughput == pytest.approx(2 * TRUTH.predict(kwargs).throughput, rel=1e-9)
+    assert fitted.predict(kwargs, ranks=1, cores=CORES).throughput == \
+        pytest.approx(TRUTH.predict(kwargs).throughput, rel=1e-9)

@@ -1,0 +1,52 @@
+"""The model strategy end to end: real DataLoaders with real worker processes, real files."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+import loadtune
+from loadtune.results.record import PREDICTED, read_records
+from tests.conftest import tiny_config
+
+pytestmark = pytest.mark.slow
+
+SWEEP = {"num_workers": [0, 1, 2, 4], "prefetch_factor": [1, 2], "persistent_workers": [False, True]}
+
+
+def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
+    """The sweep measures the first round, then only what the model cannot rule out; every other
+    config of the space is a predicted row. One of those, measured on its own afterwards, runs
+    near its prediction (loosely: the model is judged by benchmarks/model_error.py)."""
+    config = tiny_config(sweep=SWEEP)
+    config["measure"].update(repeats=2, batches=12)
+    out = tmp_path / "model.csv"
+    result = loadtune.sweep(config, out=out)
+    rows = read_records(out)
+    measured = [r for r in rows if r.ran and r.trial != "ideal"]
+    predicted = [r for r in rows if r.status == PREDICTED]
+    assert {r.strategy for r in measured} == {"model"}
+    assert predicted, "configs of the space not measured are predicted rows"
+    assert all(r.rank is None and r.throughput is None and r.predicted_throughput for r in predicted)
+    assert all(r.predicted_throughput is not None for r in measured if (r.round or 1) > 1), \
+        "a follow-up is predicted before it runs"
+    assert result.recommended is not None and result.recommended.status == "ok"
+    grid = 1 + 3 * 2 * 2  # num_workers=0 collapses prefetch and persistence
+    assert len(measured) + len(predicted) == grid
+    assert result.summary.model is not None
+    info = result.summary.to_json()
+    assert info["model"]["fetch_wait_ms_per_sample"] > 0 and "error" in info["model"]
+    json.dumps(info, default=str)
+
+    held = max(predicted, key=lambda r: r.predicted_throughput)
+    alone = dict(config)
+    alone["loader"] = {**config["loader"], "num_workers": held.num_workers, "prefetch_factor": held.prefetch_factor,
+                       "persistent_workers": bool(held.persistent_workers)}
+    alone["sweep"] = {}
+    check = loadtune.sweep(alone, out=tmp_path / "held.csv", strategy="ofat")
+    frame = pd.read_csv(tmp_path / "held.csv")
+    base = frame[frame.trial == "baseline"].iloc[0]
+    assert base.status == "ok" and check.recommended is not None
+    assert 0.5 < held.predicted_throughput / base.throughput < 2.0
