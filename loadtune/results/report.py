@@ -288,12 +288,7 @@ def summary_lines(info: Summary) -> list[str]:
         within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
         lines.append(f"  {best.trial} measured fastest; the recommendation is shown within {within} of it and is "
                      "the cheapest such trial (fewest workers).")
-    for tie in getattr(decision, "ties", ()):
-        spread = "this machine's spread between processes" if tie.spread_source == "processes" else \
-            "the spread of the model's fit"
-        lines.append(f"Tied: the model predicts {tie.other} at {tie.predicted_ratio:.2f}x the pick, and it measured "
-                     f"{tie.measured_ratio:.2f}x, within {spread} (±{tie.spread:.0%}); the cheaper is picked and "
-                     "neither was raced further.")
+    lines.extend(_tie_lines(getattr(decision, "ties", ())))
     if decision is not None and decision.decided:
         lines.append(f"Decided: the pick is shown as good as every other contender within {decision.tolerance:.0%} "
                      "of throughput.")
@@ -333,6 +328,19 @@ def summary_lines(info: Summary) -> list[str]:
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
     return lines
+
+
+def _tie_lines(ties: Sequence[Any]) -> list[str]:
+    """One sentence on the contenders the model and the data tied with the pick, with the figures."""
+    if not ties:
+        return []
+    named = ", ".join(f"{t.other} (predicted {t.predicted_ratio:.2f}x the pick, measured {t.measured_ratio:.2f}x)"
+                      for t in ties[:NAMED_UNDECIDED])
+    more = f" and {len(ties) - NAMED_UNDECIDED} more" if len(ties) > NAMED_UNDECIDED else ""
+    spread = "this machine's spread between processes" if ties[0].spread_source == "processes" else \
+        "the spread of the model's fit"
+    return [f"Tied with the pick: {named}{more}: the model explains them as equal and the measurements agree "
+            f"within {spread} (±{ties[0].spread:.0%}), so the cheapest is picked and none was raced further."]
 
 
 # Above this median error the summary says the model does not fit the pipeline.

@@ -4,6 +4,7 @@ repeats each in a trial process of its own, ranking, and the results file."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import multiprocessing
 import os
@@ -311,32 +312,29 @@ class Runner:
             if run.trial.feed != FEED_MEMORY and run.predicted is None:
                 run.predicted = model.predict(run.trial.loader_kwargs)
 
-    def tie_with_model(self) -> None:
-        """Contenders the model explains as equal to the pick (predicted within the tolerance)
-        whose measurements agree within the spread between processes (the pooled spread of
-        repeats; before any trial has two, the spread of the model's fit) are tied with it."""
+    def tie_with_model(self, contenders: Sequence[TrialRun]) -> None:
+        """Pairs of contenders the model explains as equal (predicted within the tolerance of each
+        other) whose measurements agree within the spread between processes (the pooled spread
+        of repeats; before any trial has two, the spread of the model's fit): tied."""
         model = self.fit()
-        step = self.last_race
-        if model is None or step is None or step.pick is None or self.model_fell_back:
+        self.model_ties, self.tie_notes = frozenset(), ()
+        if model is None or self.model_fell_back:
             return
         tolerance = self.spec.config.measure.tolerance
         if self.noise is not None:
             spread, source = self.noise.throughput_log_sd, "processes"
         else:
             spread, source = model.residual_log_sd, "model"
-        pick = self.runs[step.pick]
-        ties, notes = set(self.model_ties), list(self.tie_notes)
-        for name in step.undecided:
-            other = self.runs[name]
-            if pick.score is None or other.score is None or not pick.score.ran or not other.score.ran:
-                continue
-            predicted = model.predict(other.trial.loader_kwargs).throughput / \
-                model.predict(pick.trial.loader_kwargs).throughput
-            measured = other.score.throughput.mean / pick.score.throughput.mean
-            judged = spread * math.sqrt(1 / max(pick.repeats, 1) + 1 / max(other.repeats, 1))
-            if abs(predicted - 1) <= tolerance and abs(math.log(measured)) <= TIE_SPREADS * judged:
-                ties.add(frozenset((pick.trial.name, name)))
-                notes.append(ModelTie(pick.trial.name, name, predicted, measured, spread, source))
+        ran = [run for run in contenders if run.score is not None and run.score.ran]
+        predicted = {run.trial.name: model.predict(run.trial.loader_kwargs).throughput for run in ran}
+        ties, notes = set(), []
+        for a, b in itertools.combinations(ran, 2):
+            ratio = predicted[b.trial.name] / predicted[a.trial.name]
+            measured = b.score.throughput.mean / a.score.throughput.mean
+            judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
+            if abs(ratio - 1) <= tolerance and abs(math.log(measured)) <= TIE_SPREADS * judged:
+                ties.add(frozenset((a.trial.name, b.trial.name)))
+                notes.append(ModelTie(a.trial.name, b.trial.name, ratio, measured, spread, source))
         self.model_ties, self.tie_notes = frozenset(ties), tuple(notes)
 
     def predicted_records(self) -> list[Record]:
@@ -568,17 +566,12 @@ class Runner:
             # Nothing is stopped before some trial has two repeats: until then, no interval shows
             # how much processes differ, and one slow process would stop a contender.
             behind = frozenset(run.trial.name for run in contenders if run.stopped_early)
+            if more and self.use_model_ties:
+                # Contenders the model and the data tie need no more repeats.
+                self.tie_with_model([run for run in contenders if not run.stopped_early])
             step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by, behind,
                              may_stop=self.noise is not None, ties=self.model_ties)
             self.last_race = step
-            if more and self.use_model_ties and not step.decided:
-                # Contenders the model and the data tie with the pick need no more repeats.
-                ties = self.model_ties
-                self.tie_with_model()
-                if self.model_ties != ties:
-                    step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by,
-                                     behind, may_stop=self.noise is not None, ties=self.model_ties)
-                    self.last_race = step
             for name in step.stop:
                 stopped = self.runs[name]
                 stopped.stopped_early = True
@@ -595,8 +588,7 @@ class Runner:
         if step is None or step.pick is None:
             return None
         tolerance = self.spec.config.measure.tolerance
-        ties = tuple(t for t in self.tie_notes if t.pick == step.pick and frozenset((t.pick, t.other))
-                     in self.model_ties)
+        ties = tuple(_facing(t, step.pick) for t in self.tie_notes if step.pick in (t.pick, t.other))
         if step.decided:
             return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties)
         if step.settled:
@@ -743,6 +735,13 @@ def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
             and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
             and r.batches == m.batches]
+
+
+def _facing(tie: ModelTie, pick: str) -> ModelTie:
+    """A tie as seen from the pick: the other trial's predicted and measured ratios to it."""
+    if tie.pick == pick:
+        return tie
+    return ModelTie(pick, tie.pick, 1 / tie.predicted_ratio, 1 / tie.measured_ratio, tie.spread, tie.spread_source)
 
 
 def _predicted_columns(predicted: Prediction | None) -> dict[str, Any]:

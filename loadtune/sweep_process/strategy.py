@@ -252,37 +252,41 @@ def config_key(trial: Trial) -> tuple:
     return tuple(sorted({**dict(trial.settings), **effective_settings(trial.loader_kwargs)}.items()))
 
 
-def _believed(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
-              by: str) -> float | None:
-    """A config's figure as the search believes it: measured where it was, else predicted."""
+def _ruled_in(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str]) -> bool:
+    """A config that can still be picked: not measured yet, or measured and it ran."""
     name = measured.get(config_key(trial))
-    if name is not None:
-        score = scores.get(name)
-        if score is None or not score.ran:
-            return None
-        return score.throughput.mean if by == "throughput" else score.wait_ratio.mean
+    return name is None or (name in scores and scores[name].ran)
+
+
+def _score(model: Any, trial: Trial, by: str) -> float:
+    """The model's figure for a config, higher better (the wait ratio negated)."""
     predicted = model.predict(trial.loader_kwargs)
-    return predicted.throughput if by == "throughput" else predicted.wait_ratio
+    return predicted.throughput if by == "throughput" else -predicted.wait_ratio
+
+
+def _within(score: float, best: float, by: str, tolerance: float) -> bool:
+    return score >= (1 - tolerance) * best if by == "throughput" else score >= best - tolerance
 
 
 def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
                   by: str, tolerance: float) -> list[Trial]:
-    """What the model cannot rule out, not measured yet: the config believed best (measured
-    figures where there are, predictions elsewhere) and the cheapest config believed within the
-    tolerance of it. Both measured: nothing left to learn."""
-    believed = {t.name: b for t in space if (b := _believed(t, scores, measured, model, by)) is not None}
-    if not believed:
+    """What the model cannot rule out, not measured yet. On the model's own scale (measured
+    configs predicted too: the fit has seen them, and a prediction set against a measurement
+    would chase each process's luck): the cheapest config predicted within the tolerance of the
+    predicted best (the pick, if the model is right), and the predicted best when it is predicted
+    ahead of every measured config by more than the tolerance. Both measured, or predicted level
+    with a measured one: nothing left to learn."""
+    live = [t for t in space if _ruled_in(t, scores, measured)]
+    if not live:
         return []
-    if by == "throughput":
-        best = max(believed.values())
-        within = [t for t in space if t.name in believed and believed[t.name] >= (1 - tolerance) * best]
-        top = max(within, key=lambda t: believed[t.name])
-    else:
-        best = min(believed.values())
-        within = [t for t in space if t.name in believed and believed[t.name] <= best + tolerance]
-        top = min(within, key=lambda t: believed[t.name])
-    cheapest = min(within, key=lambda t: cost_of(t.loader_kwargs))
-    return [t for t in dict.fromkeys((top, cheapest)) if config_key(t) not in measured]
+    score = {t.name: _score(model, t, by) for t in live}
+    best = max(score.values())
+    cheapest = min((t for t in live if _within(score[t.name], best, by, tolerance)), key=lambda t: cost_of(t.loader_kwargs))
+    top = max(live, key=lambda t: score[t.name])
+    done = [score[t.name] for t in live if config_key(t) in measured]
+    ahead = not done or not _within(max(done), score[top.name], by, tolerance)
+    wanted = [cheapest] + ([top] if ahead else [])
+    return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured]
 
 
 def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
@@ -290,9 +294,9 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "th
     """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
     with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
     measured trials and refitted after every measurement, predicts every config of the space
-    (every combination of the swept values); only what it cannot rule out is measured, the config
-    believed best and the cheapest believed within the tolerance of it, until both are measured.
-    When the model predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
+    (every combination of the swept values); only what it cannot rule out is measured
+    (model_targets), until that is measured. Advice is measured only where the model predicts a
+    gain. When the model predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
     if modeler is None:
         raise ValueError("the model strategy needs the runner's model")
     trials = [t for t in ofat_plan(config, accelerator) if not _needs_workers(t)]
@@ -325,15 +329,14 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "th
 
 def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any, by: str,
                tolerance: float, space: Sequence[Trial]) -> bool:
-    """Whether the model predicts a config outside the space (a verdict's advice) within the
-    tolerance of the best believed in it: only then is it worth measuring."""
-    values = [b for t in space if (b := _believed(t, scores, measured, model, by)) is not None]
-    if not values:
+    """Whether the model predicts a config outside the space (a verdict's advice) ahead of the
+    best it predicts in the space by more than the tolerance: only then is it worth measuring.
+    Advice the model has no evidence on (a setting never measured) predicts no gain."""
+    live = [t for t in space if _ruled_in(t, scores, measured)]
+    if not live:
         return True
-    predicted = model.predict(trial.loader_kwargs)
-    if by == "throughput":
-        return predicted.throughput >= (1 - tolerance) * max(values)
-    return predicted.wait_ratio <= min(values) + tolerance
+    best = max(_score(model, t, by) for t in live)
+    return not _within(best, _score(model, trial, by), by, tolerance)
 
 
 def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
