@@ -309,3 +309,26 @@ def test_winners_swapping_within_the_tie_group_is_not_a_flip():
     assert not comparison.changed
     assert comparison.verdict == VERDICT_HOLDS
     assert "winner changed within noise" in comparison.flags["num_workers=4"]
+
+
+def test_predictions_stand_beside_measurements(tmp_path):
+    """A config one file measured and the other only predicted shows both, and is no status change."""
+    base = pd.read_csv(FIXTURES / "base.csv")
+    base["predicted_throughput"] = base["throughput"] * 1.05
+    other = base.copy()
+    row = other["trial"] == "num_workers=4"
+    for column in ("rank", "throughput", "throughput_lo", "throughput_hi", "wait_ratio", "wait_ratio_lo",
+                   "wait_ratio_hi", "speedup", "tied_with_best"):
+        other.loc[row, column] = None
+    other.loc[row, "status"] = "predicted"
+    base.to_csv(tmp_path / "a.csv", index=False)
+    other.to_csv(tmp_path / "b.csv", index=False)
+    c = compare(load_results([tmp_path / "a.csv", tmp_path / "b.csv"]))
+    expected = base.loc[base["trial"] == "num_workers=4", "predicted_throughput"].item()
+    assert col(c, "predicted_throughput", "b", "num_workers=4") == pytest.approx(expected)
+    assert col(c, "status", "b", "num_workers=4") == "predicted"
+    assert STATUS_CHANGED not in c.flags.get("num_workers=4", [])
+    out = io.StringIO()
+    Console(file=out, width=250).print(comparison_table(c))
+    text = out.getvalue()
+    assert "predicted" in text and f"{expected:.1f}" in text

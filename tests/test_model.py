@@ -265,3 +265,28 @@ def test_ranks_each_run_a_pipeline_on_their_share_of_the_cores():
     assert fitted.predict(kwargs).throughput == pytest.approx(2 * TRUTH.predict(kwargs).throughput, rel=1e-9)
     assert fitted.predict(kwargs, ranks=1, cores=CORES).throughput == \
         pytest.approx(TRUTH.predict(kwargs).throughput, rel=1e-9)
+
+
+def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows():
+    import io
+
+    from rich.console import Console
+
+    from loadtune.results.report import not_run_lines, predicted_lines, results_table
+
+    measured = Record(trial="num_workers=2", status="ok", rank=1, throughput=500.0, throughput_lo=490.0,
+                      throughput_hi=510.0, wait_ratio=0.2, wait_ratio_lo=0.19, wait_ratio_hi=0.21,
+                      predicted_throughput=480.0)
+    only = Record(trial="num_workers=4, persistent_workers=true", status=PREDICTED, predicted_throughput=612.5,
+                  reason="not measured: the pipeline model predicts it")
+    out = io.StringIO()
+    Console(file=out, width=250).print(results_table([measured, only]))
+    text = out.getvalue()
+    assert "predicted" in text and "480.0" in text and "num_workers=4, persistent_workers=true" not in text
+    assert not_run_lines([measured, only]) == []
+    assert predicted_lines([measured, only]) == [
+        "1 more config of the space was predicted, not measured (status predicted in the CSV); the best of them: "
+        "num_workers=4, persistent_workers=true, 612.5 samples/s predicted."]
+    plain = io.StringIO()
+    Console(file=plain, width=250).print(results_table([dataclasses.replace(measured, predicted_throughput=None)]))
+    assert "predicted" not in plain.getvalue(), "files written before the model get no empty column"

@@ -42,6 +42,7 @@ FITTED_GRIDS: dict[str, tuple[float, ...]] = {
     "oversubscription": (0.0, 0.03, 0.08, 0.15, 0.3),
 }
 FIT_PASSES = 3  # coordinate search over the grids, from their middles
+HUBER_LOG_ERROR = 0.05  # log errors beyond this count linearly in the fit, not squared
 # Batches simulated per epoch at most: enough for a steady state well past the prefetch queue;
 # longer epochs add their start-up cost spread over their real length.
 SIM_EPOCH_BATCHES = 120
@@ -498,8 +499,11 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
     logs = np.log([e.throughput for e in core])
 
     def loss(candidate: PipelineModel) -> float:
-        predicted = np.log([_core_prediction(candidate, e).throughput for e in core])
-        return float(np.sum((predicted - logs) ** 2))
+        # Huber's loss on the log errors: squared while small, linear beyond HUBER_LOG_ERROR,
+        # so one process far off (a busy moment of the machine) pulls the fit no more than that.
+        error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
+        return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
+                                     HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
 
     grids = {name: grid for name, grid in FITTED_GRIDS.items() if _can_show(name, model, core)}
     params = {name: grid[len(grid) // 2] for name, grid in grids.items()}

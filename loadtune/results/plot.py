@@ -36,6 +36,7 @@ GREY = "#9a9a9a"
 GREY_FILL = "#ececec"
 IDEAL_COLOR = "#c92a2a"
 PREDICTED_COLOR = "#212529"
+LEGEND_COLUMNS = 4  # handles per legend row: more would run off a narrow figure
 WAIT_LABEL_OUTSIDE_BELOW = 0.85
 LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.6}
 
@@ -326,7 +327,7 @@ def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Any:
             t_ax.tick_params(axis="y", left=False)
 
     handles = _legend_handles(frames)
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles),
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), LEGEND_COLUMNS),
                fontsize=8, frameon=False)
     first = axes[0]
     first.set_yticks(range(len(order)))

@@ -107,8 +107,9 @@ def predicted_lines(records: Sequence[Record]) -> list[str]:
     if not only:
         return []
     best = max(only, key=lambda r: r.predicted_throughput or 0.0)
-    return [f"{len(only)} more configs of the space were predicted, not measured (status predicted in the CSV); "
-            f"the best of them: {best.trial}, {best.predicted_throughput:.1f} samples/s predicted."]
+    what = "1 more config of the space was" if len(only) == 1 else f"{len(only)} more configs of the space were"
+    return [f"{what} predicted, not measured (status predicted in the CSV); the best of them: {best.trial}, "
+            f"{best.predicted_throughput:.1f} samples/s predicted."]
 
 
 def flagged_lines(records: Sequence[Record]) -> list[str]:
