@@ -226,7 +226,8 @@ def test_model_strategy_measures_fewer_trials_than_ofat_and_finds_the_optimum():
     # The pick is as good as the space's best, within the tolerance, and no costlier config was
     # measured where a cheaper one is as good.
     assert chosen is not None and chosen.throughput.mean >= (1 - 0.03) * best
-    cheapest = min((t for t in space if truth[config_key(t)] >= (1 - 0.03) * best), key=lambda t: cost_of(t.loader_kwargs))
+    good = [t for t in space if truth[config_key(t)] >= (1 - 0.03) * best]
+    cheapest = min(good, key=lambda t: cost_of(t.loader_kwargs))
     assert cheapest.name in modelled.records
 
 
@@ -290,3 +291,14 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
     plain = io.StringIO()
     Console(file=plain, width=250).print(results_table([dataclasses.replace(measured, predicted_throughput=None)]))
     assert "predicted" not in plain.getvalue(), "files written before the model get no empty column"
+
+
+def test_fetch_hidden_only_where_workers_keep_ahead_of_the_loop():
+    """Sleep-like fetches: enough workers hide them; too few do not; CPU fetches on crowded cores
+    are paced by the cores, never hidden."""
+    kw = {"prefetch_factor": 2, "persistent_workers": True, "batch_size": BATCH}
+    assert TRUTH.predict({**kw, "num_workers": 3}).fetch_hidden
+    assert not TRUTH.predict({**kw, "num_workers": 1}).fetch_hidden
+    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0)
+    crowded = cpu.predict({**kw, "num_workers": 6})
+    assert crowded.cpu_bound and not crowded.fetch_hidden

@@ -13,9 +13,8 @@ protocol for any config: round-robin workers, `prefetch_factor` batches in fligh
 in-order hand-over, the drain at each epoch's end and the start-up after it, over fetch times
 drawn with the fitted variation, capped by what the cores can do.
 
-Settings the mechanism does not cover (threads, pin_memory's CPU side, in_order, anything else
-swept) get a factor: their measured effect as a single change, applied on top. Offline (numpy
-only), so `loadtune predict` and the readers use it without torch.
+The thread settings, which the mechanism does not cover, get a factor: their measured effect as
+a single change, applied on top. Offline (numpy only): the readers use it without torch.
 """
 
 from __future__ import annotations
@@ -48,6 +47,8 @@ HUBER_LOG_ERROR = 0.05  # log errors beyond this count linearly in the fit, not 
 SIM_EPOCH_BATCHES = 120
 SIM_EPOCHS = 3  # the first is dropped: it starts from nothing, as no measured window does
 SIM_SEED = 20261203
+# CPU phases stretched by more than this share of their time: the cores, not the queue, set the pace.
+CROWDED_STRETCH = 1.05
 # A model fitted to fewer measured trials than this predicts nothing.
 MIN_TRIALS_TO_FIT = 2
 
@@ -60,6 +61,7 @@ class Prediction:
     wait_ratio: float
     period_ms: float  # per batch, epoch starts spread over the epoch
     cpu_bound: bool  # the cores, not the queue, set the pace
+    fetch_hidden: bool = False  # workers keep ahead of the loop, even a slow batch (the loop's own time sets the pace)
 
 
 @dataclass(frozen=True)
@@ -350,8 +352,8 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
         sim = simulate(workers, max(prefetch, 1), persistent, fetch, cv, handover * main_stretch,
                        main_wall - handover * main_stretch, start, epoch, cut)
         period = sim.period_ms
-        useful = fetch * workers and fetch / (workers * period)
-        wasted = max(1.0, sim.worker_share / useful) if useful else 1.0
+        useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
+        wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
         worker_busy = min(1.0, sim.worker_share * fetch_cpu * worker_stretch / fetch) if fetch > 0 else 0.0
         main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
         ws, ms = _contention(workers, worker_busy, main_busy, cores)
@@ -367,7 +369,9 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
     if cpu_bound:
         period = capped
     wait_ratio = max(0.0, 1 - step_wall / period) if period > 0 else 0.0
-    return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, cpu_bound or worker_stretch > 1.05)
+    crowded = cpu_bound or worker_stretch > CROWDED_STRETCH or main_stretch > CROWDED_STRETCH
+    hidden = not crowded and fetch * (1 + cv) / workers <= main_wall
+    return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, crowded, hidden)
 
 
 # --- fitting -------------------------------------------------------------------------------
@@ -419,20 +423,23 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
     h2d = _median(plain, _median(pinned))
     h2d_pinned = _median(pinned, h2d)
-    cores, ranks = evidence[0].cores, evidence[0].ranks
-    starts_np = [(e.workers, e.epoch_start_ms - _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size,
-                                                                 e.workers, e.cores))
-                 for e in evidence if e.workers > 0 and not e.settings["persistent_workers"]
-                 and e.epoch_start_ms is not None]
-    start0, start_per = _line(starts_np)
-    resumes = [e.epoch_start_ms - _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers,
-                                                  e.cores)
-               for e in evidence if e.workers > 0 and e.settings["persistent_workers"] and e.epoch_start_ms is not None]
-    resume = max(0.0, _median(resumes, 0.0))
+    starts = [e for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
+
+    def start_up(e: Evidence) -> float:
+        """An epoch's wait for its first batch, less that batch's own fetch."""
+        first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
+        return e.epoch_start_ms - first
+
+    start0, start_per = _line([(e.workers, start_up(e)) for e in starts if not e.settings["persistent_workers"]])
+    resume = max(0.0, _median((start_up(e) for e in starts if e.settings["persistent_workers"]), 0.0))
     alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0]
-    main_fetch = _median(alone) if alone else None
-    return PipelineModel(fetch_cpu, fetch_wait, main_fetch, handover, step, step_cpu, h2d, h2d_pinned, start0, start_per, resume,
-                         cores, 0.0, 0.0, 0.0, 1.0, dataset_len, epoch_batches, (), ranks, len(evidence))
+    return PipelineModel(
+        fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
+        main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
+        step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu, h2d_ms=h2d, h2d_pinned_ms=h2d_pinned,
+        worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
+        cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
+        dataset_len=dataset_len, epoch_batches=epoch_batches, ranks=evidence[0].ranks, trials=len(evidence))
 
 
 def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:

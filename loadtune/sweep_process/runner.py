@@ -313,9 +313,10 @@ class Runner:
                 run.predicted = model.predict(run.trial.loader_kwargs)
 
     def tie_with_model(self, contenders: Sequence[TrialRun]) -> None:
-        """Pairs of contenders the model explains as equal (predicted within the tolerance of each
-        other) whose measurements agree within the spread between processes (the pooled spread
-        of repeats; before any trial has two, the spread of the model's fit): tied."""
+        """Pairs of contenders the model explains as equal (both hide the fetch, so the loop's own
+        time sets the pace, and they are predicted within the tolerance of each other) whose
+        measurements agree within the spread between processes (the pooled spread of repeats;
+        before any trial has two, the spread of the model's fit): tied."""
         model = self.fit()
         self.model_ties, self.tie_notes = frozenset(), ()
         if model is None or self.model_fell_back:
@@ -326,13 +327,17 @@ class Runner:
         else:
             spread, source = model.residual_log_sd, "model"
         ran = [run for run in contenders if run.score is not None and run.score.ran]
-        predicted = {run.trial.name: model.predict(run.trial.loader_kwargs).throughput for run in ran}
+        predicted = {run.trial.name: model.predict(run.trial.loader_kwargs) for run in ran}
         ties, notes = set(), []
         for a, b in itertools.combinations(ran, 2):
-            ratio = predicted[b.trial.name] / predicted[a.trial.name]
+            pa, pb = predicted[a.trial.name], predicted[b.trial.name]
+            ratio = pb.throughput / pa.throughput
             measured = b.score.throughput.mean / a.score.throughput.mean
             judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
-            if abs(ratio - 1) <= tolerance and abs(math.log(measured)) <= TIE_SPREADS * judged:
+            # Equal by the mechanism: both hide the fetch, the loop's own time sets the pace. Configs
+            # the cores pace, or a close race of queues, can differ by more than the model can tell.
+            if pa.fetch_hidden and pb.fetch_hidden and abs(ratio - 1) <= tolerance \
+                    and abs(math.log(measured)) <= TIE_SPREADS * judged:
                 ties.add(frozenset((a.trial.name, b.trial.name)))
                 notes.append(ModelTie(a.trial.name, b.trial.name, ratio, measured, spread, source))
         self.model_ties, self.tie_notes = frozenset(ties), tuple(notes)

@@ -18,7 +18,6 @@ from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 
 STRATEGIES = ("model", "ofat", "greedy", "grid")
-DEFAULT_STRATEGY = "model"
 # The model strategy measures at most this many follow-up rounds after the first.
 MAX_MODEL_ROUNDS = 6
 # Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
@@ -274,18 +273,23 @@ def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured
     configs predicted too: the fit has seen them, and a prediction set against a measurement
     would chase each process's luck): the cheapest config predicted within the tolerance of the
     predicted best (the pick, if the model is right), and the predicted best when it is predicted
-    ahead of every measured config by more than the tolerance. Both measured, or predicted level
-    with a measured one: nothing left to learn."""
+    ahead of every measured config by more than the tolerance or does not hide the fetch (the
+    model's resolution is coarse there). Both measured, or predicted level with a measured one:
+    nothing left to learn."""
     live = [t for t in space if _ruled_in(t, scores, measured)]
     if not live:
         return []
     score = {t.name: _score(model, t, by) for t in live}
     best = max(score.values())
-    cheapest = min((t for t in live if _within(score[t.name], best, by, tolerance)), key=lambda t: cost_of(t.loader_kwargs))
+    within = [t for t in live if _within(score[t.name], best, by, tolerance)]
+    cheapest = min(within, key=lambda t: cost_of(t.loader_kwargs))
     top = max(live, key=lambda t: score[t.name])
     done = [score[t.name] for t in live if config_key(t) in measured]
     ahead = not done or not _within(max(done), score[top.name], by, tolerance)
-    wanted = [cheapest] + ([top] if ahead else [])
+    # Where the cores or a close race of queues set the pace, the model cannot tell configs a
+    # few percent apart: the predicted best is measured beside the cheapest.
+    coarse = not model.predict(top.loader_kwargs).fetch_hidden
+    wanted = [cheapest] + ([top] if ahead or coarse else [])
     return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured]
 
 
