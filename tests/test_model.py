@@ -294,8 +294,8 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
 
 
 def test_fetch_hidden_only_where_workers_keep_ahead_of_the_loop():
-    """Sleep-like fetches: enough workers hide them; too few do not; CPU fetches on crowded cores
-    are paced by the cores, never hidden."""
+    """Sleep-like fetches: enough workers outpace the loop; too few do not; CPU fetches on crowded
+    cores are paced by the cores, never hidden."""
     kw = {"prefetch_factor": 2, "persistent_workers": True, "batch_size": BATCH}
     assert TRUTH.predict({**kw, "num_workers": 3}).fetch_hidden
     assert not TRUTH.predict({**kw, "num_workers": 1}).fetch_hidden

@@ -61,7 +61,7 @@ class Prediction:
     wait_ratio: float
     period_ms: float  # per batch, epoch starts spread over the epoch
     cpu_bound: bool  # the cores, not the queue, set the pace
-    fetch_hidden: bool = False  # workers keep ahead of the loop, even a slow batch (the loop's own time sets the pace)
+    fetch_hidden: bool = False  # the workers outpace the loop on the cores they have: its own time sets the pace
 
 
 @dataclass(frozen=True)
@@ -370,7 +370,7 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
         period = capped
     wait_ratio = max(0.0, 1 - step_wall / period) if period > 0 else 0.0
     crowded = cpu_bound or worker_stretch > CROWDED_STRETCH or main_stretch > CROWDED_STRETCH
-    hidden = not crowded and fetch * (1 + cv) / workers <= main_wall
+    hidden = not crowded and fetch / workers <= main_wall
     return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, crowded, hidden)
 
 

@@ -313,10 +313,10 @@ class Runner:
                 run.predicted = model.predict(run.trial.loader_kwargs)
 
     def tie_with_model(self, contenders: Sequence[TrialRun]) -> None:
-        """Pairs of contenders the model explains as equal (both hide the fetch, so the loop's own
-        time sets the pace, and they are predicted within the tolerance of each other) whose
-        measurements agree within the spread between processes (the pooled spread of repeats;
-        before any trial has two, the spread of the model's fit): tied."""
+        """Pairs of contenders the model explains as equal (both hide the fetch: the workers outpace
+        the loop on uncrowded cores, so its own time sets the pace; and they are predicted within
+        the tolerance of each other) whose measurements agree within the spread between processes
+        (the pooled spread of repeats; before any trial has two, the spread of the model's fit)."""
         model = self.fit()
         self.model_ties, self.tie_notes = frozenset(), ()
         if model is None or self.model_fell_back:
