@@ -285,37 +285,31 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
     return Simulated(total / (kept * n), sum(waits[n:]) / (kept * n), min(1.0, share))
 
 
+def _binomial(count: int, share: float) -> np.ndarray:
+    """P(k of `count` independent threads are runnable), each runnable `share` of the time."""
+    dist = np.zeros(count + 1)
+    dist[0] = 1.0
+    for _ in range(count):
+        dist[1:] = dist[1:] * (1 - share) + dist[:-1] * share
+        dist[0] *= 1 - share
+    return dist
+
+
 def _contention(workers: int, worker_busy: float, main_busy: float, cores: float) -> tuple[float, float]:
     """How much a worker's and the training thread's CPU phases stretch: the expected
     max(1, runnable threads / cores) each sees while it runs, the others runnable independently
     with their busy shares (a worker `worker_busy` of the time, the training thread `main_busy`)."""
-    # Distribution of the number of runnable workers (binomial), then with the training thread.
-    dist = np.zeros(workers + 1)
-    dist[0] = 1.0
-    for _ in range(workers):
-        dist[1:] = dist[1:] * (1 - worker_busy) + dist[:-1] * worker_busy
-        dist[0] *= 1 - worker_busy
-    counts = np.arange(workers + 1, dtype=float)
 
     def stretch(runnable: np.ndarray) -> np.ndarray:
         return np.maximum(1.0, runnable / cores)
 
-    # A worker sees the other workers (one fewer) and the training thread.
-    if workers:
-        others = np.zeros(workers)
-        others[:] = dist[:-1] if worker_busy >= 1 else 0
-        if worker_busy < 1:
-            # The others of a running worker: Binomial(workers - 1, busy).
-            others = np.zeros(workers)
-            others[0] = 1.0
-            for _ in range(workers - 1):
-                others[1:] = others[1:] * (1 - worker_busy) + others[:-1] * worker_busy
-                others[0] *= 1 - worker_busy
-        n = np.arange(workers, dtype=float) + 1
-        worker = float(np.sum(others * (main_busy * stretch(n + 1) + (1 - main_busy) * stretch(n))))
-    else:
-        worker = 1.0
-    main = float(np.sum(dist * stretch(counts + 1)))
+    # The training thread sees every worker; a running worker sees the others and the training thread.
+    main = float(np.sum(_binomial(workers, worker_busy) * stretch(np.arange(workers + 1) + 1.0)))
+    if not workers:
+        return 1.0, main
+    alongside = np.arange(workers) + 1.0  # itself and k others
+    others = _binomial(workers - 1, worker_busy)
+    worker = float(np.sum(others * (main_busy * stretch(alongside + 1) + (1 - main_busy) * stretch(alongside))))
     return worker, main
 
 
