@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from loadtune.results.record import Record
-from loadtune.trials import IDEAL, effective_settings
+from loadtune.trials import IDEAL, effective_settings, format_value
 
 # Settings the queueing mechanism explains; any other swept key is a measured factor.
 MECHANISM_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "batch_size", "pin_memory"})
@@ -166,7 +166,7 @@ class PipelineModel:
                         step_scale)
         factor = 1.0
         for key, value, f in self.factors:
-            if _value_text(s.get(key, kwargs.get(key))) == value:
+            if format_value(s.get(key, kwargs.get(key))) == value:
                 factor *= f
         throughput = core.throughput * factor * max(ranks, 1)
         return replace(core, throughput=throughput, period_ms=core.period_ms / factor)
@@ -175,12 +175,6 @@ class PipelineModel:
         out = asdict(self)
         out["factors"] = [{"key": k, "value": v, "factor": f} for k, v, f in self.factors]
         return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in out.items()}
-
-
-def _value_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return "null" if value is None else str(value)
 
 
 # --- the simulation ------------------------------------------------------------------------
@@ -491,9 +485,9 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
     base = dict(baseline or {})
     for key in evidence[0].settings:
         if key not in base:
-            values = [_value_text(e.settings.get(key)) for e in evidence]
+            values = [format_value(e.settings.get(key)) for e in evidence]
             common = max(set(values), key=values.count)
-            base[key] = next(e.settings.get(key) for e in evidence if _value_text(e.settings.get(key)) == common)
+            base[key] = next(e.settings.get(key) for e in evidence if format_value(e.settings.get(key)) == common)
     base = effective_settings(base)
     model = base_figures(evidence, dataset_len, epoch_batches)
     core = [e for e in evidence if _explained(e, base)] or evidence
@@ -530,8 +524,8 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
     for key in sorted(k for k in base if k not in MECHANISM_KEYS):
         by_value: dict[str, list[float]] = {}
         for e in evidence:
-            value = _value_text(e.settings.get(key))
-            if value != _value_text(base.get(key)):
+            value = format_value(e.settings.get(key))
+            if value != format_value(base.get(key)):
                 core_guess = _core_prediction(model, e)
                 by_value.setdefault(value, []).append(e.throughput / core_guess.throughput)
         factors += [(key, value, statistics.median(ratios)) for value, ratios in sorted(by_value.items())]

@@ -32,14 +32,13 @@ from loadtune.sweep_process.datacheck import CONTENT, LABEL, Check, Delivery, ch
 from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
-from loadtune.sweep_process.plan import baseline_trial, ideal_trial
+from loadtune.sweep_process.plan import baseline_trial, grid_plan, ideal_trial
 from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import (OK, SKIPPED, apply_ranking, rank_records, stats_columns,
                                           trial_record)
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
-from loadtune.sweep_process.plan import grid_plan
 from loadtune.sweep_process.strategy import STRATEGIES, config_key, run_strategy
 from loadtune.sweep_process.torchrun import local_ranks
 from loadtune.trial_process.device import is_accelerator
