@@ -6,6 +6,7 @@ The command line is `loadtune`; from Python (a notebook, a script):
     result = loadtune.sweep("my.yaml")            # or a dict of the same keys
     result.recommended, result.loader_kwargs, result.frame
     loadtune.compare("small.csv", "large.csv").verdict
+    loadtune.predict("small.csv", cores=16, ranks=4).recommended   # another machine
 """
 
 from typing import Any
@@ -25,3 +26,10 @@ def compare(*csvs: Any, force: bool = False) -> Any:
     from loadtune.api import compare as run
 
     return run(*csvs, force=force)
+
+
+def predict(csv: Any, **target: Any) -> Any:
+    """What another machine should use, as `loadtune predict` says; see loadtune.api.predict."""
+    from loadtune.api import predict as run
+
+    return run(csv, **target)

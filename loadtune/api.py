@@ -143,6 +143,12 @@ def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out_given,
                     torchrun=spec.torchrun)
+    if chosen is not None:
+        from loadtune.results.transfer import settings_of, travel
+
+        moved, same = travel(result.records, settings_of(chosen), spec.config.measure.tolerance,
+                             result.model.model if result.model is not None else None)
+        meta.update(travel=tuple(moved), travel_same=tuple(same))
     chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
     baseline = result.trials.get("baseline")
     return summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
@@ -181,4 +187,15 @@ def compare(*csvs: str | Path, force: bool = False) -> Any:
     return compare_results(load_results(csvs), force=force)
 
 
-__all__ = ["LoadtuneError", "SweepResult", "compare", "load", "sweep"]
+def predict(csv: str | Path, *, cores: float | None = None, ranks: int = 1, step_ms: float | None = None,
+            scale: float | None = None, ram_gb: float | None = None, shm_gb: float | None = None,
+            tolerance: float | None = None) -> Any:
+    """What `loadtune predict` says of another machine: a results.transfer.Forecast (its
+    `recommended` row, every config's `rows`, `extrapolated`, `to_json()`)."""
+    from loadtune.results.transfer import TOLERANCE, Target, forecast_file
+
+    target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
+    return forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
+
+
+__all__ = ["LoadtuneError", "SweepResult", "compare", "load", "predict", "sweep"]

@@ -239,6 +239,52 @@ def compare(
 
 
 @app.command()
+def predict(
+    csv: Path = typer.Argument(..., help="A results CSV of `loadtune sweep` (this version's columns)."),
+    cores: Optional[float] = typer.Option(None, "--cores", help="Usable cores of the target machine, shared by "
+                                          "all its ranks (default: the source's)."),
+    ranks: int = typer.Option(1, "--ranks", min=1, help="Ranks on the target, each with its own DataLoader."),
+    step_ms: Optional[float] = typer.Option(None, "--step-ms", help="The target's training step per batch, in ms "
+                                            "(default: as measured)."),
+    scale: Optional[float] = typer.Option(None, "--scale", help="Data scale on the target, for memory "
+                                          "(default: the source's)."),
+    ram_gb: Optional[float] = typer.Option(None, "--ram-gb", help="The target's RAM (default: the source's)."),
+    shm_gb: Optional[float] = typer.Option(None, "--shm-gb", help="The target's free /dev/shm (default: the "
+                                           "source's)."),
+    tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Configs predicted within this share of "
+                                              "the best are as good; the cheapest is recommended (default 0.03)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the predicted rows as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON on stdout."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Predict the settings for another machine (cores, ranks, step) from a sweep's CSV."""
+    from loadtune.results.model import prediction_error
+    from loadtune.results.transfer import TOLERANCE, Target, forecast_file, forecast_lines, forecast_table, \
+        write_forecast
+
+    target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
+    try:
+        if step_ms is not None and step_ms < 0:
+            raise typer.BadParameter("must be 0 or more", param_hint="--step-ms")
+        result = forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
+        if out is not None:
+            write_forecast(result, out)
+        from loadtune.results.record import load_records
+
+        error = prediction_error(load_records(csv))
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console.print(forecast_table(result))
+    for line in forecast_lines(result, error):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    if out is not None:
+        console.print(f"CSV: {out}", highlight=False, markup=False)
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+
+
+@app.command()
 def report(
     csvs: list[Path] = typer.Argument(..., help="One or more results CSVs."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw them as a chart (PNG), side by side."),

@@ -34,7 +34,9 @@ TRUTH = PipelineModel(
 def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persistent: bool = False,
             name: str | None = None) -> Record:
     """A record whose evidence columns say exactly what `model` holds, and whose throughput and
-    wait ratio are the model's own prediction: what a noiseless machine running it would write."""
+    wait ratio are the model's own prediction: what a noiseless machine with `model.cores`
+    usable cores running it would write."""
+    CORES = model.cores  # noqa: N806 (the machine the record was measured on)
     settings = {"num_workers": workers, "prefetch_factor": prefetch if workers else None,
                 "persistent_workers": persistent and workers > 0, "pin_memory": False, "batch_size": BATCH}
     guess = model.predict(settings)
@@ -47,7 +49,7 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
         first = model.fetch_wait_ms_per_sample * BATCH + model.fetch_cpu_ms_per_sample * BATCH * max(1.0,
                                                                                                      workers / CORES)
         start = model.persistent_resume_ms if persistent else \
-            model.worker_start_ms + model.worker_start_per_worker_ms * workers
+            model.worker_start_ms + model.worker_start_per_worker_ms * workers / min(workers, CORES)
         epoch_start = start + first
     else:
         fetch_ms = model.main_fetch_ms_per_sample * BATCH

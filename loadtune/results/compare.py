@@ -8,7 +8,7 @@ Builds plain data and renderables; printing and exit codes are the CLI's job.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -23,6 +23,7 @@ from loadtune.trials import BASELINE, IDEAL
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
 from loadtune.results.record import PREDICTED, load_records, plain_frame
+from loadtune.results.transfer import TransferCheck, target_text, transfer_check
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 
@@ -42,6 +43,8 @@ PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
                     "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
                     "speedup", "reason")
 FLAGS_COLUMN = "flags"
+# Per file after the first, on another machine: what the first file's model predicted there.
+TRANSFER_COLUMN = "predicted_from_first"
 FLAG_SEPARATOR = "; "
 
 WINNER_CHANGED = "winner changed"
@@ -76,6 +79,9 @@ class Comparison:
     flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
     verdict: str
     changed: bool
+    # label -> what the first file's pipeline model predicted for that file's machine (other
+    # cores, ranks or step), against what it measured
+    transfers: dict[str, TransferCheck] = field(default_factory=dict)
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -312,6 +318,9 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     else:
         verdict = VERDICT_HOLDS
     table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]
+    transfers = _transfers(results)
+    for label, check in transfers.items():
+        table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
     return Comparison(
         labels=tuple(labels),
         paths=tuple(r.path for r in results),
@@ -322,7 +331,20 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
         flags={t: f for t, f in flags.items() if f},
         verdict=verdict,
         changed=changed,
+        transfers=transfers,
     )
+
+
+def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
+    """For each file after the first measured on another machine (cores, ranks, step): what the
+    first file's model predicted for it (see transfer.transfer_check)."""
+    first = load_records(results[0].path)
+    out = {}
+    for result in results[1:]:
+        check = transfer_check(first, load_records(result.path))
+        if check is not None:
+            out[result.label] = check
+    return out
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -372,15 +394,19 @@ def comparison_table(comparison: Comparison, title: str = "") -> Table:
         table.add_column(f"{label}\nsamples/s [95% CI]", justify="right")
         table.add_column(f"{label}\npredicted", justify="right")
         table.add_column(f"{label}\nwait ratio [95% CI]", justify="right")
+        if label in comparison.transfers:
+            table.add_column(f"{label}\nfrom {comparison.labels[0]}", justify="right")
     table.add_column("flags", justify="left")
     for row in comparison.table.to_dict("records"):
         cells: list[Any] = [str(row["trial"])]
         for label in comparison.labels:
             status = row[f"status{LABEL_SEPARATOR}{label}"]
             predicted = _fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
+            transfer = [_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)] \
+                if label in comparison.transfers else []
             if status != OK:
                 cells += [Text(status, style=STATUS_STYLE.get(status, "")), "",
-                          predicted if status == PREDICTED else "", ""]
+                          predicted if status == PREDICTED else "", "", *transfer]
                 continue
             rank = row[f"rank{LABEL_SEPARATOR}{label}"]
             mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
@@ -388,7 +414,7 @@ def comparison_table(comparison: Comparison, title: str = "") -> Table:
             shown = "ref" if row["trial"] == IDEAL else "-" if rank is None or rank is pd.NA else rank
             cells += [Text(f"{mark}{shown}", style=winner_style),
                       _with_interval(row, "throughput", label, 1), predicted,
-                      _with_interval(row, "wait_ratio", label, 3)]
+                      _with_interval(row, "wait_ratio", label, 3), *transfer]
         flags = row[FLAGS_COLUMN]
         cells.append(Text(flags, style="yellow") if flags else "")
         table.add_row(*cells)
@@ -407,5 +433,11 @@ def comparison_lines(comparison: Comparison) -> list[str]:
     taus = [f"{label} {'-' if comparison.tau[label] is None else format(comparison.tau[label], '.2f')}"
             for label in comparison.labels[1:]]
     lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
+    for label, check in comparison.transfers.items():
+        measured = "not measured there" if check.pick_measured_share is None else \
+            f"measured {check.pick_measured_share:.2f} of its best ({check.measured_best})"
+        lines.append(f"predicted from {first} for {label} ({target_text(check.target)}): {check.predicted_pick}, "
+                     f"{measured}; median |predicted/measured - 1| {check.median_error:.0%} over "
+                     f"{check.compared} trials")
     lines.append(comparison.verdict)
     return lines

@@ -41,6 +41,8 @@ FITTED_GRIDS: dict[str, tuple[float, ...]] = {
     "oversubscription": (0.0, 0.03, 0.08, 0.15, 0.3),
 }
 FIT_PASSES = 3  # coordinate search over the grids, from their middles
+FIT_PARSIMONY = 0.10  # a figure nearer neutral is kept when the loss is within this share of the best
+FIT_PARSIMONY_FLOOR = 1e-4  # and this much (the loss of a few trials off by about 1%)
 HUBER_LOG_ERROR = 0.05  # log errors beyond this count linearly in the fit, not squared
 # Batches simulated per epoch at most: enough for a steady state well past the prefetch queue;
 # longer epochs add their start-up cost spread over their real length.
@@ -122,7 +124,7 @@ class PipelineModel:
     h2d_ms: float  # copy to the device per batch (pinned or not: see h2d_pinned_ms)
     h2d_pinned_ms: float
     worker_start_ms: float  # an epoch's start without persistent workers: fixed part
-    worker_start_per_worker_ms: float  # and per worker
+    worker_start_per_worker_ms: float  # and per worker, on a core of its own (see _starting)
     persistent_resume_ms: float  # an epoch's start with persistent workers
     cores: float  # usable cores (affinity and quota) of each rank it was fitted on
     fetch_cv: float  # batch-to-batch variation of a fetch (fitted)
@@ -160,10 +162,10 @@ class PipelineModel:
         batch = int(s["batch_size"] or kwargs.get("batch_size") or 1)
         workers = int(s["num_workers"] or 0)
         prefetch = int(s["prefetch_factor"] or 0)
-        cores = (self.cores * self.ranks if cores is None else cores) / max(ranks, 1)
+        machine = self.cores * self.ranks if cores is None else cores
         h2d = self.h2d_pinned_ms if s["pin_memory"] else self.h2d_ms
-        core = _predict(self, batch, workers, prefetch, bool(s["persistent_workers"]), h2d, max(cores, 0.05),
-                        step_scale)
+        core = _predict(self, batch, workers, prefetch, bool(s["persistent_workers"]), h2d,
+                        max(_rank_cores(self, machine, ranks), 0.05), step_scale, machine / max(ranks, 1))
         factor = 1.0
         for key, value, f in self.factors:
             if format_value(s.get(key, kwargs.get(key))) == value:
@@ -307,10 +309,24 @@ def _contention(workers: int, worker_busy: float, main_busy: float, cores: float
     return worker, main
 
 
+def _rank_cores(model: PipelineModel, machine_cores: float, ranks: int) -> float:
+    """What each of `ranks` ranks gets of a machine's usable cores, in cores that work like the
+    first: each core beyond the first adds `core_share` (the machine's, shared by its ranks)."""
+    working = 1 + (machine_cores - 1) * model.core_share if machine_cores > 1 else machine_cores
+    return working / max(ranks, 1)
+
+
+def _starting(workers: int, cores: float) -> float:
+    """Worker start-ups an epoch's start waits for, one after another: W workers start at once on
+    min(W, cores) of the rank's usable cores (starting a worker is CPU work)."""
+    return workers / max(min(workers, cores), 0.05)
+
+
 def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, persistent: bool, h2d_ms: float,
-             cores: float, step_scale: float = 1.0) -> Prediction:
+             cores: float, step_scale: float = 1.0, usable_cores: float | None = None) -> Prediction:
+    """One rank's prediction on `cores` working cores of its own (see _rank_cores); its usable
+    cores (default: `cores`) set how many workers start at once."""
     cv, kappa, put = model.fetch_cv, model.oversubscription, model.worker_put_ms
-    cores = min(cores, 1 + (cores - 1) * model.core_share) if cores > 1 else cores
     fetch_cpu = model.fetch_cpu_ms_per_sample * batch
     fetch_wait = model.fetch_wait_ms_per_sample * batch
     step = model.step_ms_per_sample * batch * step_scale
@@ -320,12 +336,18 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
     if workers == 0:
         alone = model.main_fetch_ms_per_sample * batch if model.main_fetch_ms_per_sample is not None \
             else fetch_cpu + fetch_wait
+        if cores < 1:
+            # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
+            # process's CPU phases, its fetch's and its step's, take that much longer.
+            share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
+            alone += alone * share * (1 / cores - 1)
+            step += step_cpu * (1 / cores - 1)
         sim = simulate(0, 0, False, alone, cv, 0.0, step + h2d_ms, 0.0, epoch)
         wait_ratio = (sim.wait_ms + h2d_ms) / sim.period_ms if sim.period_ms > 0 else 0.0
         return Prediction(1e3 * batch / sim.period_ms, min(1.0, wait_ratio), sim.period_ms, False)
     fetch_cpu += put  # with workers, each batch is also put into shared memory for the loop
     start = model.persistent_resume_ms if persistent else \
-        model.worker_start_ms + model.worker_start_per_worker_ms * workers
+        model.worker_start_ms + model.worker_start_per_worker_ms * _starting(workers, usable_cores or cores)
     # Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
     # (fixed point: the stretch slows the pace, which changes how busy each thread is), and
     # each busy thread beyond the cores costs `oversubscription` more CPU (switches, caches).
@@ -333,7 +355,16 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
     period = 0.0
     wasted = 1.0  # work per useful batch, with the batches an epoch's cut throws away
     cut = model.epoch_cut(batch)
-    for _ in range(4):
+    starts_ms = start / epoch if math.isfinite(epoch) else 0.0  # per batch
+
+    def cap() -> float:
+        # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part), and
+        # each epoch's start, which nothing overlaps (the workers start, or resume, once the last
+        # epoch has ended), spread over the epoch.
+        return (fetch_cpu * wasted + step_cpu + handover) / cores + starts_ms
+
+    saturated = False
+    for attempt in range(4):
         fetch = fetch_wait + fetch_cpu * worker_stretch
         main_cpu = (step_cpu + handover) * main_stretch
         main_wall = step - step_cpu + h2d_ms + main_cpu
@@ -342,6 +373,8 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
         period = sim.period_ms
         useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
         wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
+        if attempt == 0:
+            saturated = cap() >= period  # the cores are short even with no crowding
         worker_busy = min(1.0, sim.worker_share * fetch_cpu * worker_stretch / fetch) if fetch > 0 else 0.0
         main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
         ws, ms = _contention(workers, worker_busy, main_busy, cores)
@@ -350,8 +383,13 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
         if abs(ws - worker_stretch) < 1e-3 and abs(ms - main_stretch) < 1e-3:
             break
         worker_stretch, main_stretch = ws, ms
-    # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part).
-    capped = (fetch_cpu * wasted + step_cpu + handover) / cores
+    capped = cap()
+    if saturated:
+        # Threads that never block keep short cores busy: the cores' cap is the pace (the
+        # crowding stretch, which counts runnable threads as independent, would overshoot it).
+        # Threads that wait in their fetch leave the cores idle at times: the crowding holds.
+        cpu_share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 1.0
+        period = cpu_share * capped + (1 - cpu_share) * max(period, capped)
     cpu_bound = capped > period
     step_wall = step + (main_stretch - 1) * step_cpu
     if cpu_bound:
@@ -418,7 +456,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
         first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
         return e.epoch_start_ms - first
 
-    start0, start_per = _line([(e.workers, start_up(e)) for e in starts if not e.settings["persistent_workers"]])
+    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e)) for e in starts
+                               if not e.settings["persistent_workers"]])
     resume = max(0.0, _median((start_up(e) for e in starts if e.settings["persistent_workers"]), 0.0))
     alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0]
     return PipelineModel(
@@ -443,7 +482,7 @@ def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
     return main_ms - (e.handover_ms if e.handover_ms is not None else handover_ms_per_sample * e.batch_size)
 
 
-def _line(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Least squares intercept and slope (both kept at 0 or above); one x: its median, slope 0."""
     if not points:
         return 0.0, 0.0
@@ -464,7 +503,7 @@ def _core_prediction(model: PipelineModel, e: Evidence) -> Prediction:
     s = e.settings
     h2d = model.h2d_pinned_ms if s["pin_memory"] else model.h2d_ms
     return _predict(model, e.batch_size, e.workers, int(s["prefetch_factor"] or 0), bool(s["persistent_workers"]),
-                    h2d, model.cores)
+                    h2d, _rank_cores(model, model.cores * model.ranks, model.ranks), 1.0, model.cores)
 
 
 def _explained(e: Evidence, baseline: Mapping[str, Any]) -> bool:
@@ -518,6 +557,19 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
                 params[name], moved = best, True
         if not moved:
             break
+    # Each fitted figure as near its neutral value (the first of its grid) as explains the trials
+    # all but as well: a handful of trials cannot tell a figure from its neighbours, and a figure
+    # pushed to an extreme to explain one more trial moves every prediction for another machine.
+    threshold = min(losses.values(), default=0.0) * (1 + FIT_PARSIMONY) + FIT_PARSIMONY_FLOOR
+    for name, grid in grids.items():
+        for value in grid[:grid.index(params[name])]:
+            trial = {**params, name: value}
+            key = tuple(trial.values())
+            if key not in losses:
+                losses[key] = loss(replace(model, **trial))
+            if losses[key] <= threshold:
+                params[name] = value
+                break
     model = replace(model, **params)
     # Unexplained settings: each value's measured effect against the mechanism's prediction.
     factors = []

@@ -378,6 +378,17 @@ def read_records(path: Path | str, kind: type[R] = Record, *, required: Sequence
     return records
 
 
+def missing_columns(path: Path | str, names: Sequence[str]) -> list[str]:
+    """Which of `names` the header of the CSV at `path` lacks (a file written by an older
+    version), in the order given."""
+    try:
+        with Path(path).open(newline="", encoding=ENCODING) as f:
+            header = {cell.strip() for cell in next(csv.reader(f), [])}
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise ResultsError(f"{path}: cannot read: {exc}") from None
+    return [name for name in names if name not in header]
+
+
 def load_records(path: Path | str, kind: type[R] = Record) -> list[R]:
     """The records of a results CSV to show or compare: a missing, empty or foreign file, or a
     value that does not fit its column, is a ResultsError naming the file."""

@@ -199,6 +199,10 @@ class Summary:
     change: dict[str, Any] | None = None  # those that differ from the baseline's
     data: DataFindings | None = None  # the data check
     model: Any = None  # results.model.ModelReport: the pipeline model fitted to the measured trials
+    # results.transfer.Travel: the predicted pick on each common target where it is another config,
+    # and the targets where the pick holds
+    travel: tuple[Any, ...] = ()
+    travel_same: tuple[str, ...] = ()
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -238,6 +242,8 @@ class Summary:
             "data_check": self.data.to_json() if self.data is not None else None,
             "model": self.model.to_json() if self.model is not None else None,
             "ties": [dataclasses.asdict(t) for t in getattr(self.decision, "ties", ())],
+            "travel": [dataclasses.asdict(t) for t in self.travel],
+            "travel_same": list(self.travel_same),
         }
         if self.ranks > 1:
             one = self.one_rank
@@ -268,6 +274,19 @@ def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwa
         trials=tuple(records),
         **meta,
     )
+
+
+def _travel_lines(info: Summary) -> list[str]:
+    """One line per common target where the model predicts another pick; else one saying it holds."""
+    if info.travel:
+        moved = "; ".join(f"with {t.label}, {t.config} (this pick would run {t.share:.2f} of it)" for t in info.travel)
+        return [f"Elsewhere the pick moves (predicted): {moved}. For the machine you will train on: "
+                f"loadtune predict {info.output} --cores N --ranks R --step-ms S"]
+    if info.travel_same:
+        same = info.travel_same
+        listed = f"{', '.join(same[:-1])} or {same[-1]}" if len(same) > 1 else same[0]
+        return [f"The pick holds (predicted) with {listed}."]
+    return []
 
 
 def summary_lines(info: Summary) -> list[str]:
@@ -325,6 +344,7 @@ def summary_lines(info: Summary) -> list[str]:
     lines.extend(data_lines)
     lines.extend(_model_lines(info.model))
     lines.extend(_ranks_lines(info, chosen))
+    lines.extend(_travel_lines(info))
     scaled = f" ({info.scaled})" if info.scaled else ""
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")

@@ -1,0 +1,618 @@
+"""What another machine should use (`loadtune predict`, docs/moving.md): the pipeline model
+fitted to a sweep's measured rows, asked about a target with other usable cores, other ranks
+sharing them, another step time and, for memory, another data scale.
+
+Every config of the sweep's space (each combination of the values its rows hold) is predicted
+for the target; the recommendation is the cheapest predicted within the tolerance of the
+predicted best among those that fit the target's memory. Offline: numpy and the records only.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from rich.table import Table
+from rich.text import Text
+
+from loadtune.config import MeasureSpec
+from loadtune.errors import ResultsError
+from loadtune.results.choice import recommended as measured_pick
+from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit
+from loadtune.results.record import Record, load_records, missing_columns
+from loadtune.results.report import dataloader_line
+from loadtune.text import fmt
+from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
+
+# What the model reads of each row: a file without these was written before the model existed.
+MODEL_COLUMNS = ("fetch_ms", "fetch_cpu_share", "handover_ms", "step_ms", "main_cpu_util", "epoch_start_ms",
+                 "cpu_count")
+# The settings that make a config, in the order a config is written.
+CONFIG_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
+               "worker_threads")
+TOLERANCE = MeasureSpec.model_fields["tolerance"].default  # the sweep's default practical-equivalence margin
+# A target this far beyond what was measured (cores, step) is an extrapolation, said so.
+EXTRAPOLATION_MARGIN = 0.10
+# Memory: the share of the target's RAM a config may plan to use (the rest is the training
+# process's model, the OS, page cache), and how many times over its batches in flight must
+# fit /dev/shm (a batch that does not fit kills its worker with SIGBUS).
+RAM_HEADROOM = 0.8
+SHM_MARGIN = 1.5
+MB_PER_GB = 1024.0
+# Targets the sweep's summary checks the pick against (label, cores factor, ranks, step factor).
+COMMON_TARGETS: tuple[tuple[str, float, int, float], ...] = (
+    ("half the cores", 0.5, 1, 1.0),
+    ("2 ranks sharing these cores", 1.0, 2, 1.0),
+    ("a step twice as fast", 1.0, 1, 0.5),
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The machine to predict for; None takes the source's figure (step: as measured)."""
+
+    cores: float | None = None  # usable cores of the machine, shared by all ranks
+    ranks: int = 1  # ranks on it, each with its own DataLoader
+    step_ms: float | None = None  # the training step per batch (of the source's batch size)
+    scale: float | None = None  # data scale, for memory (the source's, when None)
+    ram_gb: float | None = None
+    shm_gb: float | None = None
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the rows were measured on."""
+
+    cores: float  # usable cores of the machine (affinity and quota), all ranks together
+    ranks: int
+    batch_size: int  # the most common batch size: the one a step time refers to
+    step_ms: float  # the model's uncontended step at that batch size
+    step_ms_range: tuple[float, float]  # the step times measured, per batch of that size
+    scale: float
+    ram_gb: float | None
+    shm_gb: float | None
+    pick: dict[str, Any] | None  # the settings of the sweep's recommendation, when the file has one
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A config's memory on the target, after a full epoch at its data scale (per machine)."""
+
+    ram_gb: float | None  # every rank's training process and workers
+    shm_gb: float  # batches in flight in /dev/shm
+    fits: bool
+    why: str | None = None  # what does not fit
+
+
+@dataclass(frozen=True)
+class TargetRow:
+    """One config of the space, predicted for the target."""
+
+    config: str  # its settings, as DataLoader keywords
+    settings: dict[str, Any]
+    predicted_throughput: float  # samples/s, all ranks
+    predicted_throughput_per_rank: float
+    predicted_wait_ratio: float
+    cpu_bound: bool
+    measured_throughput: float | None  # on the source, where it was measured there
+    memory: Memory
+    recommended: bool = False
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """The space predicted for a target, best first, and the recommendation."""
+
+    source: Source
+    target: Target  # resolved: every figure filled in
+    rows: tuple[TargetRow, ...]
+    recommended: TargetRow | None
+    extrapolated: tuple[str, ...]  # what lies beyond the measured range, and how far
+    model: PipelineModel
+    tolerance: float
+    source_pick: TargetRow | None = None  # the source's own recommendation, predicted for the target
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def carried_share(self) -> float | None:
+        """What the source's pick would run on the target, as a share of the recommendation."""
+        if self.source_pick is None or self.recommended is None:
+            return None
+        return self.source_pick.predicted_throughput / self.recommended.predicted_throughput
+
+    def to_json(self) -> dict[str, Any]:
+        def row(r: TargetRow) -> dict[str, Any]:
+            return {"config": r.config, "settings": r.settings,
+                    "predicted_throughput": round(r.predicted_throughput, 2),
+                    "predicted_throughput_per_rank": round(r.predicted_throughput_per_rank, 2),
+                    "predicted_wait_ratio": round(r.predicted_wait_ratio, 4), "cpu_bound": r.cpu_bound,
+                    "measured_throughput": r.measured_throughput,
+                    "ram_need_gb": _round(r.memory.ram_gb, 3), "shm_need_gb": round(r.memory.shm_gb, 4),
+                    "fits": r.memory.fits, "recommended": r.recommended}
+
+        return {
+            "source": {"cores": self.source.cores, "ranks": self.source.ranks, "batch_size": self.source.batch_size,
+                       "step_ms": round(self.source.step_ms, 3),
+                       "step_ms_range": [round(v, 3) for v in self.source.step_ms_range],
+                       "scale": self.source.scale, "ram_gb": self.source.ram_gb, "shm_gb": self.source.shm_gb,
+                       "pick": self.source_pick.config if self.source_pick else None},
+            "target": {"cores": self.target.cores, "ranks": self.target.ranks,
+                       "step_ms": _round(self.target.step_ms, 3), "scale": self.target.scale,
+                       "ram_gb": self.target.ram_gb, "shm_gb": self.target.shm_gb},
+            "tolerance": self.tolerance,
+            "recommended": row(self.recommended) if self.recommended else None,
+            "source_pick": row(self.source_pick) if self.source_pick else None,
+            "source_pick_share": _round(self.carried_share, 4),
+            "extrapolated": list(self.extrapolated),
+            "notes": list(self.notes),
+            "model": self.model.to_json(),
+            "rows": [row(r) for r in self.rows],
+        }
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """The rows as `--out` writes them: one flat dict per config."""
+        return [{"config": r.config, **{k: r.settings.get(k) for k in CONFIG_KEYS},
+                 "predicted_throughput": round(r.predicted_throughput, 2),
+                 "predicted_throughput_per_rank": round(r.predicted_throughput_per_rank, 2),
+                 "predicted_wait_ratio": round(r.predicted_wait_ratio, 4), "cpu_bound": r.cpu_bound,
+                 "measured_throughput": r.measured_throughput, "ram_need_gb": _round(r.memory.ram_gb, 3),
+                 "shm_need_gb": round(r.memory.shm_gb, 4), "fits": r.memory.fits, "recommended": r.recommended,
+                 "target_cores": self.target.cores, "target_ranks": self.target.ranks,
+                 "target_step_ms": _round(self.target.step_ms, 3), "target_scale": self.target.scale}
+                for r in self.rows]
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+# --- the space and the source ----------------------------------------------------------------
+
+
+def applied(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Settings as DataLoader applies them; without workers nothing persists."""
+    s = effective_settings(settings)
+    if not s["num_workers"]:
+        s["persistent_workers"] = False
+    return s
+
+
+def settings_of(record: Record) -> dict[str, Any]:
+    """A row's DataLoader settings as DataLoader applies them."""
+    return applied({k: getattr(record, k) for k in CONFIG_KEYS})
+
+
+def config_text(settings: Mapping[str, Any], keys: Sequence[str] = CONFIG_KEYS) -> str:
+    """A config as the keywords that set it, of `keys` (those that vary in a space; num_workers
+    always); a setting that needs workers is left out without them."""
+    s = applied(settings)
+    needs_workers = ("prefetch_factor", "persistent_workers", "worker_threads")
+    shown = [k for k in CONFIG_KEYS if (k == "num_workers" or k in keys) and s.get(k) is not None
+             and (s["num_workers"] or k not in needs_workers)]
+    return ", ".join(f"{k}={format_value(s[k])}" for k in shown)
+
+
+def varying(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The keys whose value differs between the configs."""
+    return tuple(k for k in CONFIG_KEYS if len({format_value(c.get(k)) for c in configs}) > 1)
+
+
+def _key(settings: Mapping[str, Any]) -> tuple:
+    return tuple(format_value(settings.get(k)) for k in CONFIG_KEYS)
+
+
+def space(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """Every config of the sweep's space: each combination of the values its rows hold (a
+    setting that needs workers is left out where there are none), cheapest first."""
+    rows = [settings_of(r) for r in records if r.trial != IDEAL and not r.data_flagged]
+    values = {k: list({format_value(s[k]): s[k] for s in rows}.values()) for k in CONFIG_KEYS}
+    seen: dict[tuple, dict[str, Any]] = {}
+    for combo in itertools.product(*values.values()):
+        settings = applied(dict(zip(CONFIG_KEYS, combo)))
+        seen.setdefault(_key(settings), settings)
+    return sorted(seen.values(), key=cost_of)
+
+
+def measured_rows(records: Sequence[Record]) -> list[Record]:
+    return [r for r in records if evidence_of(r) is not None]
+
+
+def _mode(values: Iterable[int]) -> int:
+    values = list(values)
+    return max(set(values), key=values.count)
+
+
+def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
+    rows = measured_rows(records)
+    batch = _mode(int(r.batch_size) for r in rows)
+    steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
+    step = model.step_ms_per_sample * batch
+    pick = measured_pick(records)
+    return Source(cores=model.cores * model.ranks, ranks=model.ranks, batch_size=batch, step_ms=step,
+                  step_ms_range=(min(steps), max(steps)) if steps else (step, step),
+                  scale=float(rows[0].scale or 1.0), ram_gb=rows[0].ram_gb, shm_gb=rows[0].shm_free_gb,
+                  pick=settings_of(pick) if pick is not None else None)
+
+
+def check_columns(path: Path | str) -> None:
+    """A file written before the model's evidence columns cannot be predicted from: say which."""
+    missing = missing_columns(path, MODEL_COLUMNS)
+    if missing:
+        raise ResultsError(f"{path}: cannot predict from this file: it lacks the columns {', '.join(missing)} "
+                           f"(written by an older loadtune); rerun the sweep with this version")
+
+
+def fit_records(records: Sequence[Record], where: str = "the file") -> PipelineModel:
+    """The pipeline model fitted to every measured row, or a ResultsError saying why not."""
+    rows = measured_rows(records)
+    if not rows:
+        raise ResultsError(f"{where}: no measured row with the model's evidence (every trial failed, was "
+                           f"flagged by the data check or lacks fetch_ms): nothing to predict from")
+    # Epochs run to the dataset's end, as in training (measure.epoch_batches is not in the file).
+    model = fit(rows) if len(rows) > 1 else None
+    if model is None:
+        raise ResultsError(f"{where}: the pipeline model needs at least 2 measured trials, the file has {len(rows)}")
+    return model
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """Memory per rank, from the measured rows: the training process, each worker, each
+    worker's copy-on-read growth per batch the loader delivers, and a batch's bytes."""
+
+    main_mb: float | None
+    worker_mb: float | None
+    growth_mb_per_batch: float  # per worker, per batch the rank's loader delivered
+    batch_mb_per_sample: float
+    dataset_len: int | None
+    scale: float
+
+    def need(self, settings: Mapping[str, Any], ranks: int, scale: float) -> tuple[float | None, float]:
+        """(RAM GB, /dev/shm GB) of the whole machine for a config after one epoch at `scale`."""
+        s = effective_settings(settings)
+        workers, batch = int(s["num_workers"] or 0), int(s["batch_size"] or 1)
+        prefetch = int(s["prefetch_factor"] or 0)
+        shm = self.batch_mb_per_sample * batch * workers * (prefetch + 1) * ranks / MB_PER_GB
+        if self.main_mb is None:
+            return None, shm
+        epoch = (self.dataset_len or 0) * scale / self.scale / batch
+        per_worker = (self.worker_mb or 0.0) + self.growth_mb_per_batch * epoch
+        return ranks * (self.main_mb + workers * per_worker) / MB_PER_GB, shm
+
+
+def memory_model(records: Sequence[Record]) -> MemoryModel:
+    rows = [r for r in measured_rows(records) if r.peak_pss_mb is not None]
+    ranks = {id(r): max(int(r.ranks or 1), 1) for r in rows}
+    workers = [r for r in rows if r.num_workers and r.worker_pss_mb is not None]
+    worker_mb = statistics.median(r.worker_pss_mb for r in workers) if workers else None
+    mains = [r.peak_pss_mb / ranks[id(r)] - (r.num_workers or 0) * (r.worker_pss_mb or 0.0) for r in rows]
+    main_mb = max(0.0, statistics.median(mains)) if mains else None
+    growths = [max(0.0, r.pss_growth_mb) / (r.num_workers * ranks[id(r)]) / r.batches for r in workers
+               if r.pss_growth_mb is not None and r.batches]
+    batch = [r.shm_need_mb / (r.num_workers * ((r.prefetch_factor or 2) + 1) * r.batch_size)
+             for r in workers if r.shm_need_mb is not None and r.batch_size]
+    first = next(iter(measured_rows(records)), None)
+    return MemoryModel(main_mb, worker_mb, statistics.median(growths) if growths else 0.0,
+                       statistics.median(batch) if batch else 0.0, first.dataset_len if first else None,
+                       float(first.scale or 1.0) if first else 1.0)
+
+
+def _memory(need: tuple[float | None, float], target: Target) -> Memory:
+    ram, shm = need
+    why = []
+    if ram is not None and target.ram_gb and ram > RAM_HEADROOM * target.ram_gb:
+        why.append(f"needs {ram:.1f} GB of RAM, over {RAM_HEADROOM:.0%} of {target.ram_gb:g} GB")
+    if target.shm_gb is not None and shm * SHM_MARGIN > target.shm_gb:
+        why.append(f"needs {shm * MB_PER_GB:.0f} MB of /dev/shm ({SHM_MARGIN:g}x over), the target has "
+                   f"{target.shm_gb * MB_PER_GB:.0f} MB")
+    return Memory(ram, shm, not why, "; ".join(why) or None)
+
+
+# --- predicting ---------------------------------------------------------------------------------
+
+
+def resolve(target: Target, source: Source) -> Target:
+    """The target with the source's figures where it gives none."""
+    return replace(target, cores=float(target.cores if target.cores is not None else source.cores),
+                   ranks=max(int(target.ranks or 1), 1),
+                   step_ms=float(target.step_ms if target.step_ms is not None else source.step_ms),
+                   scale=float(target.scale if target.scale is not None else source.scale),
+                   ram_gb=target.ram_gb if target.ram_gb is not None else source.ram_gb,
+                   shm_gb=target.shm_gb if target.shm_gb is not None else source.shm_gb)
+
+
+def extrapolations(source: Source, target: Target, step_given: bool = True) -> list[str]:
+    """What the target asks beyond what the source measured, and how far."""
+    out = []
+    if target.ranks > source.ranks and not step_given:
+        out.append(f"{target.ranks} ranks meet at every step (DDP's all_reduce), which the {source.ranks}-rank sweep "
+                   f"never timed: the step is taken as measured; give --step-ms from a step timed on the target")
+    per_rank, measured = target.cores / target.ranks, source.cores / source.ranks
+    if per_rank > measured * (1 + EXTRAPOLATION_MARGIN):
+        out.append(f"{per_rank:g} cores per rank is {per_rank / measured:.1f}x the {measured:g} measured: the model "
+                   f"assumes each added core works like the measured ones")
+    lo, hi = source.step_ms_range
+    if target.step_ms < lo * (1 - EXTRAPOLATION_MARGIN):
+        out.append(f"a {target.step_ms:g} ms step is {target.step_ms / lo:.2f}x the shortest measured ({lo:.1f} ms)")
+    elif target.step_ms > hi * (1 + EXTRAPOLATION_MARGIN):
+        out.append(f"a {target.step_ms:g} ms step is {target.step_ms / hi:.2f}x the longest measured ({hi:.1f} ms)")
+    return out
+
+
+def predict_space(model: PipelineModel, configs: Sequence[Mapping[str, Any]], cores: float, ranks: int,
+                  step_scale: float) -> list[tuple[dict[str, Any], Prediction]]:
+    return [(dict(s), model.predict(s, cores=cores, ranks=ranks, step_scale=step_scale)) for s in configs]
+
+
+def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float) -> int | None:
+    """Index of the cheapest config predicted within the tolerance of the predicted best."""
+    if not predicted:
+        return None
+    best = max(t for _, t in predicted)
+    within = [i for i, (_, t) in enumerate(predicted) if t >= (1 - tolerance) * best]
+    return min(within, key=lambda i: cost_of(predicted[i][0]))
+
+
+def forecast(records: Sequence[Record], target: Target = Target(), tolerance: float = TOLERANCE,
+             where: str = "the file") -> Forecast:
+    """Every config of the records' space predicted for `target`, and what it should use."""
+    model = fit_records(records, where)
+    source = source_of(records, model)
+    step_given = target.step_ms is not None
+    target = resolve(target, source)
+    if target.cores <= 0:
+        raise ResultsError(f"--cores must be above 0, got {target.cores:g}")
+    if source.step_ms <= 0 and target.step_ms != source.step_ms:
+        raise ResultsError(f"{where}: the measured step took no time, so another step time cannot be scaled from it")
+    step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
+    memory = memory_model(records)
+    measured: dict[tuple, float] = {}
+    for r in measured_rows(records):
+        measured.setdefault(_key(settings_of(r)), float(r.throughput))
+    rows = []
+    configs = space(records)
+    keys = varying(configs)
+    for settings, p in predict_space(model, configs, target.cores, target.ranks, step_scale):
+        rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / target.ranks,
+                              p.wait_ratio, p.cpu_bound,
+                              measured.get(_key(settings)) if _same_machine(source, target) else None,
+                              _memory(memory.need(settings, target.ranks, target.scale), target)))
+    fitting = [i for i, r in enumerate(rows) if r.memory.fits]
+    chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance)
+    notes = []
+    if not fitting:
+        notes.append("no config fits the target's memory: see each row's memory")
+    if chosen is not None:
+        rows[fitting[chosen]] = replace(rows[fitting[chosen]], recommended=True)
+    rows.sort(key=lambda r: -r.predicted_throughput)
+    pick = next((r for r in rows if r.recommended), None)
+    source_pick = next((r for r in rows if source.pick is not None and _key(r.settings) == _key(source.pick)),
+                       None)
+    return Forecast(source, target, tuple(rows), pick, tuple(extrapolations(source, target, step_given)), model,
+                    tolerance, source_pick, tuple(notes))
+
+
+def _same_machine(source: Source, target: Target) -> bool:
+    return math.isclose(source.cores, target.cores) and source.ranks == target.ranks and \
+        math.isclose(source.step_ms, target.step_ms, rel_tol=1e-6)
+
+
+def forecast_file(path: Path | str, target: Target = Target(), tolerance: float = TOLERANCE) -> Forecast:
+    """`loadtune predict`: the forecast from a results CSV."""
+    records = load_records(path)
+    check_columns(path)
+    return forecast(records, target, tolerance, where=str(path))
+
+
+# --- the sweep's summary: does the pick travel? --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Travel:
+    """The pick for one common target, when it differs from the sweep's."""
+
+    label: str
+    config: str
+    share: float  # what the sweep's pick would run there, as a share of this config's prediction
+
+
+def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance: float = TOLERANCE,
+           model: PipelineModel | None = None) -> tuple[list[Travel], list[str]]:
+    """For each of COMMON_TARGETS: the target's predicted pick where it differs from `pick`
+    (with what `pick` would run there); and the labels of the targets where it does not."""
+    if pick is None:
+        return [], []
+    try:
+        model = model or fit_records(records)
+    except ResultsError:
+        return [], []
+    configs = space(records)
+    keys = varying(configs)
+    key = _key(applied(pick))
+    if key not in {_key(s) for s in configs}:
+        configs.append(applied(pick))
+    cores, ranks = model.cores * model.ranks, model.ranks
+    moved, same = [], []
+    for label, core_factor, rank_factor, step_factor in COMMON_TARGETS:
+        if cores * core_factor < 1:
+            continue
+        scored = [(s, p.throughput) for s, p in predict_space(model, configs, cores * core_factor,
+                                                              ranks * rank_factor, step_factor)]
+        chosen = choose(scored, tolerance)
+        if chosen is None:
+            continue
+        theirs = scored[chosen]
+        if _key(theirs[0]) == key:
+            same.append(label)
+            continue
+        ours = next(t for s, t in scored if _key(s) == key)
+        if ours >= (1 - tolerance) * theirs[1]:
+            same.append(label)  # another config is cheaper there, but the pick loses nothing
+            continue
+        moved.append(Travel(label, config_text(theirs[0], keys), ours / theirs[1]))
+    return moved, same
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def target_text(target: Target) -> str:
+    cores = f"{target.cores:g} usable core{'' if target.cores == 1 else 's'}"
+    ranks = f"{target.ranks} rank{'' if target.ranks == 1 else 's'}"
+    return f"{cores}, {ranks}, a {target.step_ms:.1f} ms step"
+
+
+def forecast_table(f: Forecast) -> Table:
+    """Every config of the space, best predicted first: samples/s (all ranks; per rank with
+    several), wait ratio, what the source measured where it is the same machine, memory where
+    a config does not fit; the recommendation marked."""
+    ranks = f.target.ranks > 1
+    measured = any(r.measured_throughput is not None for r in f.rows)
+    memory = any(not r.memory.fits for r in f.rows) or f.target.scale != f.source.scale
+    table = Table(title=f"Predicted for {target_text(f.target)}", header_style="bold")
+    table.add_column("config", justify="left")
+    table.add_column("samples/s", justify="right")
+    if ranks:
+        table.add_column("per rank", justify="right")
+    table.add_column("wait ratio", justify="right")
+    if measured:
+        table.add_column("measured", justify="right")
+    if memory:
+        table.add_column("RAM GB", justify="right")
+    table.add_column("", justify="left")
+    for r in f.rows:
+        cells: list[Any] = [Text(r.config, style="bold" if r.recommended else ""),
+                            f"{r.predicted_throughput:.1f}"]
+        if ranks:
+            cells.append(f"{r.predicted_throughput_per_rank:.1f}")
+        cells.append(f"{r.predicted_wait_ratio:.3f}")
+        if measured:
+            cells.append(fmt(r.measured_throughput, 1))
+        if memory:
+            cells.append(fmt(r.memory.ram_gb, 1))
+        note = "recommended" if r.recommended else ("does not fit" if not r.memory.fits else "")
+        cells.append(Text(note, style="bold green" if r.recommended else "yellow"))
+        table.add_row(*cells)
+    return table
+
+
+def forecast_lines(f: Forecast, error: tuple[float | None, int] = (None, 0)) -> list[str]:
+    """The closing words: the recommendation, what the sweep's own pick would lose there, what
+    is extrapolated, what does not fit, and what to paste."""
+    lines = [f"Measured on {target_text(replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms))}; "
+             f"{f.model.trials} trials fitted" + (f", the model's error on this file {error[0]:.0%} (median over "
+                                                   f"{error[1]} trials predicted before they ran)" if error[0] is not None else "")]
+    pick = f.recommended
+    if pick is None:
+        return [*lines, *f.notes]
+    lines.append(f"Recommended for {target_text(f.target)}: {pick.config}: {pick.predicted_throughput:.1f} samples/s"
+                 f"{' in all' if f.target.ranks > 1 else ''}, wait ratio {pick.predicted_wait_ratio:.3f} (predicted; "
+                 f"the cheapest within {f.tolerance:.0%} of the best)")
+    share = f.carried_share
+    if f.source_pick is not None and share is not None and f.source_pick.settings != pick.settings:
+        if share >= 1 - f.tolerance:
+            lines.append(f"The sweep's own pick ({f.source_pick.config}) would do as well there ({share:.2f} of it); "
+                         f"the recommendation costs less.")
+        else:
+            lines.append(f"The sweep's own pick ({f.source_pick.config}) would run {share:.2f} of that there.")
+    elif f.source_pick is not None:
+        lines.append("The sweep's own pick is the same: it travels.")
+    lines += [f"Extrapolated: {e}." for e in f.extrapolated]
+    unfit = [r for r in f.rows if not r.memory.fits]
+    if unfit:
+        lines.append(f"Does not fit: {len(unfit)} config{'' if len(unfit) == 1 else 's'}, e.g. {unfit[0].config}: "
+                     f"{unfit[0].memory.why}.")
+    lines += list(f.notes)
+    lines.append(f"Paste (each rank): {dataloader_line({k: v for k, v in pick.settings.items() if v is not None})}")
+    return lines
+
+
+def write_forecast(f: Forecast, path: Path | str) -> Path:
+    """The predicted rows as CSV (Forecast.table_rows), booleans as true/false."""
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{k: format_value(v) if isinstance(v, bool) else v for k, v in row.items()} for row in f.table_rows()]
+    frame = pd.DataFrame(rows, dtype=object)
+    try:
+        frame.to_csv(path, index=False)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return path
+
+
+# --- compare: what A's model said of B's machine --------------------------------------------------
+
+# B's step differs from A's by more than this share: B's step is part of its machine.
+STEP_DIFFERS = 0.10
+
+
+@dataclass(frozen=True)
+class TransferCheck:
+    """What the model fitted to one file predicted for another file's machine, against what that
+    file measured there."""
+
+    target: Target
+    predicted_pick: str  # the config the model recommended for B's machine
+    pick_measured_share: float | None  # its measured throughput in B / B's measured best (None: B did not measure it)
+    measured_best: str  # B's fastest measured config
+    median_error: float  # median |predicted / measured - 1| over B's measured configs
+    compared: int
+    predicted: dict[str, float]  # B's trial name -> what A's model predicted for it on B's machine
+
+
+def machine_of(records: Sequence[Record]) -> tuple[float, int, float | None]:
+    """(usable cores of the machine, ranks, median step per batch of the most common batch size)."""
+    rows = measured_rows(records)
+    first = rows[0]
+    cores = float(first.cpu_count or 1)
+    if first.cpu_quota:
+        cores = min(cores, float(first.cpu_quota))
+    batch = _mode(int(r.batch_size) for r in rows)
+    steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
+    return cores, max(int(first.ranks or 1), 1), statistics.median(steps) if steps else None
+
+
+def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = TOLERANCE) -> TransferCheck | None:
+    """A's model asked about B's machine (its cores, ranks and, where it differs, its step), set
+    against B's measurements; None when the machines are alike or either file cannot say."""
+    if not measured_rows(a) or not measured_rows(b):
+        return None
+    cores_a, ranks_a, step_a = machine_of(a)
+    cores_b, ranks_b, step_b = machine_of(b)
+    step_moved = step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS
+    if math.isclose(cores_a, cores_b) and ranks_a == ranks_b and not step_moved:
+        return None
+    try:
+        model = fit_records(a)
+    except ResultsError:
+        return None
+    source = source_of(a, model)
+    target = resolve(Target(cores=cores_b, ranks=ranks_b,
+                            step_ms=source.step_ms * step_b / step_a if step_moved else None), source)
+    step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
+    measured = {_key(settings_of(r)): r for r in measured_rows(b)}
+    configs = space(a)
+    known = {_key(s) for s in configs}
+    configs += [settings_of(r) for k, r in measured.items() if k not in known]
+    scored = predict_space(model, configs, target.cores, target.ranks, step_scale)
+    chosen = choose([(s, p.throughput) for s, p in scored], tolerance)
+    if chosen is None:
+        return None
+    keys = varying(configs)
+    pick = scored[chosen][0]
+    best = max(measured.values(), key=lambda r: r.throughput)
+    predicted = {_key(s): p.throughput for s, p in scored}
+    errors = [abs(predicted[k] / r.throughput - 1) for k, r in measured.items() if k in predicted]
+    got = measured.get(_key(pick))
+    return TransferCheck(target, config_text(pick, keys), got.throughput / best.throughput if got else None,
+                         config_text(settings_of(best), keys), statistics.median(errors), len(errors),
+                         {str(r.trial): predicted[k] for k, r in measured.items() if k in predicted})
