@@ -146,8 +146,9 @@ def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given
     if chosen is not None:
         from loadtune.results.transfer import settings_of, travel
 
-        moved, same = travel(result.records, settings_of(chosen), spec.config.measure.tolerance,
-                             result.model.model if result.model is not None else None)
+        # Fitted again as `loadtune predict` fits it (whole epochs, as training runs them), so the
+        # line agrees with the command it points to.
+        moved, same = travel(result.records, settings_of(chosen), spec.config.measure.tolerance)
         meta.update(travel=tuple(moved), travel_same=tuple(same))
     chosen_trial = result.trials.get(chosen.trial) if chosen is not None else None
     baseline = result.trials.get("baseline")

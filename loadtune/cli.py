@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import signal
 import sys
 from pathlib import Path
@@ -262,10 +263,16 @@ def predict(
     from loadtune.results.transfer import TOLERANCE, Target, forecast_file, forecast_lines, forecast_table, \
         write_forecast
 
+    for value, hint, ok, what in ((cores, "--cores", lambda v: v > 0, "above 0"),
+                                  (step_ms, "--step-ms", lambda v: v > 0, "above 0"),
+                                  (scale, "--scale", lambda v: v > 0, "above 0"),
+                                  (ram_gb, "--ram-gb", lambda v: v > 0, "above 0"),
+                                  (shm_gb, "--shm-gb", lambda v: v >= 0, "0 or more"),
+                                  (tolerance, "--tolerance", lambda v: 0 <= v < 1, "at least 0 and below 1")):
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            raise typer.BadParameter(f"must be {what}, got {value:g}", param_hint=hint)
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     try:
-        if step_ms is not None and step_ms < 0:
-            raise typer.BadParameter("must be 0 or more", param_hint="--step-ms")
         result = forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
         if out is not None:
             write_forecast(result, out)

@@ -109,10 +109,11 @@ def test_memory_at_scale_is_predicted_and_configs_that_do_not_fit_are_never_reco
         assert row.memory.why is None if fits else "needs" in row.memory.why
     assert f.recommended is not None and f.recommended.memory.fits
     assert any(not r.memory.fits for r in f.rows)
-    # Two ranks need twice the memory of one.
-    two = forecast(records, Target(ranks=2, scale=4.0))
-    one = {r.config: r.memory.ram_gb for r in forecast(records, Target(scale=4.0)).rows}
-    assert all(r.memory.ram_gb == pytest.approx(2 * one[r.config]) for r in two.rows)
+    # Two ranks: two training processes and two sets of workers, each reading half the data.
+    for row in forecast(records, Target(ranks=2, scale=4.0)).rows:
+        w, p = row.settings["num_workers"], row.settings["prefetch_factor"] or 0
+        assert row.memory.ram_gb == pytest.approx(2 * (100.0 + w * (50.0 + 0.2 * epoch_batches / 2)) / 1024)
+        assert row.memory.shm_gb == pytest.approx(2 * BATCH * w * (p + 1) / 1024 if w else 0.0)
 
 
 def test_travel_names_the_common_targets_where_the_pick_moves():
@@ -129,6 +130,7 @@ def test_travel_names_the_common_targets_where_the_pick_moves():
         ours = next(r for r in there.rows if r.settings == pick)
         assert t.share == pytest.approx(ours.predicted_throughput / there.recommended.predicted_throughput)
         assert t.share < 1 - TOLERANCE
+    assert moved, "the truth's pick moves on some common target"
     assert travel(records, None) == ([], [])
 
 
@@ -159,6 +161,25 @@ def test_compare_sets_what_the_first_files_model_predicted_beside_what_the_other
     assert compare(load_results([a, a])).transfers == {}
 
 
+def test_compare_predicts_nothing_from_a_file_without_the_models_columns(tmp_path):
+    """A format-1 file has no fetch figures: no transfer, whatever machine the other ran on."""
+    other = tmp_path / "other.csv"
+    other.write_text(V1.read_text().replace(",vm,AMD EPYC,2,", ",box,AMD EPYC,1,"))
+    comparison = compare(load_results([V1, other]))
+    assert "cpu_count" in comparison.differences
+    assert comparison.transfers == {}
+    assert not any(c.startswith("predicted_from_first") for c in comparison.table.columns)
+
+
+def test_bad_targets_and_tolerances_are_refused():
+    records = first_round(TRUTH)
+    for target in (Target(cores=0), Target(cores=-2), Target(step_ms=0.0), Target(scale=0.0)):
+        with pytest.raises(ResultsError, match="must be above 0"):
+            forecast(records, target)
+    with pytest.raises(ResultsError, match="tolerance"):
+        forecast(records, Target(), tolerance=-0.01)
+
+
 def test_a_file_from_before_the_model_is_one_clear_error():
     with pytest.raises(ResultsError, match=r"sweep\.csv: cannot predict from this file: it lacks the columns "
                                            r"fetch_ms, fetch_cpu_share, handover_ms.*rerun the sweep"):
@@ -186,6 +207,9 @@ def test_predict_command_on_a_fixture_csv(tmp_path):
     old = run_cli("predict", str(V1))
     assert old.returncode == 1
     assert old.stderr.strip().count("\n") == 0 and "rerun the sweep with this version" in old.stderr
+    for bad in (["--cores", "0"], ["--step-ms", "0"], ["--tolerance", "-0.1"], ["--cores", "nan"]):
+        refused = run_cli("predict", str(source), *bad)
+        assert refused.returncode == 2 and bad[0] in refused.stderr, bad
 
 
 def test_the_python_api_predicts_as_the_command_does(tmp_path):

@@ -22,8 +22,8 @@ from loadtune.trials import BASELINE, IDEAL
 
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
-from loadtune.results.record import PREDICTED, load_records, plain_frame
-from loadtune.results.transfer import TransferCheck, target_text, transfer_check
+from loadtune.results.record import PREDICTED, load_records, missing_columns, plain_frame
+from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 
@@ -317,10 +317,10 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
         verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}"
     else:
         verdict = VERDICT_HOLDS
-    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]
     transfers = _transfers(results)
     for label, check in transfers.items():
         table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
+    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
     return Comparison(
         labels=tuple(labels),
         paths=tuple(r.path for r in results),
@@ -338,6 +338,8 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
 def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
     """For each file after the first measured on another machine (cores, ranks, step): what the
     first file's model predicted for it (see transfer.transfer_check)."""
+    if missing_columns(results[0].path, MODEL_COLUMNS):
+        return {}  # written before the model's evidence: nothing to fit
     first = load_records(results[0].path)
     out = {}
     for result in results[1:]:

@@ -51,6 +51,14 @@ SIM_EPOCHS = 3  # the first is dropped: it starts from nothing, as no measured w
 SIM_SEED = 20261203
 # CPU phases stretched by more than this share of their time: the cores, not the queue, set the pace.
 CROWDED_STRETCH = 1.05
+# Where the cores are short even without crowding, the period lies between their cap and the
+# crowded simulation; a fetch of pure CPU work sits this far from the crowding towards the cap.
+# Measured on one core (benchmarks/transfer.py, the cpu pipeline: 12.2-13 ms of CPU a batch, periods
+# of 12.4-17 ms as workers and prefetch grow: the core idles while it queues), both bounds were
+# off by about as much.
+SATURATED_CAP_WEIGHT = 0.5
+# A batch takes at least this long (a free fetch and step would otherwise divide by zero).
+MIN_PERIOD_MS = 1e-6
 # A model fitted to fewer measured trials than this predicts nothing.
 MIN_TRIALS_TO_FIT = 2
 
@@ -343,8 +351,8 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
             alone += alone * share * (1 / cores - 1)
             step += step_cpu * (1 / cores - 1)
         sim = simulate(0, 0, False, alone, cv, 0.0, step + h2d_ms, 0.0, epoch)
-        wait_ratio = (sim.wait_ms + h2d_ms) / sim.period_ms if sim.period_ms > 0 else 0.0
-        return Prediction(1e3 * batch / sim.period_ms, min(1.0, wait_ratio), sim.period_ms, False)
+        period = max(sim.period_ms, MIN_PERIOD_MS)
+        return Prediction(1e3 * batch / period, min(1.0, (sim.wait_ms + h2d_ms) / period), period, False)
     fetch_cpu += put  # with workers, each batch is also put into shared memory for the loop
     start = model.persistent_resume_ms if persistent else \
         model.worker_start_ms + model.worker_start_per_worker_ms * _starting(workers, usable_cores or cores)
@@ -384,17 +392,18 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
             break
         worker_stretch, main_stretch = ws, ms
     capped = cap()
+    cpu_bound = saturated or capped > period
     if saturated:
-        # Threads that never block keep short cores busy: the cores' cap is the pace (the
-        # crowding stretch, which counts runnable threads as independent, would overshoot it).
-        # Threads that wait in their fetch leave the cores idle at times: the crowding holds.
+        # Between two bounds: the cores' cap (never idle) and the crowding (runnable threads
+        # counted as independent, which overshoots where they never block); the cap weighs in
+        # with the share of the fetch that is CPU work (threads that wait in their fetch leave
+        # the cores idle at times, so the crowding holds for them).
         cpu_share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 1.0
-        period = cpu_share * capped + (1 - cpu_share) * max(period, capped)
-    cpu_bound = capped > period
+        weight = SATURATED_CAP_WEIGHT * cpu_share
+        period = weight * capped + (1 - weight) * max(period, capped)
+    period = max(period, capped, MIN_PERIOD_MS)
     step_wall = step + (main_stretch - 1) * step_cpu
-    if cpu_bound:
-        period = capped
-    wait_ratio = max(0.0, 1 - step_wall / period) if period > 0 else 0.0
+    wait_ratio = max(0.0, 1 - step_wall / period)
     crowded = cpu_bound or worker_stretch > CROWDED_STRETCH or main_stretch > CROWDED_STRETCH
     hidden = not crowded and fetch / workers <= main_wall
     return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, crowded, hidden)

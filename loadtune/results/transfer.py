@@ -31,6 +31,7 @@ from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
 # What the model reads of each row: a file without these was written before the model existed.
 MODEL_COLUMNS = ("fetch_ms", "fetch_cpu_share", "handover_ms", "step_ms", "main_cpu_util", "epoch_start_ms",
                  "cpu_count")
+NEEDS_WORKERS = ("prefetch_factor", "persistent_workers", "worker_threads")
 # The settings that make a config, in the order a config is written.
 CONFIG_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
                "worker_threads")
@@ -43,10 +44,11 @@ EXTRAPOLATION_MARGIN = 0.10
 RAM_HEADROOM = 0.8
 SHM_MARGIN = 1.5
 MB_PER_GB = 1024.0
-# Targets the sweep's summary checks the pick against (label, cores factor, ranks, step factor).
+# Targets the sweep's summary checks the pick against: (label, cores factor, ranks factor,
+# step factor); {ranks} in a label is the target's ranks.
 COMMON_TARGETS: tuple[tuple[str, float, int, float], ...] = (
     ("half the cores", 0.5, 1, 1.0),
-    ("2 ranks sharing these cores", 1.0, 2, 1.0),
+    ("{ranks} ranks sharing these cores", 1.0, 2, 1.0),
     ("a step twice as fast", 1.0, 1, 0.5),
 )
 
@@ -190,9 +192,8 @@ def config_text(settings: Mapping[str, Any], keys: Sequence[str] = CONFIG_KEYS) 
     """A config as the keywords that set it, of `keys` (those that vary in a space; num_workers
     always); a setting that needs workers is left out without them."""
     s = applied(settings)
-    needs_workers = ("prefetch_factor", "persistent_workers", "worker_threads")
     shown = [k for k in CONFIG_KEYS if (k == "num_workers" or k in keys) and s.get(k) is not None
-             and (s["num_workers"] or k not in needs_workers)]
+             and (s["num_workers"] or k not in NEEDS_WORKERS)]
     return ", ".join(f"{k}={format_value(s[k])}" for k in shown)
 
 
@@ -208,8 +209,11 @@ def _key(settings: Mapping[str, Any]) -> tuple:
 def space(records: Sequence[Record]) -> list[dict[str, Any]]:
     """Every config of the sweep's space: each combination of the values its rows hold (a
     setting that needs workers is left out where there are none), cheapest first."""
-    rows = [settings_of(r) for r in records if r.trial != IDEAL and not r.data_flagged]
-    values = {k: list({format_value(s[k]): s[k] for s in rows}.values()) for k in CONFIG_KEYS}
+    rows = [settings_of(r) for r in records
+            if r.trial != IDEAL and not r.data_flagged and (r.ran or r.predicted_only)]
+    # A setting that needs workers takes its values from the rows that had workers.
+    values = {k: list({format_value(s[k]): s[k] for s in rows
+                       if s["num_workers"] or k not in NEEDS_WORKERS}.values()) or [None] for k in CONFIG_KEYS}
     seen: dict[tuple, dict[str, Any]] = {}
     for combo in itertools.product(*values.values()):
         settings = applied(dict(zip(CONFIG_KEYS, combo)))
@@ -282,7 +286,8 @@ class MemoryModel:
         shm = self.batch_mb_per_sample * batch * workers * (prefetch + 1) * ranks / MB_PER_GB
         if self.main_mb is None:
             return None, shm
-        epoch = (self.dataset_len or 0) * scale / self.scale / batch
+        # Ranks split the data (DistributedSampler): each rank's workers read its share.
+        epoch = (self.dataset_len or 0) * scale / self.scale / batch / ranks
         per_worker = (self.worker_mb or 0.0) + self.growth_mb_per_batch * epoch
         return ranks * (self.main_mb + workers * per_worker) / MB_PER_GB, shm
 
@@ -296,7 +301,8 @@ def memory_model(records: Sequence[Record]) -> MemoryModel:
     main_mb = max(0.0, statistics.median(mains)) if mains else None
     growths = [max(0.0, r.pss_growth_mb) / (r.num_workers * ranks[id(r)]) / r.batches for r in workers
                if r.pss_growth_mb is not None and r.batches]
-    batch = [r.shm_need_mb / (r.num_workers * ((r.prefetch_factor or 2) + 1) * r.batch_size)
+    # shm_need_mb counts every rank's workers.
+    batch = [r.shm_need_mb / (r.num_workers * ranks[id(r)] * ((r.prefetch_factor or 2) + 1) * r.batch_size)
              for r in workers if r.shm_need_mb is not None and r.batch_size]
     first = next(iter(measured_rows(records)), None)
     return MemoryModel(main_mb, worker_mb, statistics.median(growths) if growths else 0.0,
@@ -307,7 +313,7 @@ def memory_model(records: Sequence[Record]) -> MemoryModel:
 def _memory(need: tuple[float | None, float], target: Target) -> Memory:
     ram, shm = need
     why = []
-    if ram is not None and target.ram_gb and ram > RAM_HEADROOM * target.ram_gb:
+    if ram is not None and target.ram_gb is not None and ram > RAM_HEADROOM * target.ram_gb:
         why.append(f"needs {ram:.1f} GB of RAM, over {RAM_HEADROOM:.0%} of {target.ram_gb:g} GB")
     if target.shm_gb is not None and shm * SHM_MARGIN > target.shm_gb:
         why.append(f"needs {shm * MB_PER_GB:.0f} MB of /dev/shm ({SHM_MARGIN:g}x over), the target has "
@@ -355,8 +361,11 @@ def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: floa
     """Index of the cheapest config predicted within the tolerance of the predicted best."""
     if not predicted:
         return None
-    best = max(t for _, t in predicted)
-    within = [i for i, (_, t) in enumerate(predicted) if t >= (1 - tolerance) * best]
+    scored = [(i, t) for i, (_, t) in enumerate(predicted) if math.isfinite(t)]
+    if not scored:
+        return None
+    best = max(t for _, t in scored)
+    within = [i for i, t in scored if t >= (1 - tolerance) * best] or [max(scored, key=lambda it: it[1])[0]]
     return min(within, key=lambda i: cost_of(predicted[i][0]))
 
 
@@ -367,8 +376,12 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     source = source_of(records, model)
     step_given = target.step_ms is not None
     target = resolve(target, source)
-    if target.cores <= 0:
-        raise ResultsError(f"--cores must be above 0, got {target.cores:g}")
+    for name, value in (("cores", target.cores), ("step_ms", target.step_ms if step_given else 1.0),
+                        ("scale", target.scale)):
+        if not (math.isfinite(value) and value > 0):
+            raise ResultsError(f"the target's {name} must be above 0, got {value:g}")
+    if not 0 <= tolerance < 1:
+        raise ResultsError(f"the tolerance must be at least 0 and below 1, got {tolerance:g}")
     if source.step_ms <= 0 and target.step_ms != source.step_ms:
         raise ResultsError(f"{where}: the measured step took no time, so another step time cannot be scaled from it")
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
@@ -443,6 +456,7 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
     for label, core_factor, rank_factor, step_factor in COMMON_TARGETS:
         if cores * core_factor < 1:
             continue
+        label = label.format(ranks=ranks * rank_factor)
         scored = [(s, p.throughput) for s, p in predict_space(model, configs, cores * core_factor,
                                                               ranks * rank_factor, step_factor)]
         chosen = choose(scored, tolerance)
@@ -570,22 +584,21 @@ class TransferCheck:
 
 
 def machine_of(records: Sequence[Record]) -> tuple[float, int, float | None]:
-    """(usable cores of the machine, ranks, median step per batch of the most common batch size)."""
+    """(usable cores of the machine, ranks, median step per sample)."""
     rows = measured_rows(records)
     first = rows[0]
     cores = float(first.cpu_count or 1)
     if first.cpu_quota:
         cores = min(cores, float(first.cpu_quota))
-    batch = _mode(int(r.batch_size) for r in rows)
-    steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
+    steps = [float(r.step_ms) / r.batch_size for r in rows if r.step_ms is not None and r.batch_size]
     return cores, max(int(first.ranks or 1), 1), statistics.median(steps) if steps else None
 
 
 def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = TOLERANCE) -> TransferCheck | None:
     """A's model asked about B's machine (its cores, ranks and, where it differs, its step), set
     against B's measurements; None when the machines are alike or either file cannot say."""
-    if not measured_rows(a) or not measured_rows(b):
-        return None
+    if not any(r.fetch_ms is not None for r in measured_rows(a)) or not measured_rows(b):
+        return None  # no evidence to fit (a file from before the model), or nothing measured there
     cores_a, ranks_a, step_a = machine_of(a)
     cores_b, ranks_b, step_b = machine_of(b)
     step_moved = step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS
@@ -599,20 +612,23 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     target = resolve(Target(cores=cores_b, ranks=ranks_b,
                             step_ms=source.step_ms * step_b / step_a if step_moved else None), source)
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
-    measured = {_key(settings_of(r)): r for r in measured_rows(b)}
+    there = measured_rows(b)
     configs = space(a)
     known = {_key(s) for s in configs}
-    configs += [settings_of(r) for k, r in measured.items() if k not in known]
+    for r in there:
+        if _key(settings_of(r)) not in known:
+            configs.append(settings_of(r))
+            known.add(_key(settings_of(r)))
     scored = predict_space(model, configs, target.cores, target.ranks, step_scale)
     chosen = choose([(s, p.throughput) for s, p in scored], tolerance)
     if chosen is None:
         return None
     keys = varying(configs)
     pick = scored[chosen][0]
-    best = max(measured.values(), key=lambda r: r.throughput)
+    best = max(there, key=lambda r: r.throughput)
     predicted = {_key(s): p.throughput for s, p in scored}
-    errors = [abs(predicted[k] / r.throughput - 1) for k, r in measured.items() if k in predicted]
-    got = measured.get(_key(pick))
-    return TransferCheck(target, config_text(pick, keys), got.throughput / best.throughput if got else None,
-                         config_text(settings_of(best), keys), statistics.median(errors), len(errors),
-                         {str(r.trial): predicted[k] for k, r in measured.items() if k in predicted})
+    for_trial = {str(r.trial): predicted[_key(settings_of(r))] for r in there}
+    errors = [abs(for_trial[str(r.trial)] / r.throughput - 1) for r in there]
+    got = [r.throughput for r in there if _key(settings_of(r)) == _key(pick)]
+    return TransferCheck(target, config_text(pick, keys), max(got) / best.throughput if got else None,
+                         config_text(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)
