@@ -232,13 +232,16 @@ def run_sweep(code: Path, config: Path, out: Path, extra: list[str] = ()) -> Swe
     return Sweep(seconds, json.loads(proc.stdout), rows)
 
 
-def plain_run(config: Path, settings: dict[str, Any]) -> float | None:
-    """Samples/s of the plain loop in a fresh process, or None when it failed."""
+def plain_run(config: Path, settings: dict[str, Any], one_core: bool = False) -> float | None:
+    """Samples/s of the plain loop in a fresh process (on the first usable core alone with
+    `one_core`), or None when it failed."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     s = settings_of(settings)
     cmd = [sys.executable, str(BENCH / "plain_loop.py"), str(config), json.dumps(s)]
+    first = sorted(os.sched_getaffinity(0))[0]
     try:
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LOOP_TIMEOUT_S)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=LOOP_TIMEOUT_S,
+                              preexec_fn=(lambda: os.sched_setaffinity(0, {first})) if one_core else None)
     except subprocess.TimeoutExpired:
         print(f"    plain loop timed out: {describe(s)}", flush=True)
         return None

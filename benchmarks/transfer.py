@@ -51,9 +51,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 from loadtune.results.record import Record, read_records  # noqa: E402
+from loadtune.results.transfer import settings_key as key  # noqa: E402
 from loadtune.results.transfer import settings_of  # noqa: E402
-from loadtune.trials import IDEAL, format_value  # noqa: E402
-from recommend import PIPELINES, machine_line, write_config  # noqa: E402
+from loadtune.trials import IDEAL  # noqa: E402
+from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
 
 GOAL_PICK = 0.95
 GOAL_MEDIAN_ERROR = 0.15
@@ -66,8 +67,6 @@ TARGETS = ("cores1", "ranks2", "step-half")
 GOAL_TARGETS = ("cores1", "ranks2+step", "step-half")
 JUDGED = (("cores1", "cores1"), ("ranks2", "ranks2"), ("ranks2", "ranks2+step"), ("step-half", "step-half"))
 SWEEP_TIMEOUT_S = 3600
-KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
-        "worker_threads")
 
 
 def sweep(config: Path, out: Path, extra: list[str], one_core: bool = False) -> float:
@@ -107,20 +106,6 @@ def measure(name: str, work: Path, repeats: int) -> None:
         print(f"{name}: {target} grid in {seconds:.0f} s ({repeats} processes a trial)")
 
 
-def plain(config: Path, settings: dict[str, Any], one_core: bool) -> float | None:
-    """Samples/s of benchmarks/plain_loop.py (a plain DataLoader loop, nothing of loadtune) in a
-    fresh process, on one core when asked; None when it failed."""
-    first = sorted(os.sched_getaffinity(0))[0]
-    s = {k: v for k, v in settings.items() if v is not None and k in ("num_workers", "prefetch_factor",
-                                                                      "persistent_workers", "pin_memory")}
-    proc = subprocess.run([sys.executable, str(BENCH / "plain_loop.py"), str(config), json.dumps(s)],
-                          capture_output=True, text=True, timeout=600,
-                          preexec_fn=(lambda: os.sched_setaffinity(0, {first})) if one_core else None)
-    if proc.returncode != 0:
-        return None
-    return float(json.loads(proc.stdout.strip().splitlines()[-1])["samples_per_s"])
-
-
 def head_to_head(name: str, target: str, result: dict[str, Any], work: Path, rounds: int) -> None:
     """The pick against the grid's best, alternating fresh plain-loop processes (A B, B A, ...):
     the grid's best is the highest of ~30 noisy figures; head to head says whether it is faster."""
@@ -134,16 +119,12 @@ def head_to_head(name: str, target: str, result: dict[str, Any], work: Path, rou
     runs: dict[str, list[float]] = {"pick": [], "best": []}
     for r in range(rounds):
         for who, settings in ((("pick", pick), ("best", best)) if r % 2 == 0 else (("best", best), ("pick", pick))):
-            got = plain(config, settings, target == "cores1")
+            got = plain_run(config, settings, one_core=target == "cores1")
             if got is not None:
                 runs[who].append(got)
     ratios = [a / b for a, b in zip(runs["pick"], runs["best"])]
     result["head_to_head"] = statistics.median(ratios) if ratios else None
     result["head_to_head_runs"] = runs
-
-
-def key(settings: dict[str, Any]) -> tuple:
-    return tuple(format_value(settings.get(k)) for k in KEYS)
 
 
 def predict(source: Path, args: list[str]) -> dict[str, Any]:

@@ -259,7 +259,6 @@ def predict(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's CSV."""
-    from loadtune.results.model import prediction_error
     from loadtune.results.transfer import TOLERANCE, Target, forecast_file, forecast_lines, forecast_table, \
         write_forecast
 
@@ -276,14 +275,11 @@ def predict(
         result = forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
         if out is not None:
             write_forecast(result, out)
-        from loadtune.results.record import load_records
-
-        error = prediction_error(load_records(csv))
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
     console.print(forecast_table(result))
-    for line in forecast_lines(result, error):
+    for line in forecast_lines(result):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
         console.print(f"CSV: {out}", highlight=False, markup=False)

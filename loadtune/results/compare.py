@@ -22,7 +22,7 @@ from loadtune.trials import BASELINE, IDEAL
 
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
-from loadtune.results.record import PREDICTED, load_records, missing_columns, plain_frame
+from loadtune.results.record import PREDICTED, Record, load_records, missing_columns, plain_frame
 from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
@@ -66,6 +66,7 @@ class ResultSet:
     path: Path
     label: str
     frame: pd.DataFrame
+    records: tuple[Record, ...] = ()  # the rows the frame was made from
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,8 +103,9 @@ def _labels(paths: Sequence[Path]) -> list[str]:
     return out
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
-    """A results CSV through the one reader, as a plain frame (see record.plain_frame)."""
+def _read(path: Path) -> tuple[list[Record], pd.DataFrame]:
+    """A results CSV through the one reader: its records and their plain frame (see
+    record.plain_frame)."""
     records = load_records(path)
     trials = [r.trial for r in records]
     duplicated = next((t for i, t in enumerate(trials) if t in trials[:i]), None)
@@ -111,14 +113,15 @@ def _read_frame(path: Path) -> pd.DataFrame:
         raise ResultsError(f"{path}: trial {duplicated!r} appears more than once")
     frame = plain_frame(records)
     frame["status"] = frame["status"].str.lower()
-    return frame
+    return records, frame
 
 
 def load_results(paths: Iterable[Path | str]) -> list[ResultSet]:
     """Read each CSV (ResultsError naming the file when unreadable or missing columns)."""
     paths = [Path(p) for p in paths]
-    frames = [_read_frame(p) for p in paths]
-    return [ResultSet(p, label, frame) for p, label, frame in zip(paths, _labels(paths), frames)]
+    read = [_read(p) for p in paths]
+    return [ResultSet(p, label, frame, tuple(records))
+            for p, label, (records, frame) in zip(paths, _labels(paths), read)]
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -340,10 +343,9 @@ def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
     first file's model predicted for it (see transfer.transfer_check)."""
     if missing_columns(results[0].path, MODEL_COLUMNS):
         return {}  # written before the model's evidence: nothing to fit
-    first = load_records(results[0].path)
     out = {}
     for result in results[1:]:
-        check = transfer_check(first, load_records(result.path))
+        check = transfer_check(results[0].records, result.records)
         if check is not None:
             out[result.label] = check
     return out

@@ -22,7 +22,7 @@ from rich.text import Text
 from loadtune.config import MeasureSpec
 from loadtune.errors import ResultsError
 from loadtune.results.choice import recommended as measured_pick
-from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit
+from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit, prediction_error
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.report import dataloader_line
 from loadtune.text import fmt
@@ -118,6 +118,9 @@ class Forecast:
     tolerance: float
     source_pick: TargetRow | None = None  # the source's own recommendation, predicted for the target
     notes: tuple[str, ...] = field(default=())
+    # the model's error on the file: median |predicted/measured - 1| over the trials predicted
+    # before they ran, and how many (model.prediction_error)
+    error: tuple[float | None, int] = (None, 0)
 
     @property
     def carried_share(self) -> float | None:
@@ -202,7 +205,8 @@ def varying(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     return tuple(k for k in CONFIG_KEYS if len({format_value(c.get(k)) for c in configs}) > 1)
 
 
-def _key(settings: Mapping[str, Any]) -> tuple:
+def settings_key(settings: Mapping[str, Any]) -> tuple:
+    """A config's identity: its settings as text, in CONFIG_KEYS order."""
     return tuple(format_value(settings.get(k)) for k in CONFIG_KEYS)
 
 
@@ -217,7 +221,7 @@ def space(records: Sequence[Record]) -> list[dict[str, Any]]:
     seen: dict[tuple, dict[str, Any]] = {}
     for combo in itertools.product(*values.values()):
         settings = applied(dict(zip(CONFIG_KEYS, combo)))
-        seen.setdefault(_key(settings), settings)
+        seen.setdefault(settings_key(settings), settings)
     return sorted(seen.values(), key=cost_of)
 
 
@@ -370,9 +374,10 @@ def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: floa
 
 
 def forecast(records: Sequence[Record], target: Target = Target(), tolerance: float = TOLERANCE,
-             where: str = "the file") -> Forecast:
-    """Every config of the records' space predicted for `target`, and what it should use."""
-    model = fit_records(records, where)
+             where: str = "the file", model: PipelineModel | None = None) -> Forecast:
+    """Every config of the records' space predicted for `target`, and what it should use (by
+    `model`, default: the model fitted to the records)."""
+    model = model or fit_records(records, where)
     source = source_of(records, model)
     step_given = target.step_ms is not None
     target = resolve(target, source)
@@ -388,14 +393,14 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     memory = memory_model(records)
     measured: dict[tuple, float] = {}
     for r in measured_rows(records):
-        measured.setdefault(_key(settings_of(r)), float(r.throughput))
+        measured.setdefault(settings_key(settings_of(r)), float(r.throughput))
     rows = []
     configs = space(records)
     keys = varying(configs)
     for settings, p in predict_space(model, configs, target.cores, target.ranks, step_scale):
         rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / target.ranks,
                               p.wait_ratio, p.cpu_bound,
-                              measured.get(_key(settings)) if _same_machine(source, target) else None,
+                              measured.get(settings_key(settings)) if _same_machine(source, target) else None,
                               _memory(memory.need(settings, target.ranks, target.scale), target)))
     fitting = [i for i, r in enumerate(rows) if r.memory.fits]
     chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance)
@@ -406,10 +411,10 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
         rows[fitting[chosen]] = replace(rows[fitting[chosen]], recommended=True)
     rows.sort(key=lambda r: -r.predicted_throughput)
     pick = next((r for r in rows if r.recommended), None)
-    source_pick = next((r for r in rows if source.pick is not None and _key(r.settings) == _key(source.pick)),
-                       None)
+    picked = settings_key(source.pick) if source.pick is not None else None
+    source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
     return Forecast(source, target, tuple(rows), pick, tuple(extrapolations(source, target, step_given)), model,
-                    tolerance, source_pick, tuple(notes))
+                    tolerance, source_pick, tuple(notes), prediction_error(records))
 
 
 def _same_machine(source: Source, target: Target) -> bool:
@@ -438,7 +443,7 @@ class Travel:
 
 def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance: float = TOLERANCE,
            model: PipelineModel | None = None) -> tuple[list[Travel], list[str]]:
-    """For each of COMMON_TARGETS: the target's predicted pick where it differs from `pick`
+    """For each of COMMON_TARGETS: `loadtune predict`'s pick there where it differs from `pick`
     (with what `pick` would run there); and the labels of the targets where it does not."""
     if pick is None:
         return [], []
@@ -446,31 +451,27 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
         model = model or fit_records(records)
     except ResultsError:
         return [], []
-    configs = space(records)
-    keys = varying(configs)
-    key = _key(applied(pick))
-    if key not in {_key(s) for s in configs}:
-        configs.append(applied(pick))
+    key = settings_key(applied(pick))
     cores, ranks = model.cores * model.ranks, model.ranks
+    step_ms = model.step_ms_per_sample * _mode(int(r.batch_size) for r in measured_rows(records))
     moved, same = [], []
     for label, core_factor, rank_factor, step_factor in COMMON_TARGETS:
         if cores * core_factor < 1:
             continue
         label = label.format(ranks=ranks * rank_factor)
-        scored = [(s, p.throughput) for s, p in predict_space(model, configs, cores * core_factor,
-                                                              ranks * rank_factor, step_factor)]
-        chosen = choose(scored, tolerance)
-        if chosen is None:
+        # (a step that took no time is as fast as it gets: the step as measured)
+        there = forecast(records, Target(cores=cores * core_factor, ranks=ranks * rank_factor,
+                                         step_ms=step_ms * step_factor if step_factor != 1 and step_ms > 0 else None),
+                         tolerance, model=model)
+        theirs = there.recommended
+        ours = next((r for r in there.rows if settings_key(r.settings) == key), None)
+        if theirs is None or ours is None:
             continue
-        theirs = scored[chosen]
-        if _key(theirs[0]) == key:
-            same.append(label)
+        if settings_key(theirs.settings) == key or \
+                ours.predicted_throughput >= (1 - tolerance) * theirs.predicted_throughput:
+            same.append(label)  # the same pick, or a cheaper one there while the pick loses nothing
             continue
-        ours = next(t for s, t in scored if _key(s) == key)
-        if ours >= (1 - tolerance) * theirs[1]:
-            same.append(label)  # another config is cheaper there, but the pick loses nothing
-            continue
-        moved.append(Travel(label, config_text(theirs[0], keys), ours / theirs[1]))
+        moved.append(Travel(label, theirs.config, ours.predicted_throughput / theirs.predicted_throughput))
     return moved, same
 
 
@@ -517,9 +518,10 @@ def forecast_table(f: Forecast) -> Table:
     return table
 
 
-def forecast_lines(f: Forecast, error: tuple[float | None, int] = (None, 0)) -> list[str]:
+def forecast_lines(f: Forecast) -> list[str]:
     """The closing words: the recommendation, what the sweep's own pick would lose there, what
     is extrapolated, what does not fit, and what to paste."""
+    error = f.error
     lines = [f"Measured on {target_text(replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms))}; "
              f"{f.model.trials} trials fitted" + (f", the model's error on this file {error[0]:.0%} (median over "
                                                    f"{error[1]} trials predicted before they ran)" if error[0] is not None else "")]
@@ -586,12 +588,10 @@ class TransferCheck:
 def machine_of(records: Sequence[Record]) -> tuple[float, int, float | None]:
     """(usable cores of the machine, ranks, median step per sample)."""
     rows = measured_rows(records)
-    first = rows[0]
-    cores = float(first.cpu_count or 1)
-    if first.cpu_quota:
-        cores = min(cores, float(first.cpu_quota))
+    first = evidence_of(rows[0])
+    assert first is not None  # a measured row has evidence
     steps = [float(r.step_ms) / r.batch_size for r in rows if r.step_ms is not None and r.batch_size]
-    return cores, max(int(first.ranks or 1), 1), statistics.median(steps) if steps else None
+    return first.cores * first.ranks, first.ranks, statistics.median(steps) if steps else None
 
 
 def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = TOLERANCE) -> TransferCheck | None:
@@ -614,11 +614,11 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
     there = measured_rows(b)
     configs = space(a)
-    known = {_key(s) for s in configs}
+    known = {settings_key(s) for s in configs}
     for r in there:
-        if _key(settings_of(r)) not in known:
+        if settings_key(settings_of(r)) not in known:
             configs.append(settings_of(r))
-            known.add(_key(settings_of(r)))
+            known.add(settings_key(settings_of(r)))
     scored = predict_space(model, configs, target.cores, target.ranks, step_scale)
     chosen = choose([(s, p.throughput) for s, p in scored], tolerance)
     if chosen is None:
@@ -626,9 +626,9 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     keys = varying(configs)
     pick = scored[chosen][0]
     best = max(there, key=lambda r: r.throughput)
-    predicted = {_key(s): p.throughput for s, p in scored}
-    for_trial = {str(r.trial): predicted[_key(settings_of(r))] for r in there}
+    predicted = {settings_key(s): p.throughput for s, p in scored}
+    for_trial = {str(r.trial): predicted[settings_key(settings_of(r))] for r in there}
     errors = [abs(for_trial[str(r.trial)] / r.throughput - 1) for r in there]
-    got = [r.throughput for r in there if _key(settings_of(r)) == _key(pick)]
+    got = [r.throughput for r in there if settings_key(settings_of(r)) == settings_key(pick)]
     return TransferCheck(target, config_text(pick, keys), max(got) / best.throughput if got else None,
                          config_text(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)
