@@ -139,7 +139,9 @@ def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given
         scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
         device=result.device, ranks=spec.ranks, rank_by=rank_by, strategy=strategy, warnings=result.warnings,
         decision=result.decision, source=result.source, factory=spec.config.dataset.factory, data=result.data,
-        model=result.model)
+        model=result.model, notes=tuple(getattr(result, "notes", ())))
+    if chosen is not None:
+        meta.update(zip(("speedup_lo", "speedup_hi"), speedup_interval(getattr(result, "scores", {}), chosen.trial)))
     if spec.ranks > 1:
         meta.update(one_rank=_one_rank(spec), per_rank_csv=str(rank_file(result.out_path)), out_given=out_given,
                     torchrun=spec.torchrun)
@@ -154,6 +156,26 @@ def summary_of(result: Any, spec: Any, rank_by: str, strategy: str, *, out_given
     baseline = result.trials.get("baseline")
     return summarize_sweep(result.records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
                            baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
+
+
+def speedup_interval(scores: Mapping[str, Any], trial: str | None, baseline: str = "baseline",
+                     level: float = 0.95) -> tuple[float | None, float | None]:
+    """A 95% interval of `trial`'s throughput over the baseline's, from the two trials' bootstrap
+    draws (drawn independently); (None, None) where either has none."""
+    import numpy as np
+
+    a, b = scores.get(trial or ""), scores.get(baseline)
+    draws_a = getattr(a, "throughput_draws", None)
+    draws_b = getattr(b, "throughput_draws", None)
+    if draws_a is None or draws_b is None or trial == baseline:
+        return None, None
+    n = min(len(draws_a), len(draws_b))
+    if n == 0:
+        return None, None
+    ratios = np.asarray(draws_a[:n], dtype=float) / np.asarray(draws_b[:n], dtype=float)
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)
 
 
 def _one_rank(spec: Any) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import signal
 import sys
 from pathlib import Path
@@ -29,7 +30,21 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Measure which DataLoader settings keep your accelerator fed.",
 )
-err = Console(stderr=True, width=None if sys.stderr.isatty() else TABLE_WIDTH)
+
+
+def _width(stream: Any) -> int | None:
+    """The output's width: COLUMNS when set, the terminal's, else TABLE_WIDTH (a file, a CI log)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if stream.isatty() else TABLE_WIDTH
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, width=_width(sys.stderr if stderr else sys.stdout))
+
+
+err = _console(stderr=True)
 
 
 @app.callback()
@@ -96,9 +111,9 @@ class _ProgressView:
                 text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
             else:
                 text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
-            self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False)
+            self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False, soft_wrap=True)
         elif isinstance(event, events.Notice):
-            self.progress.console.print(f"[yellow]Warning:[/] {escape(event.text)}", highlight=False)
+            self.progress.console.print(f"[yellow]Warning:[/] {escape(event.text)}", highlight=False, soft_wrap=True)
         elif isinstance(event, events.SweepFinished):
             self.stop()
 
@@ -133,13 +148,16 @@ def sweep(
     ranks: int = typer.Option(1, "--ranks", min=1, help="Run N data-parallel ranks at once through "
                               "torch.distributed, each with its own DataLoader (default 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show the notes, each bottleneck, the "
+                                 "data check, the model and the trials that did not run."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.config import load_config
     from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.api import summary_of
-    from loadtune.results.report import flagged_lines, not_run_lines, predicted_lines, results_table, summary_lines
+    from loadtune.results.report import detail_lines, flagged_lines, not_run_lines, predicted_lines, results_table, \
+        summary_lines
     from loadtune.sweep_process.runner import default_output, run_sweep
     from loadtune.sweep_process.strategy import STRATEGIES
 
@@ -147,7 +165,7 @@ def sweep(
         raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
     if strategy not in STRATEGIES:
         raise typer.BadParameter(f"expected one of {', '.join(STRATEGIES)}", param_hint="--strategy")
-    out_console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    out_console = err if as_json else _console()
     view = _ProgressView(err)
     out_path = out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -185,28 +203,35 @@ def sweep(
     info = summary_of(result, spec, rank_by, strategy, out_given=out is not None)
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
-                                                           f"{on_ranks}, {strategy}, ranked by {rank_by})"))
-    for line in not_run_lines(result.records):
-        out_console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
-    for line in predicted_lines(result.records):
-        out_console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
-    for line in flagged_lines(result.records):
-        out_console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
+                                                           f"{on_ranks}, {strategy}, ranked by {rank_by})",
+                                    width=out_console.width))
+    plain = dict(highlight=False, soft_wrap=True, markup=False)
+    for line in not_run_lines(result.records, skipped=verbose):
+        out_console.print(f"  not run: {line}", **plain)
+    if verbose:
+        for line in predicted_lines(result.records):
+            out_console.print(f"  {line}", **plain)
+        for line in flagged_lines(result.records):
+            out_console.print(f"  not ranked: {line}", **plain)
+        for line in detail_lines(info):
+            out_console.print(line, **plain)
     for warning in result.warnings:
-        err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False)
+        err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
     for line in summary_lines(info):
-        out_console.print(line, highlight=False, soft_wrap=True, markup=False)
-    out_console.print(f"CSV: {result.out_path}", highlight=False, markup=False)
+        out_console.print(line, **plain)
+    files = [f"{result.out_path} (CSV)"]
     if info.per_rank_csv:
-        out_console.print(f"Per rank: {info.per_rank_csv}", highlight=False, markup=False)
+        files.append(f"{info.per_rank_csv} (per rank)")
     if plot is not None:
         try:
             from loadtune.results.plot import draw_csvs
 
             info = dataclasses.replace(info, plot=str(draw_csvs([result.out_path], plot)))
-            out_console.print(f"Chart: {plot}", highlight=False, markup=False)
+            files.append(f"{plot} (chart)")
         except LoadtuneError as exc:
             _fail(str(exc), debug)
+    more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
+    out_console.print(f"Files: {', '.join(files)}{more}", **plain)
     if as_json:
         sys.stdout.write(json.dumps(info.to_json(), indent=2, default=str) + "\n")
 
@@ -223,14 +248,14 @@ def compare(
     from loadtune.results.compare import compare as compare_results
     from loadtune.results.compare import comparison_lines, comparison_table, load_results, write_aligned
 
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console = _console()
     try:
         comparison = compare_results(load_results(csvs), force=force)
         if out is not None:
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console.print(comparison_table(comparison))
+    console.print(comparison_table(comparison, width=console.width))
     for line in comparison_lines(comparison):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
@@ -277,8 +302,8 @@ def predict(
             write_forecast(result, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console = err if as_json else Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
-    console.print(forecast_table(result))
+    console = err if as_json else _console()
+    console.print(forecast_table(result, width=console.width))
     for line in forecast_lines(result):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
@@ -291,14 +316,16 @@ def predict(
 def report(
     csvs: list[Path] = typer.Argument(..., help="One or more results CSVs."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw them as a chart (PNG), side by side."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Every trial's bottleneck, not only the "
+                                 "baseline's and the recommendation's."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Show results CSVs as ranked tables with a legend, and draw them."""
+    """Show results CSVs as ranked tables with what limits each trial, and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import (LEGEND, flagged_lines, noise_warnings, not_run_lines, predicted_lines,
-                                         report_title, results_table)
+    from loadtune.results.report import (LEGEND, finding_lines, flagged_lines, noise_warnings, not_run_lines,
+                                         predicted_lines, report_title, results_table)
 
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console = _console()
     try:
         tables = [(path, load_records(path)) for path in csvs]
         if plot is not None:
@@ -308,13 +335,15 @@ def report(
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     for path, rows in tables:
-        console.print(results_table(rows, title=report_title(rows, path.name)))
+        console.print(results_table(rows, title=report_title(rows, path.name), width=console.width))
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
         for line in predicted_lines(rows):
             console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
         for line in flagged_lines(rows):
             console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
+        for line in finding_lines(rows, every_trial=verbose):
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
         for line in noise_warnings(rows):
             console.print(f"[yellow]Warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
     for line in LEGEND:
@@ -341,7 +370,7 @@ def profile(
         result = profile_run(spec, batches or spec.config.measure.batches, trace, spec.config.device)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH)
+    console = _console()
     console.print(result.table, highlight=False, markup=False, soft_wrap=True)
     for line in result.summary_lines():
         console.print(line, highlight=False, soft_wrap=True, markup=False)

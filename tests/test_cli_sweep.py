@@ -88,6 +88,9 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     # How close the ratios come to the analytical model is a noisy figure: benchmarks/accuracy.py measures it.
     assert ok.wait_ratio.between(0, 1).all()
     assert "Paste: DataLoader(" in result.stderr
+    answer = result.stderr[result.stderr.index("Recommended:"):].strip().splitlines()
+    assert len(answer) <= 8 and answer[-1].startswith("Files: "), answer  # the short answer, then the files
+    assert info["summary"] == answer[:-1]
 
 
 def test_factory_in_a_file_next_to_the_config_and_iterable_datasets(write_config, tmp_path, marker):

@@ -19,10 +19,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 BASE = {"sweep": {}, "device": "cpu"}
 
 
-def verdict_of(write_config, tmp_path, marker, dataset, loader, step_s, measure):
+def verdict_of(write_config, tmp_path, marker, dataset, loader, step_s, measure, *options):
     config = tiny_config(dataset=dataset, loader=loader, step={"sleep_s": step_s}, measure=measure, **BASE)
     out = tmp_path / "v.csv"
-    result = run_cli("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    result = run_cli("sweep", str(write_config(config)), "--out", str(out), *options, marker=marker)
     assert result.returncode == 0, result.stderr
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.status == "ok", row.reason
@@ -128,9 +128,9 @@ def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, 
     row, result = verdict_of(write_config, tmp_path, marker,
                              {"factory": "loadtune.synthetic:sleep_cost",
                               "kwargs": {"num_samples": 400, "cost_s": 0.0001}},
-                             {"batch_size": 8, "num_workers": 1}, 0.05, {**SHORT, "batches": 30})
+                             {"batch_size": 8, "num_workers": 1}, 0.05, {**SHORT, "batches": 30}, "--verbose")
     assert row.verdict == "compute-bound", row.advice
-    assert "Bottleneck (baseline, baseline): compute-bound" in result.stdout
+    assert "Bottleneck (baseline, baseline): compute-bound" in result.stdout  # --verbose names each bottleneck
 
 
 def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_path, marker):

@@ -23,6 +23,8 @@ from loadtune.trials import BASELINE, IDEAL
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
 from loadtune.results.record import PREDICTED, Record, load_records, missing_columns, plain_frame
+from loadtune.results.report import short_trial
+from loadtune.results.table import Column, fitted_table
 from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
@@ -387,42 +389,44 @@ def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int)
     return text
 
 
-def comparison_table(comparison: Comparison, title: str = "") -> Table:
+def comparison_table(comparison: Comparison, title: str = "", width: int | None = None) -> Table:
     """Trials as rows; per file its rank (`=`: tied with best), samples/s with its 95% interval
     and what the pipeline model predicted for it, the wait ratio with its interval; rows that
-    did not run show their status; then the trial's flags."""
-    table = Table(title=title or None, header_style="bold")
-    table.add_column("trial", justify="left")
+    did not run show their status; then the trial's flags. At `width`, the least important
+    columns are left out, and trial names shortened, rather than a figure cut."""
+    rows = comparison.table.to_dict("records")
+    figures: list[Column] = []
     for label in comparison.labels:
-        table.add_column(f"{label}\nrank", justify="right")
-        table.add_column(f"{label}\nsamples/s [95% CI]", justify="right")
-        table.add_column(f"{label}\npredicted", justify="right")
-        table.add_column(f"{label}\nwait ratio [95% CI]", justify="right")
-        if label in comparison.transfers:
-            table.add_column(f"{label}\nfrom {comparison.labels[0]}", justify="right")
-    table.add_column("flags", justify="left")
-    for row in comparison.table.to_dict("records"):
-        cells: list[Any] = [str(row["trial"])]
-        for label in comparison.labels:
+        ranks, samples, predicted, waits, transfers = [], [], [], [], []
+        for row in rows:
             status = row[f"status{LABEL_SEPARATOR}{label}"]
-            predicted = _fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
-            transfer = [_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)] \
-                if label in comparison.transfers else []
+            predicted.append(_fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
+                             if status in (OK, PREDICTED) else "")
+            transfers.append(_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)
+                             if label in comparison.transfers else "")
             if status != OK:
-                cells += [Text(status, style=STATUS_STYLE.get(status, "")), "",
-                          predicted if status == PREDICTED else "", "", *transfer]
+                ranks.append(Text(status, style=STATUS_STYLE.get(status, "")))
+                samples.append("")
+                waits.append("")
                 continue
             rank = row[f"rank{LABEL_SEPARATOR}{label}"]
             mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
             winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
             shown = "ref" if row["trial"] == IDEAL else "-" if rank is None or rank is pd.NA else rank
-            cells += [Text(f"{mark}{shown}", style=winner_style),
-                      _with_interval(row, "throughput", label, 1), predicted,
-                      _with_interval(row, "wait_ratio", label, 3), *transfer]
-        flags = row[FLAGS_COLUMN]
-        cells.append(Text(flags, style="yellow") if flags else "")
-        table.add_row(*cells)
-    return table
+            ranks.append(Text(f"{mark}{shown}", style=winner_style))
+            samples.append(_with_interval(row, "throughput", label, 1))
+            waits.append(_with_interval(row, "wait_ratio", label, 3))
+        figures += [Column(f"{label}\nrank", tuple(ranks)), Column(f"{label}\nsamples/s [95% CI]", tuple(samples)),
+                    Column(f"{label}\npredicted", tuple(predicted), priority=3),
+                    Column(f"{label}\nwait ratio [95% CI]", tuple(waits), priority=2)]
+        if label in comparison.transfers:
+            figures.append(Column(f"{label}\nfrom {comparison.labels[0]}", tuple(transfers), priority=1))
+    flags = Column("flags", tuple(Text(str(row[FLAGS_COLUMN]), style="yellow") for row in rows), "left",
+                   priority=1, wrap=True)
+    names = [str(row["trial"]) for row in rows]
+    short = [short_trial(n) for n in names]
+    return fitted_table([[Column("trial", tuple(n), "left"), *figures, flags] for n in (names, short)], width,
+                        title or None)
 
 
 def comparison_lines(comparison: Comparison) -> list[str]:

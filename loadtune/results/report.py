@@ -12,6 +12,7 @@ from rich.text import Text
 
 from loadtune.results.interval import unstable_note
 from loadtune.results.record import DATA_FLAGGED, Record
+from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
@@ -22,7 +23,6 @@ NAMED_UNDECIDED = 3
 NAMED_UNSTABLE = 3
 
 ALWAYS_SHOWN = ("batch_size", "num_workers")
-TRIAL_WIDTH_MAX = 48
 
 
 def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
@@ -53,52 +53,76 @@ def _interval(record: Record, key: str, digits: int) -> str:
     return f"{_fmt(getattr(record, key), digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
-def results_table(records: Sequence[Record], title: str = "") -> Table:
+# Shorter words for settings in trial names, where a narrow table needs them.
+SHORT_KEYS = {"num_workers": "workers", "prefetch_factor": "prefetch", "persistent_workers": "persistent",
+              "pin_memory": "pinned", "in_order": "in-order", "main_threads": "main-threads",
+              "worker_threads": "worker-threads", "batch_size": "batch"}
+
+
+def short_trial(name: str) -> str:
+    """A trial's name in fewer characters: `num_workers=2, prefetch_factor=4, persistent_workers=true`
+    reads `workers=2 prefetch=4 persistent`."""
+    parts = []
+    for part in name.split(", "):
+        key, eq, value = part.partition("=")
+        if not eq:
+            return name  # baseline, ideal, or a name of the user's
+        word = SHORT_KEYS.get(key, key)
+        parts.append(word if value == "true" else f"no-{word}" if value == "false" else f"{word}={value}")
+    return " ".join(parts)
+
+
+# The ranked table's columns, most important first: the narrower the output, the more of the
+# last ones are left out (the CSV holds them all).
+RESULT_COLUMNS = ("rank", "trial", "samples/s [95% CI]", "wait ratio [95% CI]", "speedup", "% of ideal",
+                  "predicted", "wait ms", "step ms", "epoch start ms", "p95 ms", "1st batch s")
+
+
+def results_table(records: Sequence[Record], title: str = "", width: int | None = None) -> Table:
     """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed;
     `predicted` is what the pipeline model said before the trial ran. Configs only predicted,
-    never measured, are left out (predicted_lines says how many; the CSV holds them)."""
-    table = Table(title=title or None, header_style="bold", caption_justify="left")
+    never measured, are left out (predicted_lines says how many; the CSV holds them). At
+    `width`, the least important columns are left out, and trial names shortened, rather than
+    a figure cut."""
     records = [r for r in records if not r.predicted_only]
-    longest = max((len(r.trial or "") for r in records), default=5)
     predicted = any(r.predicted_throughput is not None for r in records)  # files before the model have none
-    for name in ("rank", "trial", "samples/s [95% CI]", *(("predicted",) if predicted else ()),
-                 "wait ratio [95% CI]", "speedup", "% of ideal", "wait ms", "p95 ms", "step ms", "1st batch s",
-                 "epoch start ms"):
-        if name == "trial":
-            table.add_column(name, justify="left", no_wrap=True, min_width=min(longest, TRIAL_WIDTH_MAX))
-        elif "CI" in name:
-            table.add_column(name, justify="right", no_wrap=True)
-        else:
-            table.add_column(name, justify="right")
+    cells: dict[str, list[Cell]] = {name: [] for name in RESULT_COLUMNS}
+    names, styles = [], []
     for r in records:
+        names.append(f"{r.trial or ''} ({r.data_check})" if r.status == "ok" and r.data_flagged else r.trial or "")
         if r.status != "ok":
             status = r.status or ""
-            table.add_row("-", Text(r.trial or ""), Text(status, style=STATUS_STYLE.get(status, "")),
-                          *([""] * (9 if predicted else 8)), style="dim")
-            continue
-        mark = "=" if r.tied_with_best else ""
-        flagged = r.data_flagged
-        table.add_row(
-            "-" if flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
-            Text(f"{r.trial or ''} ({r.data_check})" if flagged else r.trial or ""),
-            _interval(r, "throughput", 1),
-            *((_fmt(r.predicted_throughput, 1),) if predicted else ()),
-            _interval(r, "wait_ratio", 3),
-            _fmt(r.speedup),
-            _fmt(r.pct_of_ideal, 1),
-            _fmt(r.wait_ms, 1),
-            _fmt(r.wait_p95_ms, 1),
-            _fmt(r.step_ms, 1),
-            _fmt(r.first_batch_s, 2),
-            _fmt(r.epoch_start_ms, 1),
-            style="bold" if r.rank == 1 else "yellow" if flagged else "",
-        )
-    return table
+            row: dict[str, Cell] = {"rank": "-", "samples/s [95% CI]": Text(status, style=STATUS_STYLE.get(status, ""))}
+            styles.append("dim")
+        else:
+            mark = "=" if r.tied_with_best else ""
+            row = {
+                "rank": "-" if r.data_flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
+                "samples/s [95% CI]": _interval(r, "throughput", 1),
+                "predicted": _fmt(r.predicted_throughput, 1),
+                "wait ratio [95% CI]": _interval(r, "wait_ratio", 3),
+                "speedup": _fmt(r.speedup), "% of ideal": _fmt(r.pct_of_ideal, 1),
+                "wait ms": _fmt(r.wait_ms, 1), "p95 ms": _fmt(r.wait_p95_ms, 1), "step ms": _fmt(r.step_ms, 1),
+                "1st batch s": _fmt(r.first_batch_s, 2), "epoch start ms": _fmt(r.epoch_start_ms, 1),
+            }
+            styles.append("bold" if r.rank == 1 else "yellow" if r.data_flagged else "")
+        for name in RESULT_COLUMNS:
+            if name != "trial":
+                cells[name].append(row.get(name, ""))
+    shown = [n for n in RESULT_COLUMNS if predicted or n != "predicted"]
+
+    def columns(trial_names: list[str]) -> list[Column]:
+        return [Column(n, tuple(trial_names if n == "trial" else cells[n]), "left" if n == "trial" else "right",
+                       max(0, RESULT_COLUMNS.index(n) - 2)) for n in shown]
+
+    short = [short_trial(n) for n in names]
+    return fitted_table([columns(names)] + ([columns(short)] if short != names else []), width, title or None, styles)
 
 
-def not_run_lines(records: Sequence[Record]) -> list[str]:
+def not_run_lines(records: Sequence[Record], skipped: bool = True) -> list[str]:
+    """The trials that did not run, with why; without `skipped`, only those that failed."""
     return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records
-            if r.status != "ok" and not r.predicted_only]
+            if r.status != "ok" and not r.predicted_only and (skipped or r.status != "skipped")]
 
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:
@@ -155,6 +179,12 @@ class DataFindings:
         lines.extend(f"Data check: {note}." for note in self.notes)
         return lines
 
+    def short_line(self) -> str:
+        """The flagged trials in one line, with the first fix."""
+        named = ", ".join(f"{f.trial} ({f.data_check})" for f in self.flagged)
+        fix = next((fix for f in self.flagged for fix in f.fixes), "")
+        return f"Not ranked: {named} delivered other samples than the baseline. {fix}".rstrip()
+
     def to_json(self) -> dict[str, Any]:
         return {"flagged": [dataclasses.asdict(f) for f in self.flagged], "notes": list(self.notes)}
 
@@ -203,6 +233,11 @@ class Summary:
     # and the targets where the pick holds
     travel: tuple[Any, ...] = ()
     travel_same: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # findings that ask nothing of the user: shown with --verbose
+    # The recommendation's speedup over the baseline, as a 95% interval (None where the raw
+    # figures were not at hand, as for trials kept by --resume).
+    speedup_lo: float | None = None
+    speedup_hi: float | None = None
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -226,7 +261,7 @@ class Summary:
         data: dict[str, Any] = {
             "output": self.output, "config": self.config, "scale": self.scale, "scaled": self.scaled,
             "device": self.device, "ranks": self.ranks, "rank_by": self.rank_by, "strategy": self.strategy,
-            "warnings": list(self.warnings), "baseline": brief(self.baseline),
+            "warnings": [*self.warnings, *self.notes], "baseline": brief(self.baseline),
             "ideal_throughput": self.ideal_throughput, "best": brief(self.best),
             "recommended": brief(self.recommended), "dataloader": self.dataloader,
             "decided": self.decided,
@@ -244,6 +279,9 @@ class Summary:
             "ties": [dataclasses.asdict(t) for t in getattr(self.decision, "ties", ())],
             "travel": [dataclasses.asdict(t) for t in self.travel],
             "travel_same": list(self.travel_same),
+            "notes": list(self.notes),
+            "speedup_interval": [self.speedup_lo, self.speedup_hi] if self.speedup_lo is not None else None,
+            "summary": summary_lines(self),
         }
         if self.ranks > 1:
             one = self.one_rank
@@ -289,48 +327,111 @@ def _travel_lines(info: Summary) -> list[str]:
     return []
 
 
+# The short answer names at most this many contenders that might still be faster.
+NAMED_SHORT = 2
+
+
 def summary_lines(info: Summary) -> list[str]:
-    """The closing words: what won, by how much, what to paste, what to watch out for."""
-    lines = []
-    best, chosen, base = info.best, info.recommended, info.baseline
-    data_lines = info.data.lines() if info.data is not None else []
+    """The answer, in at most seven lines (the CLI adds the files written): what to set and what
+    it gains, how sure that is, what to paste, what limits it now, and, where they apply, the
+    trials the data check kept out, the ranks, and where the pick moves on another machine.
+    Everything else is in detail_lines (--verbose) and `loadtune report`."""
+    chosen, base = info.recommended, info.baseline
     if chosen is None:
+        data = info.data.lines()[:1] if info.data is not None else []
         if info.data is not None and info.data.flagged:
-            return ["No trial can be recommended: the data check flagged every trial that ran.", *data_lines]
-        return ["No trial ran successfully: see the reason column of the CSV.", *data_lines]
-    gain = f" ({chosen.speedup:.2f}x the baseline)" if chosen.speedup else ""
-    if chosen.pct_of_ideal is not None:
-        gain += f", {chosen.pct_of_ideal:.0f}% of the ideal (the step fed from memory)"
-    lines.append(f"Recommended: {chosen.trial}: {chosen.throughput:.1f} samples/s, "
-                 f"wait ratio {chosen.wait_ratio:.3f}{gain}")
+            return ["No trial can be recommended: the data check flagged every trial that ran.", *data]
+        return ["No trial ran successfully: see the reason column of the CSV (loadtune report shows it)."]
+    lines = [_recommended_line(info, chosen, base), _sure_line(info, chosen)]
+    if info.source != "dataset" and info.change is not None:
+        what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
+        lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
+    else:
+        lines.append(f"Paste: {info.dataloader}")
+    if chosen.verdict:
+        lines.append(f"Bottleneck now: {chosen.verdict}; {chosen.advice or ''}".rstrip("; "))
+    if info.data is not None and info.data.flagged:
+        lines.append(info.data.short_line())
+    lines.extend(_ranks_lines(info, chosen))
+    lines.extend(_travel_lines(info) if info.travel else [])
+    return lines
+
+
+def _recommended_line(info: Summary, chosen: Record, base: Record | None) -> str:
+    figures = f"{chosen.throughput:.1f} samples/s"
+    if base is None or base.throughput is None or chosen.trial == base.trial:
+        if base is not None and chosen.trial == base.trial:
+            return f"Recommended: keep the baseline ({figures}, wait ratio {chosen.wait_ratio:.3f}): no change " \
+                   "measured faster."
+        return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}."
+    interval = f" [{info.speedup_lo:.2f}x, {info.speedup_hi:.2f}x]" if info.speedup_lo is not None else ""
+    ideal = f", {chosen.pct_of_ideal:.0f}% of the ideal" if chosen.pct_of_ideal is not None else ""
+    return (f"Recommended: {chosen.trial}: {figures}, {chosen.throughput / base.throughput:.2f}x the baseline's "
+            f"{base.throughput:.1f}"
+            f"{interval}; wait ratio {base.wait_ratio:.3f} -> {chosen.wait_ratio:.3f}{ideal}.")
+
+
+def _spread_words(spread: float | None) -> str:
+    return f"; repeats here differ by ±{spread:.0%} from process to process" if spread is not None else ""
+
+
+def _settle(decision: Any) -> str:
+    if decision.ended_by == "shortfall":
+        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g}"
+    if decision.ended_by == "budget":
+        return "rerun with a larger --budget"
+    return f"rerun with --repeats {max(2 * (decision.repeats or 1), 5)}"
+
+
+def _sure_line(info: Summary, chosen: Record) -> str:
+    """One plain sentence on how sure the pick is."""
+    decision, best = info.decision, info.best
+    if decision is None:
+        return "How sure: not raced (one repeat each); rerun with --repeats 3 or more to see the spread."
+    tol = f"{decision.tolerance:.0%}"
+    if not decision.decided:
+        named = " or ".join(decision.undecided[:NAMED_SHORT])
+        more = len(decision.undecided) - NAMED_SHORT
+        named += f" (and {more} more)" if more > 0 else ""
+        expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
+        return (f"Not sure: {named} might still be up to {decision.gap:.0%} faster{expected}"
+                f"{_spread_words(decision.spread)}; to settle it, {_settle(decision)}.")
+    ties = getattr(decision, "ties", ())
+    if ties:
+        named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
+                          for t in ties[:NAMED_SHORT])
+        return (f"Sure: {named} ran as fast, as the model predicts, within this machine's ±{ties[0].spread:.0%} "
+                f"between processes; this is the cheapest of them.")
+    if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
+        return (f"Sure: no config is shown more than {tol} faster; {best.trial} measured "
+                f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
+    return f"Sure: no other config is shown more than {tol} faster{_spread_words(decision.spread)}."
+
+
+def detail_lines(info: Summary) -> list[str]:
+    """What --verbose adds before the answer: the notes, the baseline, why the pick is sure or
+    not in full, each bottleneck, the advice measured, the data check, the model, the scale."""
+    lines = [f"Note: {note}" for note in info.notes]
+    best, chosen, base = info.best, info.recommended, info.baseline
+    if base and base.wait_ratio is not None:
+        lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
     decision = info.decision
-    if best and best.trial != chosen.trial:
+    if chosen is not None and best and best.trial != chosen.trial:
         within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
-        lines.append(f"  {best.trial} measured fastest; the recommendation is shown within {within} of it and is "
+        lines.append(f"{best.trial} measured fastest; the recommendation is shown within {within} of it and is "
                      "the cheapest such trial (fewest workers).")
     lines.extend(_tie_lines(getattr(decision, "ties", ())))
-    if decision is not None and decision.decided:
-        lines.append(f"Decided: the pick is shown as good as every other contender within {decision.tolerance:.0%} "
-                     "of throughput.")
-    elif decision is not None:
+    if decision is not None and not decision.decided:
         named = "; ".join(decision.undecided[:NAMED_UNDECIDED])
         more = len(decision.undecided) - NAMED_UNDECIDED
         if more > 0:
             named += f" and {more} more (see the table)"
         lines.append(f"Not decided: {decision.why} while {named} could still be up to "
                      f"{decision.gap:.0%} faster than the pick; {decision.remedy}.")
-    if base and base.wait_ratio is not None:
-        lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
-    if info.source != "dataset" and info.change is not None:
-        what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
-        lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
-    else:
-        lines.append(f"Paste: {info.dataloader}")
-    for label, record in (("baseline", base), ("recommended", chosen)):
-        if record and record.verdict:
+    for record in (base, chosen) if base is None or chosen is None or base.trial != chosen.trial else (base,):
+        if record is not None and record.verdict:
+            label = "baseline" if record is base else "recommended"
             lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
-        if base and base.trial == chosen.trial:
-            break
     for measured in info.advice_measured:
         if measured["data_check"] in DATA_FLAGGED:
             lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
@@ -341,10 +442,9 @@ def summary_lines(info: Summary) -> list[str]:
         else:
             lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}: "
                          f"{measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on.")
-    lines.extend(data_lines)
+    lines.extend(info.data.lines() if info.data is not None else [])
     lines.extend(_model_lines(info.model))
-    lines.extend(_ranks_lines(info, chosen))
-    lines.extend(_travel_lines(info))
+    lines.extend(_travel_lines(info) if not info.travel else [])
     scaled = f" ({info.scaled})" if info.scaled else ""
     lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
@@ -433,6 +533,27 @@ def noise_warnings(records: Sequence[Record]) -> list[str]:
             f"±{max(spreads) * 100:.0f}% (first: {', '.join(name for name, _, _ in unstable[:NAMED_UNSTABLE])}): "
             "processes differ that much from one repeat to the next here; rerun with --repeats 5 or more, "
             "a longer --batches, or close other programs"]
+
+
+def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[str]:
+    """What `loadtune report` says under a file's table: each bottleneck (the baseline's and the
+    recommendation's; every trial's with `every_trial`), and what the data check found."""
+    from loadtune.results.choice import recommended
+
+    chosen = recommended(records)
+    ran = [r for r in records if r.status == "ok" and r.trial != IDEAL and r.verdict]
+    shown = ran if every_trial else [r for r in ran if r.trial == BASELINE or r is chosen]
+    lines = []
+    for r in shown:
+        label = "recommended, " if r is chosen else ""
+        lines.append(f"Bottleneck ({label}{r.trial}): {r.verdict}; {r.advice or ''}".rstrip("; "))
+    checks: dict[str, int] = {}
+    for r in records:
+        if r.status == "ok" and r.trial != IDEAL:
+            checks[r.data_check or "not checked"] = checks.get(r.data_check or "not checked", 0) + 1
+    if checks:
+        lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))
+    return lines
 
 
 def report_title(records: Sequence[Record], source: str) -> str:

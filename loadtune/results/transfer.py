@@ -24,7 +24,8 @@ from loadtune.errors import ResultsError
 from loadtune.results.choice import recommended as measured_pick
 from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit, prediction_error
 from loadtune.results.record import Record, load_records, missing_columns
-from loadtune.results.report import dataloader_line
+from loadtune.results.report import dataloader_line, short_trial
+from loadtune.results.table import Column, fitted_table
 from loadtune.text import fmt
 from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
 
@@ -484,38 +485,32 @@ def target_text(target: Target) -> str:
     return f"{cores}, {ranks}, a {target.step_ms:.1f} ms step"
 
 
-def forecast_table(f: Forecast) -> Table:
+def forecast_table(f: Forecast, width: int | None = None) -> Table:
     """Every config of the space, best predicted first: samples/s (all ranks; per rank with
     several), wait ratio, what the source measured where it is the same machine, memory where
-    a config does not fit; the recommendation marked."""
+    a config does not fit; the recommendation marked. At `width`, the least important columns
+    are left out, and config names shortened, rather than a figure cut."""
     ranks = f.target.ranks > 1
     measured = any(r.measured_throughput is not None for r in f.rows)
     memory = any(not r.memory.fits for r in f.rows) or f.target.scale != f.source.scale
-    table = Table(title=f"Predicted for {target_text(f.target)}", header_style="bold")
-    table.add_column("config", justify="left")
-    table.add_column("samples/s", justify="right")
+    notes = tuple(Text("recommended", style="bold green") if r.recommended else
+                  Text("does not fit" if not r.memory.fits else "", style="yellow") for r in f.rows)
+    figures = [Column("samples/s", tuple(f"{r.predicted_throughput:.1f}" for r in f.rows))]
     if ranks:
-        table.add_column("per rank", justify="right")
-    table.add_column("wait ratio", justify="right")
+        figures.append(Column("per rank", tuple(f"{r.predicted_throughput_per_rank:.1f}" for r in f.rows), priority=2))
+    figures.append(Column("wait ratio", tuple(f"{r.predicted_wait_ratio:.3f}" for r in f.rows), priority=1))
     if measured:
-        table.add_column("measured", justify="right")
+        figures.append(Column("measured", tuple(fmt(r.measured_throughput, 1) for r in f.rows), priority=3))
     if memory:
-        table.add_column("RAM GB", justify="right")
-    table.add_column("", justify="left")
-    for r in f.rows:
-        cells: list[Any] = [Text(r.config, style="bold" if r.recommended else ""),
-                            f"{r.predicted_throughput:.1f}"]
-        if ranks:
-            cells.append(f"{r.predicted_throughput_per_rank:.1f}")
-        cells.append(f"{r.predicted_wait_ratio:.3f}")
-        if measured:
-            cells.append(fmt(r.measured_throughput, 1))
-        if memory:
-            cells.append(fmt(r.memory.ram_gb, 1))
-        note = "recommended" if r.recommended else ("does not fit" if not r.memory.fits else "")
-        cells.append(Text(note, style="bold green" if r.recommended else "yellow"))
-        table.add_row(*cells)
-    return table
+        figures.append(Column("RAM GB", tuple(fmt(r.memory.ram_gb, 1) for r in f.rows), priority=1))
+
+    def columns(names: list[str]) -> list[Column]:
+        styled = tuple(Text(n, style="bold" if r.recommended else "") for n, r in zip(names, f.rows))
+        return [Column("config", styled, "left"), *figures, Column("", notes, "left")]
+
+    names = [r.config for r in f.rows]
+    short = [short_trial(n) for n in names]
+    return fitted_table([columns(names), columns(short)], width, f"Predicted for {target_text(f.target)}")
 
 
 def forecast_lines(f: Forecast) -> list[str]:

@@ -22,6 +22,7 @@ from loadtune.config import RunSpec, adopt_loader
 from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
+from loadtune.results.advice import Advised, with_checked_advice
 from loadtune.results.report import noise_warnings
 from loadtune.results.model import ModelReport, PipelineModel, Prediction, fit, leave_one_out_error, prediction_error
 from loadtune.results.record import (DATA_FLAGGED, PREDICTED, RankRecord, Record, ResultsFile, rank_file,
@@ -32,7 +33,7 @@ from loadtune.sweep_process.datacheck import CONTENT, LABEL, Check, Delivery, ch
 from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
-from loadtune.sweep_process.plan import baseline_trial, grid_plan, ideal_trial
+from loadtune.sweep_process.plan import baseline_trial, changes_from_baseline, grid_plan, ideal_trial, trial_for
 from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import (OK, SKIPPED, apply_ranking, rank_records, stats_columns,
@@ -72,6 +73,8 @@ class SweepResult:
     source: str = "dataset"  # what the dataset factory returned (the baseline came from its DataLoader)
     data: DataFindings | None = None  # the data check: trials flagged, and why some were not checked
     model: ModelReport | None = None  # the pipeline model fitted to the measured trials
+    notes: tuple[str, ...] = ()  # findings that ask nothing of the user (shown with --verbose)
+    scores: dict[str, Scored] = field(default_factory=dict)  # each trial's figures as racing saw them
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,12 @@ class Decision:
     expected: float | None = None  # the pick's largest expected shortfall against the undecided
     remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
     ties: tuple["ModelTie", ...] = ()  # contenders the model and the data tied with the pick
+    # What ended the racing when undecided: "shortfall" (the expected shortfall came within the
+    # tolerance), "budget" or "repeats"; and the spread between processes (log sd of a repeat's
+    # throughput), when two repeats of some trial showed it.
+    ended_by: str = ""
+    spread: float | None = None
+    repeats: int = 0  # measure.repeats
 
 
 @dataclass(frozen=True)
@@ -587,14 +596,32 @@ class Runner:
             self._plan_runs(len(step.again))
             self._run_round([self.runs[name] for name in step.again])
 
+    def advised(self, accelerator: bool) -> dict[str, list[Advised]]:
+        """The settings each measured trial's advice names, with the trials that would show them."""
+        cfg = self.spec.config
+        out: dict[str, list[Advised]] = {}
+        for name, run in self.runs.items():
+            if run.score is None or not run.score.suggests:
+                continue
+            out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
+                                 trial_for(cfg, {**changes_from_baseline(cfg, run.trial), **dict(change)},
+                                           accelerator).name,
+                                 trial_for(cfg, dict(change), accelerator).name, BASELINE)
+                         for change in run.score.suggests]
+        return out
+
     def decision(self) -> Decision | None:
         step = self.last_race
         if step is None or step.pick is None:
             return None
         tolerance = self.spec.config.measure.tolerance
         ties = tuple(_facing(t, step.pick) for t in self.tie_notes if step.pick in (t.pick, t.other))
+        spread = self.noise.throughput_log_sd if self.noise is not None else None
+        repeats = self.spec.config.measure.repeats
         if step.decided:
-            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties)
+            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
+                            spread=spread, repeats=repeats)
+        ended_by = "shortfall" if step.settled else "budget" if self.budget_spent else "repeats"
         if step.settled:
             why = (f"racing ended once the pick's expected shortfall against each contender left "
                    f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
@@ -603,7 +630,8 @@ class Runner:
         else:
             why = f"measure.repeats={self.spec.config.measure.repeats} ran out"
         remedy = "rerun with a smaller --tolerance to race closer calls" if step.settled else Decision.remedy
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy, ties)
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy, ties,
+                        ended_by, spread, repeats)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
@@ -716,18 +744,22 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
         if scratch is not None:
             scratch.cleanup()
     records = tuple(_ranked(runner, rank_by)) + tuple(runner.predicted_records())
+    records = tuple(with_checked_advice(records, runner.advised(accelerator), cfg.measure.tolerance))
     unstable = noise_warnings(records)
     disturbed = [f"{r.trial} ({r.disturbed_repeats})" for r in records if r.disturbed_repeats]
+    busy = []
     if disturbed:
-        unstable.append(f"the machine was busy: repeats measured again because other processes used more than "
+        busy.append(f"the machine was busy: repeats measured again because other processes used more than "
                         f"{cfg.measure.max_outside_cpu:g} of the cores: {', '.join(disturbed)}; see outside_cpu, and "
                         "rerun on a quiet machine to be sure")
-    warnings = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *runner.notes, *unstable,
-                *_disagreement(runner, records))
+    # Warnings ask the user to do something; notes only inform (shown with --verbose).
+    warnings = (*runner.notes, *busy)
+    notes = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *unstable, *_disagreement(runner, records))
     results.replace(records)
     on_event(events.SweepFinished(records))
+    scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
     return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
-                       spec.source, runner.data_findings(), runner.model_report())
+                       spec.source, runner.data_findings(), runner.model_report(), notes, scores)
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:

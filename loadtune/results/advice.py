@@ -1,0 +1,108 @@
+"""Advice that agrees with the measurements: a verdict's advice that names a loader setting is
+checked against the trials that measured it. A setting measured and not shown to help is cited
+with its figures instead of recommended; one that helped is cited beside the advice; one never
+measured is said to be untested (with what the model predicts for it, where it did)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from loadtune.results.record import Record
+
+
+@dataclass(frozen=True)
+class Advised:
+    """One setting a trial's advice names, and the trials that would show it: the trial with it
+    set on top of the advised one (`exact`), and the one-at-a-time trial from the baseline
+    (`alone`), each compared with the trial it changes."""
+
+    setting: str  # as the advice writes it: persistent_workers=True
+    exact: str  # the advised trial with the setting
+    alone: str  # the baseline with the setting
+    baseline: str = "baseline"
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """What the measurements say of one advised setting."""
+
+    setting: str
+    trial: str | None = None  # the measured trial that holds it, None when none ran
+    against: str | None = None  # the trial it is compared with
+    throughput: float | None = None
+    throughput_lo: float | None = None
+    throughput_hi: float | None = None
+    against_throughput: float | None = None
+    helped: bool = False
+    predicted_ratio: float | None = None  # the model's, for the exact trial, when it was only predicted
+
+    @property
+    def measured(self) -> bool:
+        return self.trial is not None
+
+    def words(self) -> str:
+        if not self.measured:
+            model = f" (the model predicts {self.predicted_ratio:.2f}x)" if self.predicted_ratio else ""
+            return f"{self.setting} is untested here{model}"
+        figures = (f"{self.setting} measured {self.throughput:.1f} [{self.throughput_lo:.1f}, "
+                   f"{self.throughput_hi:.1f}] samples/s against {self.against_throughput:.1f} ({self.against})")
+        if self.helped:
+            return f"{figures}: {self.throughput / self.against_throughput:.2f}x"
+        return f"{figures}: not shown to help here"
+
+
+def _usable(record: Record | None) -> bool:
+    return record is not None and record.ran and not record.data_flagged and record.throughput is not None \
+        and record.throughput_lo is not None and record.throughput_hi is not None
+
+
+def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance: float) -> Weighed:
+    """The advised setting against what it changes: on top of the advised trial where that ran,
+    else alone against the baseline. Shown to help: faster by more than the tolerance, by
+    the point estimate (the ranking's own figure; the interval is cited beside it)."""
+    for trial, against in ((advised.exact, asker), (advised.alone, advised.baseline)):
+        t, a = by_name.get(trial), by_name.get(against)
+        if trial != against and _usable(t) and _usable(a):
+            assert t is not None and a is not None and t.throughput is not None and a.throughput is not None
+            helped = t.throughput > (1 + tolerance) * a.throughput
+            return Weighed(advised.setting, trial, against, t.throughput, t.throughput_lo, t.throughput_hi,
+                           a.throughput, helped)
+    exact, base = by_name.get(advised.exact), by_name.get(asker)
+    ratio = None
+    if exact is not None and exact.predicted_only and exact.predicted_throughput and base is not None \
+            and base.predicted_throughput:
+        ratio = exact.predicted_throughput / base.predicted_throughput
+    return Weighed(advised.setting, predicted_ratio=ratio)
+
+
+def evidence_of(advice: str) -> str:
+    """The figures of a verdict's advice, without its remedy: verdict sentences read
+    "<figures>: <remedy>" (sweep_process.verdict)."""
+    return advice.partition(": ")[0]
+
+
+def checked_advice(advice: str, weighed: Sequence[Weighed]) -> str:
+    """The advice as the measurements allow: settings measured and not shown to help are cited
+    instead of advised (the figures stay); the others keep the advice, with what measured them."""
+    if not weighed:
+        return advice
+    if all(w.measured and not w.helped for w in weighed):
+        return f"{evidence_of(advice)}: " + "; ".join(w.words() for w in weighed) + "."
+    return f"{advice.rstrip('.')}. " + "; ".join(w.words() for w in weighed) + "."
+
+
+def with_checked_advice(records: Sequence[Record], advised: Mapping[str, Sequence[Advised]],
+                        tolerance: float) -> list[Record]:
+    """Each record whose verdict's advice names settings (`advised`, by trial name), its advice
+    rewritten by checked_advice; the others as they are."""
+    by_name = {r.trial: r for r in records if r.trial}
+    out = []
+    for r in records:
+        named = advised.get(r.trial or "")
+        if named and r.advice:
+            weighed = [weigh(a, r.trial or "", by_name, tolerance) for a in named]
+            r = dataclasses.replace(r, advice=checked_advice(r.advice, weighed))
+        out.append(r)
+    return out

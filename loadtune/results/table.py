@@ -1,0 +1,117 @@
+"""Tables that never cut a figure: columns are given with a priority, and the least important
+ones are left out (the CSV holds them all) until the rest fit the width, each column at least
+as wide as its widest cell; headers wrap at spaces, never mid-word."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+Cell = str | Text
+
+# Below this width even the essential columns may not fit; the table is then drawn as it is.
+NARROWEST = 40
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: its header, its cells (one per row), and how much it matters (0 is kept
+    always; larger numbers go first when space runs out)."""
+
+    header: str
+    cells: tuple[Cell, ...]
+    justify: str = "right"
+    priority: int = 0
+    wrap: bool = False  # free text that may wrap (notes, flags); figures never do
+
+    @property
+    def min_width(self) -> int:
+        """The widest cell (figures are never wrapped), or the longest header word."""
+        words = [len(w) for w in self.header.split()] or [0]
+        cells = [max((len(w) for w in _plain(c).split()), default=0) if self.wrap else len(_plain(c))
+                 for c in self.cells] or [0]
+        return max(max(words), max(cells))
+
+    @property
+    def wrapped_header(self) -> str:
+        """The header on as many lines as keep it within the column's width, broken at spaces."""
+        lines: list[str] = []
+        for given in self.header.splitlines():
+            start = len(lines)
+            for word in given.split():
+                if len(lines) > start and len(lines[-1]) + 1 + len(word) <= self.min_width:
+                    lines[-1] += " " + word
+                else:
+                    lines.append(word)
+        return "\n".join(lines)
+
+
+def _plain(cell: Cell) -> str:
+    return cell.plain if isinstance(cell, Text) else cell
+
+
+def build(columns: Sequence[Column], title: str | None = None, row_styles: Sequence[str] = (),
+          flat: bool = False, squeeze: bool = False) -> Table:
+    """The table; headers on one line each when `flat`, else wrapped to their column's cells.
+    `squeeze`: cells may wrap at spaces too (for a width nothing fits)."""
+    table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  title_justify="left")
+    for column in columns:
+        table.add_column(column.header if flat else column.wrapped_header,
+                         justify=column.justify,  # type: ignore[arg-type]
+                         min_width=None if squeeze else column.min_width, no_wrap=not (column.wrap or squeeze),
+                         overflow="fold")
+    rows = max((len(c.cells) for c in columns), default=0)
+    for i in range(rows):
+        style = row_styles[i] if i < len(row_styles) else ""
+        table.add_row(*(c.cells[i] if i < len(c.cells) else "" for c in columns), style=style or None)
+    return table
+
+
+def width_needed(table: Table) -> int:
+    """The width the table takes drawn with room to spare: every cell whole."""
+    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+    console.print(table)
+    return max((len(line.rstrip()) for line in console.file.getvalue().splitlines()), default=0)
+
+
+def fits(columns: Sequence[Column], width: int, flat: bool = False) -> bool:
+    return width_needed(build(columns, flat=flat)) <= width
+
+
+def fitted(columns: Sequence[Column], width: int, flat: bool = False) -> list[Column]:
+    """The columns that fit `width`: the least important left out first (the last of equal
+    priority first)."""
+    kept = list(columns)
+    while not fits(kept, width, flat):
+        droppable = [i for i, c in enumerate(kept) if c.priority > 0]
+        if not droppable or width < NARROWEST:
+            break
+        worst = max(droppable, key=lambda i: (kept[i].priority, i))
+        del kept[worst]
+    return kept
+
+
+def fitted_table(choices: Sequence[Sequence[Column]], width: int | None, title: str | None = None,
+                 row_styles: Sequence[str] = ()) -> Table:
+    """Of several versions of a table (full trial names, short ones; headers on one line or
+    wrapped), the one that keeps the most columns at `width`: the first version, then one-line
+    headers, on a tie; one that fits before one that does not, and else the narrowest. All columns of the first version where `width` is None."""
+    if width is None:
+        return build(choices[0], title, row_styles, flat=True)
+    best: tuple[tuple[bool, int, int, bool], list[Column], bool] | None = None
+    for index, columns in enumerate(choices):
+        for flat in (True, False):
+            kept = fitted(columns, width, flat)
+            needed = width_needed(build(kept, flat=flat))
+            score = (needed <= width, len(kept) if needed <= width else -needed, -index, flat)
+            if best is None or score > best[0]:
+                best = (score, kept, flat)
+    assert best is not None
+    return build(best[1], title, row_styles, flat=best[2], squeeze=not best[0][0])

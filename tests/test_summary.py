@@ -1,0 +1,168 @@
+"""The short answer a sweep ends with, the table that never cuts a figure, and advice checked
+against the trials that measured it: made-up records, exact text."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from loadtune.results.advice import Advised, checked_advice, weigh, with_checked_advice
+from loadtune.results.record import Record
+from loadtune.results.report import (DataFindings, Flagged, Summary, detail_lines, results_table, short_trial,
+                                     summarize_sweep, summary_lines)
+from loadtune.sweep_process.runner import Decision, ModelTie
+
+PICK = "num_workers=2, prefetch_factor=4"
+PERSISTENT = f"{PICK}, persistent_workers=true"
+START_UP_ADVICE = ("62% of the wait is at epoch starts (420 ms each): set persistent_workers=True so the 2 workers "
+                   "are not started again every epoch, or use longer epochs.")
+
+
+def row(trial: str, throughput: float, rank: int | None = None, spread: float = 0.1, **more) -> Record:
+    values = dict(trial=trial, status="ok", throughput=throughput, throughput_lo=throughput * (1 - spread),
+                  throughput_hi=throughput * (1 + spread), wait_ratio=0.5, wait_ratio_lo=0.45, wait_ratio_hi=0.55,
+                  rank=rank, tied_with_best=rank == 1, num_workers=0, batch_size=32, repeats=3)
+    values.update(more)
+    return Record(**values)
+
+
+def records() -> list[Record]:
+    return [
+        row(PICK, 385.0, 1, speedup=385 / 150, pct_of_ideal=40.0, num_workers=2, prefetch_factor=4,
+            verdict="data-bound: start-up", advice=START_UP_ADVICE),
+        row("num_workers=2", 370.0, 2, num_workers=2),
+        row(PERSISTENT, 282.0, 3, num_workers=2, prefetch_factor=4, persistent_workers=True),
+        row("persistent_workers=true", 140.0, 4, num_workers=1, persistent_workers=True),
+        row("baseline", 150.0, 5, speedup=1.0, num_workers=1, verdict="data-bound: cpu",
+            advice="waiting 73% of the time: 99% of each fetch is CPU work and the 2 usable cores are 53% busy: "
+                   "add workers up to the cores (num_workers=2); beyond them, only cheaper transforms or more cores "
+                   "help."),
+        row("ideal", 950.0, None, spread=0.01),
+        Record(trial="pin_memory=true", status="skipped", reason="no accelerator"),
+    ]
+
+
+def summary(decision: Decision | None, rows: list[Record] | None = None, **meta) -> Summary:
+    rows = rows if rows is not None else records()
+    chosen = next(r for r in rows if r.trial == PICK)
+    kwargs = {"batch_size": 32, "num_workers": 2, "prefetch_factor": 4}
+    values = dict(output="out.csv", config="demo", scale=1.0, scaled=None, device="cpu", ranks=1,
+                  rank_by="throughput", strategy="model", warnings=(), decision=decision,
+                  notes=("trials with up to 3 workers on 2 usable cores: trust throughput over wait ratio",),
+                  speedup_lo=2.1, speedup_hi=3.0)
+    values.update(meta)
+    return summarize_sweep(rows, chosen, kwargs, {"batch_size": 32, "num_workers": 1}, **values)
+
+
+UNDECIDED = Decision(False, 0.03, PICK, ("num_workers=2", "num_workers=3", "prefetch_factor=1"), 0.12,
+                     "racing ended", 0.028, ended_by="shortfall", spread=0.11, repeats=3)
+
+
+def test_the_answer_when_not_decided():
+    lines = summary_lines(summary(UNDECIDED))
+    assert lines[0] == (f"Recommended: {PICK}: 385.0 samples/s, 2.57x the baseline's 150.0 [2.10x, 3.00x]; "
+                        "wait ratio 0.500 -> 0.500, 40% of the ideal.")
+    assert lines[1] == ("Not sure: num_workers=2 or num_workers=3 (and 1 more) might still be up to 12% faster "
+                        "(2.8% expected); repeats here differ by ±11% from process to process; to settle it, "
+                        "rerun with --tolerance 0.01.")
+    assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
+    assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
+    assert len(lines) == 4
+
+
+@pytest.mark.parametrize("ended_by, settle", [("repeats", "rerun with --repeats 6"),
+                                              ("budget", "rerun with a larger --budget")])
+def test_the_one_thing_that_settles_it(ended_by, settle):
+    from dataclasses import replace
+
+    line = summary_lines(summary(replace(UNDECIDED, ended_by=ended_by)))[1]
+    assert line.endswith(f"to settle it, {settle}.")
+
+
+def test_the_answer_when_decided_or_tied():
+    decided = Decision(True, 0.03, PICK, spread=0.05)
+    assert summary_lines(summary(decided))[1] == \
+        "Sure: no other config is shown more than 3% faster; repeats here differ by ±5% from process to process."
+    tie = ModelTie(PICK, "num_workers=2", 1.0, 0.96, 0.06, "processes")
+    assert summary_lines(summary(Decision(True, 0.03, PICK, ties=(tie,))))[1] == (
+        "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts, within this "
+        "machine's ±6% between processes; this is the cheapest of them.")
+    assert summary_lines(summary(None))[1].startswith("How sure: not raced")
+
+
+def test_the_details_wait_for_verbose():
+    info = summary(UNDECIDED, data=DataFindings((Flagged("num_workers=3", "duplicates", "repeats", ("Split it.",)),),
+                                               ("not checked for 1 of 5 trials: no epoch",)))
+    short = summary_lines(info)
+    assert short[-1] == "Not ranked: num_workers=3 (duplicates) delivered other samples than the baseline. Split it."
+    assert not any("not checked" in line or "Measured at scale" in line or "trust throughput" in line
+                   for line in short)
+    details = detail_lines(info)
+    assert details[0] == "Note: trials with up to 3 workers on 2 usable cores: trust throughput over wait ratio"
+    assert any(line.startswith("Data check: not checked for 1 of 5 trials") for line in details)
+    assert any(line.startswith("Bottleneck (baseline, baseline): data-bound: cpu") for line in details)
+    assert details[-1].startswith("Measured at scale x1.")
+    assert summary_lines(info) == info.to_json()["summary"]
+    assert info.to_json()["warnings"] == list(info.notes)  # --json keeps every warning, as before
+
+
+def test_advice_measured_and_not_shown_to_help_is_cited_not_advised():
+    rows = records()
+    advised = {PICK: [Advised("persistent_workers=True", PERSISTENT, "persistent_workers=true")]}
+    checked = {r.trial: r for r in with_checked_advice(rows, advised, 0.03)}
+    assert checked[PICK].advice == ("62% of the wait is at epoch starts (420 ms each): persistent_workers=True "
+                                    f"measured 282.0 [253.8, 310.2] samples/s against 385.0 ({PICK}): not shown "
+                                    "to help here.")
+    assert "set persistent_workers" not in summary_lines(summary(UNDECIDED, list(checked.values())))[3]
+    assert checked["baseline"].advice == rows[4].advice  # no settings named for it: as it was
+
+
+def test_advice_falls_back_to_the_change_alone_and_says_when_it_helped_or_is_untested():
+    rows = [r for r in records() if r.trial != PERSISTENT]
+    by_name = {r.trial: r for r in rows}
+    alone = weigh(Advised("persistent_workers=True", PERSISTENT, "persistent_workers=true"), PICK, by_name, 0.03)
+    assert (alone.trial, alone.against, alone.helped) == ("persistent_workers=true", "baseline", False)
+    helped = weigh(Advised("num_workers=2", "num_workers=2", "num_workers=2"), "baseline", by_name, 0.03)
+    assert helped.helped and checked_advice("add workers (num_workers=2).", [helped]) == (
+        "add workers (num_workers=2). num_workers=2 measured 370.0 [333.0, 407.0] samples/s against 150.0 "
+        "(baseline): 2.47x.")
+    predicted = Record(trial="x, in_order=false", status="predicted", predicted_throughput=400.0)
+    base = Record(trial="x", status="ok", throughput=300.0, throughput_lo=290.0, throughput_hi=310.0,
+                  predicted_throughput=320.0)
+    untested = weigh(Advised("in_order=False", "x, in_order=false", "in_order=false"), "x",
+                     {"x": base, "x, in_order=false": predicted}, 0.03)
+    assert checked_advice("try in_order=False.", [untested]) == \
+        "try in_order=False. in_order=False is untested here (the model predicts 1.25x)."
+
+
+def test_short_trial_names():
+    assert short_trial("num_workers=2, prefetch_factor=4, persistent_workers=true") == \
+        "workers=2 prefetch=4 persistent"
+    assert short_trial("persistent_workers=false, pin_memory=true") == "no-persistent pinned"
+    assert short_trial("baseline") == "baseline"
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_table_never_cuts_a_figure(width):
+    rows = [*records(), row(f"{PICK}, persistent_workers=true, in_order=false, main_threads=1", 123.4, 6,
+                            predicted_throughput=130.0, wait_ms=12.5, wait_p95_ms=30.1, step_ms=50.2,
+                            first_batch_s=0.31, epoch_start_ms=445.0)]
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(results_table(rows, "demo (scale x1, cpu, model, ranked by throughput)", width=width))
+    out = console.file.getvalue()
+    assert "…" not in out and max(len(line) for line in out.splitlines()) <= width
+    for r in rows:
+        if r.status == "ok":
+            assert f"{r.throughput:.1f} [{r.throughput_lo:.1f}, {r.throughput_hi:.1f}]" in out, r.trial
+    headers = " ".join(out.split("─")[0].split())
+    assert "samples/s [95% CI]" in headers and "rank" in headers
+    if width >= 160:
+        console = Console(width=width, file=io.StringIO(), color_system=None)
+        console.print(results_table(records(), width=width))
+        head = console.file.getvalue().split("─")[0].split()
+        assert {"epoch", "p95", "batch", "speedup"} <= set(head)  # every column, headers wrapped
+        console = Console(width=200, file=io.StringIO(), color_system=None)
+        console.print(results_table(records(), width=200))
+        assert PERSISTENT in console.file.getvalue()  # whole names where there is room
