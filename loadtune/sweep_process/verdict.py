@@ -217,8 +217,8 @@ def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
     detail = f", and only {e.fetch_cpu_share:.0%} of each fetch is CPU work" if e.fetch_cpu_share is not None else ""
     return DATA_BOUND_IO, (
         f"{waiting} while the {_cores(e.usable_cores)} are only {busy:.0%} busy{detail}: the loader waits on "
-        f"storage or latency, not CPU, so more workers ({now}; try num_workers={more}) or a larger "
-        f"prefetch_factor help, and on remote storage, concurrent reads."
+        f"storage or latency, not CPU, so more workers ({now}; try num_workers={more}) help, and on "
+        f"remote storage, concurrent reads."
     )
 
 
