@@ -96,7 +96,7 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     measure = config.get("measure") or {}
     kwargs = loader_kwargs(dict(config.get("loader") or {}), settings)
     warmup = max(int(measure.get("warmup_batches", 5)), 1)
-    # The sweep's warm-up (README, measure.warmup_batches_per_worker): a few batches more for
+    # The sweep's warm-up (docs/reference.md, measure.warmup_batches_per_worker): a few batches more for
     # each worker, whose first batches come slower, for at most warmup_per_worker_max_s.
     extra = int(measure.get("warmup_batches_per_worker", 5)) * int(kwargs.get("num_workers") or 0)
     extra_max_s = float(measure.get("warmup_per_worker_max_s", 0.3))

@@ -1,4 +1,4 @@
-"""Read, override and validate a sweep config (README, "Config reference") into frozen objects.
+"""Read, override and validate a sweep config (docs/reference.md, "Config reference") into frozen objects.
 
 Everything the user can get wrong in the file is refused here, before anything runs,
 with the dotted key path and the offending value in a one-line message.

@@ -1,6 +1,6 @@
 """`loadtune profile`: run the baseline loop under torch.profiler and say where the time goes.
 
-The loop is the very loop a sweep measures (README, "What is measured"): wait (blocked in
+The loop is the very loop a sweep measures (docs/methodology.md, "The loop"): wait (blocked in
 next()), h2d (the copy to the device, on an accelerator only) and step, each inside a
 torch.profiler.record_function region named `loadtune.wait`, `loadtune.h2d` (where there is a
 copy) and `loadtune.step`, so they stand out in the operator table
@@ -65,7 +65,7 @@ class ProfileResult:
 
     @property
     def wait_ratio(self) -> float:
-        """(wait + h2d) / total, as the sweep defines it (README, "What is measured")."""
+        """(wait + h2d) / total, as the sweep defines it (docs/methodology.md, "The wait ratio")."""
         return self._share(self.wait_s + self.h2d_s)
 
     @property

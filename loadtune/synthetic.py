@@ -156,7 +156,7 @@ def python_arithmetic(num_samples: int = 512, work: int = 20000,
     return PythonArithmetic(num_samples, work, tuple(sample_shape))
 
 
-# Streams that feed other samples than they should, for the data check (README, "What is measured").
+# Streams that feed other samples than they should, for the data check (docs/methodology.md, "The same data").
 
 
 class UnsplitStream(SleepCostStream):

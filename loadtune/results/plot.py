@@ -1,4 +1,4 @@
-"""Charts of results CSVs (README, "The CSV"): throughput with its interval and the wait ratio per trial.
+"""Charts of results CSVs (docs/reference.md, "The CSV"): throughput with its interval and the wait ratio per trial.
 
 Drawn with matplotlib's Agg canvas on a Figure of its own, never through pyplot, so the
 user's global backend and pyplot state are left alone. Returns the file written; printing

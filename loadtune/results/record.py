@@ -1,4 +1,4 @@
-"""The results record (README, "The CSV"): one typed record per CSV row, one column table that
+"""The results record (docs/reference.md, "The CSV"): one typed record per CSV row, one column table that
 drives the writer, the single reader, the required-column checks and the pandas dtypes.
 
 `Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Their

@@ -1,4 +1,4 @@
-"""What to measure: the trials of a sweep (README, "What is measured"), as frozen records of what was asked."""
+"""What to measure: the trials of a sweep (docs/methodology.md, "Trials"), as frozen records of what was asked."""
 
 from __future__ import annotations
 

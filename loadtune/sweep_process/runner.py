@@ -113,7 +113,7 @@ class ModelTie:
 
 
 def default_output(spec: RunSpec) -> Path:
-    """README, "Commands": config `output`, else results/<name>-<host>-x<scale>.csv; with N > 1 ranks,
+    """docs/reference.md, "loadtune sweep": config `output`, else results/<name>-<host>-x<scale>.csv; with N > 1 ranks,
     -r<N> before the suffix of either."""
     ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
     if spec.config.output:
