@@ -4,8 +4,10 @@ trial process, sent to the sweep process, and never written to disk as such."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,19 @@ class Window:
 
 
 @dataclass(frozen=True)
+class SamplerEpoch:
+    """One epoch of a map-style dataset's sampler (one iter() of the DataLoader), as recorded in
+    the training process (loadtune.trial_process.sampled): the indices it handed out, in order,
+    those drawn ahead for prefetching included."""
+
+    indices: np.ndarray = field(compare=False, repr=False)  # int64
+    complete: bool  # the sampler's epoch ran to its end
+    size: int | None  # samples in the whole epoch: counted when complete, else its sampler's len(); None: unknown
+    batch: int  # the largest batch handed out, in samples
+    replacement: bool = False  # the sampler draws with replacement: indices repeat by design
+
+
+@dataclass(frozen=True)
 class Measurement:
     """What one trial observed: time to its first batch and its counted windows."""
 
@@ -79,6 +94,9 @@ class Measurement:
     # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
     # holds their combination (see combine_ranks).
     ranks: tuple["Measurement", ...] = ()
+    # A map-style dataset's sampler, each epoch this process started (warm-up included); empty
+    # for an IterableDataset and in a combination of ranks (each rank's stay in its own).
+    sampled: tuple[SamplerEpoch, ...] = ()
 
 
 def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:

@@ -29,7 +29,8 @@ from loadtune.results.record import (DATA_FLAGGED, PREDICTED, RankRecord, Record
                                      read_records)
 from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep_process import events
-from loadtune.sweep_process.datacheck import CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, streams
+from loadtune.sweep_process.datacheck import (CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, handed,
+                                              sampled, streams)
 from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
@@ -190,6 +191,7 @@ def _merge(measurements: Sequence[Measurement]) -> Measurement:
         warmup_batches=max(m.warmup_batches for m in measurements),
         setup_s=sum(m.setup_s for m in measurements) / n,
         ranks=tuple(_merge(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
+        sampled=tuple(epoch for m in measurements for epoch in m.sampled),
     )
 
 
@@ -210,7 +212,8 @@ class TrialRun:
     disturbed: int = 0  # repeats measured again because other processes used the cores
     rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
     check: Check | None = None  # its data check (datacheck), once there was something to compare
-    delivered: tuple[int, Delivery | None] | None = None  # (repeats, delivery) it was taken from
+    # (repeats, delivery by its sampler's indices, by its samples' keys) they were taken from
+    delivered: tuple[int, Delivery | None, Delivery | None] | None = None
     predicted: Prediction | None = None  # what the pipeline model predicted before it ran
 
     @property
@@ -255,10 +258,13 @@ class Runner:
         # How much repeats differ between processes, pooled over the trials with two or more:
         # it widens the intervals of trials with few repeats (stats.summarize).
         self.noise: ProcessNoise | None = None
-        # The data check compares content keys, or labels where the bytes change per read
-        # (preflight's stable_bytes); the fixes it names depend on the dataset's kind.
+        # The data check compares the indices a map-style dataset's sampler handed out; where
+        # there are none (an IterableDataset), content keys, or labels where the bytes change per
+        # read (preflight's stable_bytes). The fixes it names depend on the dataset's kind.
         self.key_kind = LABEL if stable_bytes is False else CONTENT
         self.iterable = iterable
+        self.by_indices = False  # the last check compared indices
+        self.repeating_sampler: Delivery | None = None  # every trial's sampler repeats: the least that repeats
         # The pipeline model, fitted to the measured trials (refitted when they change).
         self.dataset_len = dataset_len
         self._model: tuple[tuple, PipelineModel | None] | None = None
@@ -511,12 +517,14 @@ class Runner:
 
     # --- the data check ----------------------------------------------------------------------
 
-    def _delivery(self, run: TrialRun) -> Delivery | None:
+    def _deliveries(self, run: TrialRun) -> tuple[Delivery | None, Delivery | None]:
+        """What a trial delivered by its sampler's indices and by its samples' keys (None where
+        it has none of the kind)."""
         if run.delivered is None or run.delivered[0] != run.repeats:
             measurement = _merge(run.measurements)
-            run.delivered = (run.repeats, delivery(streams(measurement), self.key_kind,
-                                                   self.spec.config.measure.epoch_batches))
-        return run.delivered[1]
+            run.delivered = (run.repeats, handed(sampled(measurement)),
+                             delivery(streams(measurement), self.key_kind, self.spec.config.measure.epoch_batches))
+        return run.delivered[1], run.delivered[2]
 
     def check_data(self) -> None:
         """Each measured trial's data check against the reference (the baseline, unless it repeats
@@ -524,7 +532,14 @@ class Runner:
         after a trial, and every new trial can move the reference)."""
         measured = {name: run for name, run in self.runs.items()
                     if name != IDEAL and not run.resumed and run.failure is None and run.measurements}
-        deliveries = {name: found for name, run in measured.items() if (found := self._delivery(run)) is not None}
+        found = {name: self._deliveries(run) for name, run in measured.items()}
+        # By indices where every trial has them (a map-style dataset whose samplers hand out
+        # integers); else every trial by its keys, as indices and keys do not compare.
+        self.by_indices = bool(found) and all(indices is not None for indices, _ in found.values())
+        pick = 0 if self.by_indices else 1
+        deliveries = {name: both[pick] for name, both in found.items() if both[pick] is not None}
+        least = min(deliveries.values(), key=lambda d: d.repeat_rate, default=None)
+        self.repeating_sampler = least if self.by_indices and least is not None and least.repeated else None
         checks = check_all(deliveries, BASELINE)
         changed = False
         for name, run in measured.items():
@@ -540,9 +555,13 @@ class Runner:
 
     def _unchecked_reason(self) -> str:
         if self.key_kind == LABEL:
-            return ("the samples' bytes change from one read to the next (random augmentation?) and the batches "
-                    "carry no 1-D integer tensor (labels or indices) to compare instead")
-        return "the batches hold no tensor with one row per sample to take keys from"
+            reason = ("the samples' bytes change from one read to the next (random augmentation?) and the batches "
+                      "carry no 1-D integer tensor (labels or indices) to compare instead")
+        else:
+            reason = "the batches hold no tensor with one row per sample to take keys from"
+        if self.iterable is False:
+            return f"the sampler hands out indices that are not plain integers, and {reason}"
+        return reason
 
     def data_findings(self) -> DataFindings:
         """The trials the data check flagged, with the fixes, and why some were not checked."""
@@ -556,9 +575,14 @@ class Runner:
         unchecked = [c for c in checks if c.verdict is None]
         if unchecked:
             notes.append(f"not checked for {len(unchecked)} of {len(checks)} trials: {unchecked[0].reason}")
-        if self.key_kind == LABEL and len(unchecked) < len(checks):
+        if self.key_kind == LABEL and not self.by_indices and len(unchecked) < len(checks):
             notes.append("the samples' bytes change from one read to the next (random augmentation?): trials "
                          "were compared by their labels or indices instead")
+        if self.repeating_sampler is not None:
+            least = self.repeating_sampler
+            notes.append(f"the sampler hands out some indices twice within an epoch in every trial ({least.repeated} "
+                         f"of {least.samples} in the trial that repeats least), so trials were compared with each "
+                         "other: give each index once per epoch, unless that is by design (oversampling)")
         return DataFindings(flagged, tuple(notes))
 
     def _budget_left(self) -> bool:

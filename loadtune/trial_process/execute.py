@@ -21,6 +21,7 @@ from loadtune.trial_process.jobs import TrialJob
 from loadtune.trial_process.loader import Epochs, apply_main_threads, epoch_length, loader_kwargs
 from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
+from loadtune.trial_process.sampled import IndexRecorder, recording
 from loadtune.trial_process.steps import build_step
 from loadtune.config import WORKER_ONLY
 from loadtune.trials import FEED_MEMORY
@@ -65,7 +66,8 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
     parts.close()  # shut persistent workers down cleanly before the process ends
-    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned)
+    sampled = parts.recorder.epochs() if parts.recorder is not None else ()
+    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned, sampled=sampled)
 
 
 def _fetch_counters(workers: int, start_method: str) -> Any:
@@ -121,6 +123,7 @@ class _Parts:
     transfer: Callable[[Any], Any] | None
     copy_timer: Callable[[], float | None] | None
     batch_size: int
+    recorder: IndexRecorder | None = None  # the indices the sampler hands out (map-style datasets)
 
     def close(self) -> None:
         self.loader = None
@@ -128,7 +131,8 @@ class _Parts:
 
 def _build(job: TrialJob, dataset: Any, kwargs: dict[str, Any], rank: RankContext | None) -> _Parts:
     """The step (joined with the other ranks' when there are some), the transfer to the device,
-    and the loader: the DataLoader, or for the ideal one batch on the device, again and again."""
+    and the loader: the DataLoader (recording the indices its sampler hands out, for a map-style
+    dataset), or for the ideal one batch on the device, again and again."""
     from torch.utils.data import DataLoader
 
     device = rank.device if rank is not None else job.device
@@ -148,11 +152,13 @@ def _build(job: TrialJob, dataset: Any, kwargs: dict[str, Any], rank: RankContex
             raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch")
         on_device = transfer(batch) if transfer is not None else batch
         return _Parts(itertools.repeat(on_device), step, None, None, batch_size)
-    loader: Any = DataLoader(dataset, **kwargs)
-    if hasattr(kwargs.get("sampler"), "set_epoch"):
-        loader = Epochs(loader, kwargs["sampler"])
+    sampler = kwargs.get("sampler")
+    recorded, recorder = recording(dataset, kwargs)
+    loader: Any = DataLoader(dataset, **recorded)
+    if hasattr(sampler, "set_epoch"):
+        loader = Epochs(loader, sampler)
     probe = _PinProbe(transfer) if transfer is not None else None
-    return _Parts(loader, step, probe, transfer.copy_s if transfer is not None else None, batch_size)
+    return _Parts(loader, step, probe, transfer.copy_s if transfer is not None else None, batch_size, recorder)
 
 
 _NO_BATCH = object()

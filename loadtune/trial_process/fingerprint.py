@@ -3,10 +3,11 @@ and the sample's integer label or index where the batch carries one. In the meas
 the slices are copied out per batch; they are hashed once the window is over.
 
 The sweep compares these keys across trials and ranks (loadtune.sweep_process.datacheck) to tell
-whether a faster config still feeds the same samples. A key hashes SLICE_ELEMENTS elements
-spread evenly over each sample of the batch's first tensor (never the whole batch), with the
-label mixed in, using numpy integer arithmetic: the same bytes give the same key in every
-process (Python's salted hash() would not).
+whether a faster config still feeds the same samples of an IterableDataset (a map-style dataset's
+are the indices its sampler hands out: loadtune.trial_process.sampled). A key hashes
+SLICE_ELEMENTS elements spread evenly over each sample of the batch's first tensor (never the
+whole batch), with the label mixed in, using numpy integer arithmetic: the same bytes give the
+same key in every process (Python's salted hash() would not).
 """
 
 from __future__ import annotations
