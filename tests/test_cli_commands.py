@@ -99,6 +99,6 @@ def test_sweep_plot_writes_the_chart_next_to_the_csv(write_config, tmp_path):
     png = tmp_path / "chart.png"
     result = run_cli("sweep", str(write_config(config)), "--out", str(tmp_path / "c.csv"), "--plot", str(png))
     assert result.returncode == 0, result.stderr
-    assert f"Chart: {png}" in result.stdout
+    assert f"{png} (chart)" in result.stdout.splitlines()[-1]  # the files line ends the answer
     with Image.open(png) as image:
         assert image.width > 500

@@ -1,4 +1,4 @@
-"""Whether each trial delivered the samples the baseline delivers (README, "What is measured"):
+"""Whether each trial delivered the samples the baseline delivers (docs/methodology.md, "The same data"):
 a faster config that repeats samples or loses some changes training, so it is never ranked or
 recommended.
 
