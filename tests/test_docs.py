@@ -512,4 +512,4 @@ def test_readme_quick_start_and_demo_output_match_the_makefile():
     command = recipe.replace("$(BIN)", ".venv/bin")
     demo = text[text.index("<!-- demo-output -->"):text.index("<!-- /demo-output -->")]
     assert command in demo
-    assert "Recommended:" in demo and "CSV: results/demo-images.csv" in demo
+    assert "Recommended:" in demo and "Files: results/demo-images.csv (CSV)" in demo
