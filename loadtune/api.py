@@ -172,7 +172,11 @@ def speedup_interval(scores: Mapping[str, Any], trial: str | None, baseline: str
     n = min(len(draws_a), len(draws_b))
     if n == 0:
         return None, None
-    ratios = np.asarray(draws_a[:n], dtype=float) / np.asarray(draws_b[:n], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.asarray(draws_a[:n], dtype=float) / np.asarray(draws_b[:n], dtype=float)
+    ratios = ratios[np.isfinite(ratios)]
+    if ratios.size == 0:
+        return None, None
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(ratios, [tail, 100 - tail])
     return float(lo), float(hi)

@@ -204,7 +204,7 @@ def sweep(
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})",
-                                    width=out_console.width))
+                                    width=out_console.width), crop=False)
     plain = dict(highlight=False, soft_wrap=True, markup=False)
     for line in not_run_lines(result.records, skipped=verbose):
         out_console.print(f"  not run: {line}", **plain)
@@ -255,7 +255,7 @@ def compare(
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console.print(comparison_table(comparison, width=console.width))
+    console.print(comparison_table(comparison, width=console.width), crop=False)
     for line in comparison_lines(comparison):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
@@ -303,7 +303,7 @@ def predict(
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     console = err if as_json else _console()
-    console.print(forecast_table(result, width=console.width))
+    console.print(forecast_table(result, width=console.width), crop=False)
     for line in forecast_lines(result):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
@@ -335,7 +335,7 @@ def report(
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     for path, rows in tables:
-        console.print(results_table(rows, title=report_title(rows, path.name), width=console.width))
+        console.print(results_table(rows, title=report_title(rows, path.name), width=console.width), crop=False)
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
         for line in predicted_lines(rows):

@@ -3,6 +3,7 @@ trial process whose throughputs are known, so the repeats each trial gets are ex
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -248,3 +249,28 @@ def test_racing_stops_when_more_repeats_would_buy_less_than_the_tolerance(tmp_pa
     assert not decision.decided and set(decision.undecided) | {decision.pick} == {"num_workers=2", "num_workers=3"}
     assert "expected shortfall" in decision.why and decision.expected < 0.03
     assert "--tolerance" in decision.remedy
+
+
+def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, write_config, monkeypatch):
+    """The trials the advice names are found by the names the runner gave the trials it ran."""
+    import dataclasses
+
+    from loadtune.results.advice import with_checked_advice
+    from loadtune.sweep_process.runner import _ranked
+
+    monkeypatch.setitem(TRUE, "num_workers=2, persistent_workers=true", 300.0)
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)
+    spec = runner.spec.config
+    runner.measure([trial_for(spec, {}, False), trial_for(spec, {"num_workers": 2}, False),
+                    trial_for(spec, {"num_workers": 2, "persistent_workers": True}, False)], 1)
+    run = runner.runs["num_workers=2"]
+    run.score = dataclasses.replace(run.score, suggests=((("persistent_workers", True),),))
+    run.record = dataclasses.replace(run.record, advice="62% of the wait is at epoch starts: set "
+                                                        "persistent_workers=True.")
+    advised = runner.advised(False)
+    assert [(a.setting, a.exact, a.alone) for a in advised["num_workers=2"]] == \
+        [("persistent_workers=True", "num_workers=2, persistent_workers=true", "persistent_workers=true")]
+    records = {r.trial: r for r in with_checked_advice(_ranked(runner, "throughput"), advised, 0.03)}
+    assert re.fullmatch(r"62% of the wait is at epoch starts: persistent_workers=True measured 29\d\.\d "
+                        r"\[\d+\.\d, \d+\.\d\] samples/s against 39\d\.\d \(num_workers=2\): not shown to help here\.",
+                        records["num_workers=2"].advice), records["num_workers=2"].advice

@@ -152,7 +152,7 @@ def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_co
     assert df.loc["baseline", "wait_ratio_max_rank"] >= df.loc["baseline", "wait_ratio"] - 1e-9
     # Both ranks' own rows, beside the CSV; their throughputs add up to the trial's.
     per_rank = pd.read_csv(tmp_path / "r2.ranks.csv")
-    assert f"Per rank: {tmp_path / 'r2.ranks.csv'}" in result.stdout.replace("\n", "")
+    assert f"{tmp_path / 'r2.ranks.csv'} (per rank)" in result.stdout.replace("\n", "")
     for trial in ("baseline", "ideal"):
         rows = per_rank[per_rank.trial == trial]
         assert sorted(rows.dist_rank) == [0, 1]

@@ -4,6 +4,7 @@ against the trials that measured it: made-up records, exact text."""
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from rich.console import Console
@@ -66,14 +67,15 @@ def test_the_answer_when_not_decided():
                         "wait ratio 0.500 -> 0.500, 40% of the ideal.")
     assert lines[1] == ("Not sure: num_workers=2 or num_workers=3 (and 1 more) might still be up to 12% faster "
                         "(2.8% expected); repeats here differ by ±11% from process to process; to settle it, "
-                        "rerun with --tolerance 0.01.")
+                        "rerun with --tolerance 0.01 --repeats 6.")
     assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
     assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
     assert len(lines) == 4
 
 
-@pytest.mark.parametrize("ended_by, settle", [("repeats", "rerun with --repeats 6"),
-                                              ("budget", "rerun with a larger --budget")])
+@pytest.mark.parametrize("ended_by, settle", [
+    ("repeats", "rerun with --repeats 6"), ("budget", "rerun with a larger --budget"),
+    ("kept", "rerun without --resume (racing measures no trial kept from the file again)")])
 def test_the_one_thing_that_settles_it(ended_by, settle):
     from dataclasses import replace
 
@@ -84,7 +86,7 @@ def test_the_one_thing_that_settles_it(ended_by, settle):
 def test_the_answer_when_decided_or_tied():
     decided = Decision(True, 0.03, PICK, spread=0.05)
     assert summary_lines(summary(decided))[1] == \
-        "Sure: no other config is shown more than 3% faster; repeats here differ by ±5% from process to process."
+        "Sure: every other config is shown at most 3% faster; repeats here differ by ±5% from process to process."
     tie = ModelTie(PICK, "num_workers=2", 1.0, 0.96, 0.06, "processes")
     assert summary_lines(summary(Decision(True, 0.03, PICK, ties=(tie,))))[1] == (
         "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts, within this "
@@ -96,7 +98,7 @@ def test_the_details_wait_for_verbose():
     info = summary(UNDECIDED, data=DataFindings((Flagged("num_workers=3", "duplicates", "repeats", ("Split it.",)),),
                                                ("not checked for 1 of 5 trials: no epoch",)))
     short = summary_lines(info)
-    assert short[-1] == "Not ranked: num_workers=3 (duplicates) delivered other samples than the baseline. Split it."
+    assert short[-1] == "Not ranked: num_workers=3 (duplicates: repeats). Split it."
     assert not any("not checked" in line or "Measured at scale" in line or "trust throughput" in line
                    for line in short)
     details = detail_lines(info)
@@ -104,7 +106,6 @@ def test_the_details_wait_for_verbose():
     assert any(line.startswith("Data check: not checked for 1 of 5 trials") for line in details)
     assert any(line.startswith("Bottleneck (baseline, baseline): data-bound: cpu") for line in details)
     assert details[-1].startswith("Measured at scale x1.")
-    assert summary_lines(info) == info.to_json()["summary"]
     assert info.to_json()["warnings"] == list(info.notes)  # --json keeps every warning, as before
 
 
@@ -150,12 +151,17 @@ def test_the_table_never_cuts_a_figure(width):
                             predicted_throughput=130.0, wait_ms=12.5, wait_p95_ms=30.1, step_ms=50.2,
                             first_batch_s=0.31, epoch_start_ms=445.0)]
     console = Console(width=width, file=io.StringIO(), color_system=None)
-    console.print(results_table(rows, "demo (scale x1, cpu, model, ranked by throughput)", width=width))
+    console.print(results_table(rows, "demo (scale x1, cpu, model, ranked by throughput)", width=width), crop=False)
     out = console.file.getvalue()
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= width
     for r in rows:
         if r.status == "ok":
             assert f"{r.throughput:.1f} [{r.throughput_lo:.1f}, {r.throughput_hi:.1f}]" in out, r.trial
+            if "ratio" in out.split("─")[0]:  # a column left out is left out whole
+                assert f"{r.wait_ratio:.3f} [{r.wait_ratio_lo:.3f}, {r.wait_ratio_hi:.3f}]" in out, r.trial
+        # Whole, in one form or the other; at 80 columns the longest short names wrap at spaces.
+        assert r.trial in out or short_trial(r.trial) in out or \
+            (width == 80 and all(word in out for word in short_trial(r.trial).split())), r.trial
     headers = " ".join(out.split("─")[0].split())
     assert "samples/s [95% CI]" in headers and "rank" in headers
     if width >= 160:
@@ -166,3 +172,43 @@ def test_the_table_never_cuts_a_figure(width):
         console = Console(width=200, file=io.StringIO(), color_system=None)
         console.print(results_table(records(), width=200))
         assert PERSISTENT in console.file.getvalue()  # whole names where there is room
+
+
+def test_the_baseline_picked_or_flagged():
+    rows = records()
+    base = next(r for r in rows if r.trial == "baseline")
+    info = summarize_sweep(rows, base, {"batch_size": 32, "num_workers": 1}, {"batch_size": 32, "num_workers": 1},
+                           output="out.csv", config="demo", scale=1.0, scaled=None, device="cpu", ranks=1,
+                           rank_by="throughput", strategy="model", warnings=(), decision=Decision(True, 0.03))
+    assert summary_lines(info)[0] == ("Recommended: keep the baseline (150.0 samples/s, wait ratio 0.500): no change "
+                                      "is shown more than 3% faster.")
+    flagged = [r if r.trial != "baseline" else
+               Record(**{**r.to_dict(), "data_check": "duplicates"}) for r in rows]
+    assert summary_lines(summary(UNDECIDED, flagged))[0] == (
+        f"Recommended: {PICK}: 385.0 samples/s, wait ratio 0.500 (the baseline fed other samples: no speedup to "
+        "give).")
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
+    from loadtune.results.compare import compare, comparison_table, load_results
+    from loadtune.results.record import ResultsFile
+
+    paths = []
+    for label, factor in (("here", 1.0), ("there", 1.1), ("third", 0.9)):
+        path = tmp_path / f"{label}.csv"
+        rows = [Record(**{**r.to_dict(), "throughput": r.throughput * factor,
+                          "throughput_lo": r.throughput_lo * factor, "throughput_hi": r.throughput_hi * factor,
+                          "config_sha": "abc", "config_name": "demo", "scale": 1.0})
+                if r.status == "ok" else r for r in records()]
+        ResultsFile(path).replace(rows)
+        paths.append(path)
+    comparison = compare(load_results(paths))
+    console = Console(width=width, file=io.StringIO(), color_system=None)
+    console.print(comparison_table(comparison, width=width), crop=False)
+    out = console.file.getvalue()
+    assert "…" not in out
+    for line in out.splitlines()[3:]:
+        for cell in re.findall(r"\d+\.\d \[[^\]]*\]", line):
+            assert re.fullmatch(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", cell), cell  # each interval whole on its line
+    assert len(re.findall(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", out)) >= 6 * 3  # every file's figures

@@ -27,6 +27,7 @@ from loadtune.sweep_process.verdict import (
     epoch_starts_per_batch,
     epoch_wait_share,
     oversubscription_warning,
+    suggestions,
     verdict,
 )
 
@@ -90,7 +91,10 @@ def test_start_up_with_persistent_workers_already_on():
 def test_start_up_without_workers():
     name, advice = judge(epoch_start_ms=300.0, epoch_wait_share=0.9, num_workers=0)
     assert name == DATA_BOUND_START_UP
-    assert "__iter__" in advice
+    assert "__iter__" in advice and "persistent_workers=True" in advice
+    # The settings the advice names, so that they are measured (or said untested), not just advised.
+    assert suggestions(replace(BASE, epoch_start_ms=300.0, epoch_wait_share=0.9, num_workers=0)) == \
+        [{"num_workers": 2, "persistent_workers": True}]
 
 
 def test_memory_risk_takes_precedence():

@@ -84,11 +84,14 @@ def evidence_of(advice: str) -> str:
 
 
 def checked_advice(advice: str, weighed: Sequence[Weighed]) -> str:
-    """The advice as the measurements allow: settings measured and not shown to help are cited
-    instead of advised (the figures stay); the others keep the advice, with what measured them."""
+    """The advice as the measurements allow: where any setting it names was measured and not
+    shown to help, the figures stay and each setting is cited instead of advised; else the advice
+    stays, with what measured its settings or that they are untested."""
     if not weighed:
         return advice
-    if all(w.measured and not w.helped for w in weighed):
+    if any(w.measured and not w.helped for w in weighed):
+        # The remedy names a setting the data did not bear out: only the figures stay, and each
+        # setting is said with what measured it (or that it is untested).
         return f"{evidence_of(advice)}: " + "; ".join(w.words() for w in weighed) + "."
     return f"{advice.rstrip('.')}. " + "; ".join(w.words() for w in weighed) + "."
 

@@ -425,7 +425,7 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
                    priority=1, wrap=True)
     names = [str(row["trial"]) for row in rows]
     short = [short_trial(n) for n in names]
-    return fitted_table([[Column("trial", tuple(n), "left"), *figures, flags] for n in (names, short)], width,
+    return fitted_table([[Column("trial", tuple(n), "left", names=True), *figures, flags] for n in (names, short)], width,
                         title or None)
 
 

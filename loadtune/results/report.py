@@ -114,7 +114,7 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
 
     def columns(trial_names: list[str]) -> list[Column]:
         return [Column(n, tuple(trial_names if n == "trial" else cells[n]), "left" if n == "trial" else "right",
-                       RESULT_COLUMNS[n]) for n in shown]
+                       RESULT_COLUMNS[n], names=n == "trial") for n in shown]
 
     short = [short_trial(n) for n in names]
     return fitted_table([columns(names)] + ([columns(short)] if short != names else []), width, title or None, styles)
@@ -182,9 +182,9 @@ class DataFindings:
 
     def short_line(self) -> str:
         """The flagged trials in one line, with the first fix."""
-        named = ", ".join(f"{f.trial} ({f.data_check})" for f in self.flagged)
+        named = "; ".join(f"{f.trial} ({f.data_check}: {f.reason})" for f in self.flagged)
         fix = next((fix for f in self.flagged for fix in f.fixes), "")
-        return f"Not ranked: {named} delivered other samples than the baseline. {fix}".rstrip()
+        return f"Not ranked: {named}. {fix}".rstrip()
 
     def to_json(self) -> dict[str, Any]:
         return {"flagged": [dataclasses.asdict(f) for f in self.flagged], "notes": list(self.notes)}
@@ -360,11 +360,14 @@ def summary_lines(info: Summary) -> list[str]:
 
 def _recommended_line(info: Summary, chosen: Record, base: Record | None) -> str:
     figures = f"{chosen.throughput:.1f} samples/s"
-    if base is None or base.throughput is None or chosen.trial == base.trial:
-        if base is not None and chosen.trial == base.trial:
-            return f"Recommended: keep the baseline ({figures}, wait ratio {chosen.wait_ratio:.3f}): no change " \
-                   "measured faster."
-        return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}."
+    if base is not None and chosen.trial == base.trial:
+        tol = f"{info.decision.tolerance:.0%}" if info.decision is not None else "the tolerance"
+        return f"Recommended: keep the baseline ({figures}, wait ratio {chosen.wait_ratio:.3f}): no change is " \
+               f"shown more than {tol} faster."
+    if base is None or base.throughput is None or not base.ran or base.data_flagged:
+        why = " (the baseline fed other samples: no speedup to give)" if base is not None and base.data_flagged \
+            else ""
+        return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}{why}."
     interval = f" [{info.speedup_lo:.2f}x, {info.speedup_hi:.2f}x]" if info.speedup_lo is not None else ""
     ideal = f", {chosen.pct_of_ideal:.0f}% of the ideal" if chosen.pct_of_ideal is not None else ""
     return (f"Recommended: {chosen.trial}: {figures}, {chosen.throughput / base.throughput:.2f}x the baseline's "
@@ -377,11 +380,17 @@ def _spread_words(spread: float | None) -> str:
 
 
 def _settle(decision: Any) -> str:
+    """The one rerun that would settle an undecided pick."""
+    more = max(2 * (decision.repeats or 1), 5)
+    if decision.ended_by == "kept":
+        return "rerun without --resume (racing measures no trial kept from the file again)"
     if decision.ended_by == "shortfall":
-        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g}"
+        # Racing stopped because the expected loss was already within the tolerance: a smaller
+        # one races on, with room for the repeats that takes.
+        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g} --repeats {more}"
     if decision.ended_by == "budget":
         return "rerun with a larger --budget"
-    return f"rerun with --repeats {max(2 * (decision.repeats or 1), 5)}"
+    return f"rerun with --repeats {more}"
 
 
 def _sure_line(info: Summary, chosen: Record) -> str:
@@ -401,12 +410,13 @@ def _sure_line(info: Summary, chosen: Record) -> str:
     if ties:
         named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
                           for t in ties[:NAMED_SHORT])
-        return (f"Sure: {named} ran as fast, as the model predicts, within this machine's ±{ties[0].spread:.0%} "
-                f"between processes; this is the cheapest of them.")
+        spread = f"this machine's ±{ties[0].spread:.0%} between processes" if ties[0].spread_source == "processes" \
+            else f"the model fit's ±{ties[0].spread:.0%} spread"
+        return f"Sure: {named} ran as fast, as the model predicts, within {spread}; this is the cheapest of them."
     if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
-        return (f"Sure: no config is shown more than {tol} faster; {best.trial} measured "
+        return (f"Sure: every other config is shown at most {tol} faster; {best.trial} measured "
                 f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
-    return f"Sure: no other config is shown more than {tol} faster{_spread_words(decision.spread)}."
+    return f"Sure: every other config is shown at most {tol} faster{_spread_words(decision.spread)}."
 
 
 def detail_lines(info: Summary) -> list[str]:

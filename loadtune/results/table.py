@@ -4,6 +4,7 @@ as wide as its widest cell; headers wrap at spaces, never mid-word."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass
 from typing import Sequence
@@ -29,6 +30,7 @@ class Column:
     justify: str = "right"
     priority: int = 0
     wrap: bool = False  # free text that may wrap (notes, flags); figures never do
+    names: bool = False  # names that may wrap at spaces where nothing else fits
 
     @property
     def min_width(self) -> int:
@@ -57,16 +59,16 @@ def _plain(cell: Cell) -> str:
 
 
 def build(columns: Sequence[Column], title: str | None = None, row_styles: Sequence[str] = (),
-          flat: bool = False, squeeze: bool = False) -> Table:
+          flat: bool = False) -> Table:
     """The table; headers on one line each when `flat`, else wrapped to their column's cells.
-    `squeeze`: cells may wrap at spaces too (for a width nothing fits)."""
+    Print it with crop=False: where even the essential columns do not fit, its lines run past
+    the width (a terminal wraps them) rather than lose a figure."""
     table = Table(title=title, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
                   title_justify="left")
     for column in columns:
         table.add_column(column.header if flat else column.wrapped_header,
                          justify=column.justify,  # type: ignore[arg-type]
-                         min_width=None if squeeze else column.min_width, no_wrap=not (column.wrap or squeeze),
-                         overflow="fold")
+                         min_width=column.min_width, no_wrap=not column.wrap, overflow="fold")
     rows = max((len(c.cells) for c in columns), default=0)
     for i in range(rows):
         style = row_styles[i] if i < len(row_styles) else ""
@@ -74,15 +76,20 @@ def build(columns: Sequence[Column], title: str | None = None, row_styles: Seque
     return table
 
 
-def width_needed(table: Table) -> int:
-    """The width the table takes drawn with room to spare: every cell whole."""
+def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
+    """The narrowest the table can be drawn with every figure whole: as drawn with room to
+    spare, less what its free-text columns give up by wrapping down to their longest word."""
     console = Console(width=10_000, file=io.StringIO(), color_system=None)
-    console.print(table)
-    return max((len(line.rstrip()) for line in console.file.getvalue().splitlines()), default=0)
+    console.print(build(columns, flat=flat))
+    natural = max((len(line.rstrip()) for line in console.file.getvalue().splitlines()), default=0)
+    header = (lambda c: c.header if flat else c.wrapped_header)
+    return natural - sum(max(max((len(_plain(cell)) for cell in c.cells), default=0),
+                             max(len(line) for line in header(c).splitlines() or [""])) - c.min_width
+                         for c in columns if c.wrap)
 
 
 def fits(columns: Sequence[Column], width: int, flat: bool = False) -> bool:
-    return width_needed(build(columns, flat=flat)) <= width
+    return width_needed(columns, flat) <= width
 
 
 def fitted(columns: Sequence[Column], width: int, flat: bool = False) -> list[Column]:
@@ -101,17 +108,22 @@ def fitted(columns: Sequence[Column], width: int, flat: bool = False) -> list[Co
 def fitted_table(choices: Sequence[Sequence[Column]], width: int | None, title: str | None = None,
                  row_styles: Sequence[str] = ()) -> Table:
     """Of several versions of a table (full trial names, short ones; headers on one line or
-    wrapped), the one that keeps the most columns at `width`: the first version, then one-line
-    headers, on a tie; one that fits before one that does not, and else the narrowest. All columns of the first version where `width` is None."""
+    wrapped), the one that keeps the most columns at `width` (the first version, then one-line
+    headers, on a tie). Where none fits, the last version with its names wrapped at spaces (a
+    `names` column); where even that does not fit, the narrowest. All columns of the first
+    version where `width` is None."""
     if width is None:
         return build(choices[0], title, row_styles, flat=True)
+    last = [dataclasses.replace(c, wrap=True) if c.names else c for c in choices[-1]]
     best: tuple[tuple[bool, int, int, bool], list[Column], bool] | None = None
-    for index, columns in enumerate(choices):
+    for index, columns in enumerate([*choices, last]):
         for flat in (True, False):
-            kept = fitted(columns, width, flat)
-            needed = width_needed(build(kept, flat=flat))
-            score = (needed <= width, len(kept) if needed <= width else -needed, -index, flat)
+            # The last resort keeps the essential columns alone, so that the names wrap least.
+            kept = fitted(columns, width, flat) if index < len(choices) else [c for c in columns if not c.priority]
+            needed = width_needed(kept, flat)
+            fit = needed <= width
+            score = (fit, (len(kept) if index < len(choices) else 0) if fit else -needed, -index, flat)
             if best is None or score > best[0]:
                 best = (score, kept, flat)
     assert best is not None
-    return build(best[1], title, row_styles, flat=best[2], squeeze=not best[0][0])
+    return build(best[1], title, row_styles, flat=best[2])

@@ -506,7 +506,7 @@ def forecast_table(f: Forecast, width: int | None = None) -> Table:
 
     def columns(names: list[str]) -> list[Column]:
         styled = tuple(Text(n, style="bold" if r.recommended else "") for n, r in zip(names, f.rows))
-        return [Column("config", styled, "left"), *figures, Column("", notes, "left")]
+        return [Column("config", styled, "left", names=True), *figures, Column("", notes, "left")]
 
     names = [r.config for r in f.rows]
     short = [short_trial(n) for n in names]

@@ -93,7 +93,8 @@ class Decision:
     remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
     ties: tuple["ModelTie", ...] = ()  # contenders the model and the data tied with the pick
     # What ended the racing when undecided: "shortfall" (the expected shortfall came within the
-    # tolerance), "budget" or "repeats"; and the spread between processes (log sd of a repeat's
+    # tolerance), "budget", "repeats", or "kept" (a contender kept by --resume, which racing does
+    # not measure again); and the spread between processes (log sd of a repeat's
     # throughput), when two repeats of some trial showed it.
     ended_by: str = ""
     spread: float | None = None
@@ -645,7 +646,9 @@ class Runner:
         if step.decided:
             return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
                             spread=spread, repeats=repeats)
-        ended_by = "shortfall" if step.settled else "budget" if self.budget_spent else "repeats"
+        kept = any(self.runs[name].resumed and not self.runs[name].measurements for name in step.undecided
+                   if name in self.runs)
+        ended_by = "kept" if kept else "shortfall" if step.settled else "budget" if self.budget_spent else "repeats"
         if step.settled:
             why = (f"racing ended once the pick's expected shortfall against each contender left "
                    f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
@@ -776,7 +779,8 @@ def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event:
         busy.append(f"the machine was busy: repeats measured again because other processes used more than "
                         f"{cfg.measure.max_outside_cpu:g} of the cores: {', '.join(disturbed)}; see outside_cpu, and "
                         "rerun on a quiet machine to be sure")
-    # Warnings ask the user to do something; notes only inform (shown with --verbose).
+    # Warnings ask the user to do something; notes inform (shown with --verbose): the unstable
+    # results' spread is in the summary's sentence on how sure the pick is.
     warnings = (*runner.notes, *busy)
     notes = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *unstable, *_disagreement(runner, records))
     results.replace(records)

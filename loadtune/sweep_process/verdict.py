@@ -234,6 +234,8 @@ def suggestions(e: Evidence) -> list[dict[str, object]]:
         return deeper + ([{"in_order": False}] if e.in_order else [])
     if name == DATA_BOUND_START_UP and e.num_workers > 0 and not e.persistent_workers:
         return [{"persistent_workers": True}]
+    if name == DATA_BOUND_START_UP and e.num_workers <= 0:
+        return [{"num_workers": max(1, int(e.usable_cores / e.ranks)), "persistent_workers": True}]
     if name == DATA_BOUND_CPU and busy < CPU_SATURATED_UTIL:
         target = max(1, int(e.usable_cores / e.ranks))
         return [{"num_workers": max(target, e.num_workers + 1)}]
