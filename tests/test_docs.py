@@ -513,3 +513,8 @@ def test_readme_quick_start_and_demo_output_match_the_makefile():
     demo = text[text.index("<!-- demo-output -->"):text.index("<!-- /demo-output -->")]
     assert command in demo
     assert "Recommended:" in demo and "Files: results/demo-images.csv (CSV)" in demo
+    output = demo[demo.index("```text"):].split("```")[1].splitlines()
+    answer = output[next(i for i, line in enumerate(output) if line.startswith("Recommended:")):]
+    assert len(answer) <= 8, "at most eight lines from the recommendation to the end"
+    table = output[next(i for i, line in enumerate(output) if line.startswith("rank")):]
+    assert not any("…" in line for line in table), "no figure or header cut"

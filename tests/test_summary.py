@@ -212,3 +212,17 @@ def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
         for cell in re.findall(r"\d+\.\d \[[^\]]*\]", line):
             assert re.fullmatch(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", cell), cell  # each interval whole on its line
     assert len(re.findall(r"\d+\.\d \[\d+\.\d-\d+\.\d\]", out)) >= 6 * 3  # every file's figures
+
+
+def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
+    from loadtune.results.report import finding_lines
+
+    rows = [Record(**{**r.to_dict(), "scale": 2.0, "data_check": "same" if r.trial != "num_workers=2" else None,
+                      "predicted_throughput": 350.0 if r.trial == PICK else None}) for r in records()]
+    lines = finding_lines(rows)
+    assert lines[0].startswith(f"Bottleneck (recommended, {PICK}): data-bound: start-up; 62% of the wait")
+    assert lines[1].startswith("Bottleneck (baseline): data-bound: cpu; waiting 73%")
+    assert lines[2] == "Data check: 4 same, 1 not checked"
+    assert lines[3] == "Model: predicted 1 trial before it ran within 9% (median)."  # |350/385 - 1|
+    assert lines[4].startswith("Measured at scale x2:")
+    assert len(finding_lines(rows, every_trial=True)) == len(lines)  # only these two trials have verdicts

@@ -548,7 +548,8 @@ def noise_warnings(records: Sequence[Record]) -> list[str]:
 
 def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[str]:
     """What `loadtune report` says under a file's table: each bottleneck (the baseline's and the
-    recommendation's; every trial's with `every_trial`), and what the data check found."""
+    recommendation's; every trial's with `every_trial`), what the data check found, how well the
+    model predicted the trials before they ran, and the scale measured at."""
     from loadtune.results.choice import recommended
 
     chosen = recommended(records)
@@ -564,6 +565,16 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
             checks[r.data_check or "not checked"] = checks.get(r.data_check or "not checked", 0) + 1
     if checks:
         lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))
+    predicted = [r.throughput / r.predicted_throughput for r in records
+                 if r.status == "ok" and r.trial != IDEAL and r.throughput and r.predicted_throughput]
+    if predicted:
+        error = sorted(abs(1 / ratio - 1) for ratio in predicted)[len(predicted) // 2]
+        trials = "1 trial before it ran" if len(predicted) == 1 else f"{len(predicted)} trials before they ran"
+        lines.append(f"Model: predicted {trials} within {error:.0%} (median).")
+    first = next((r for r in records if r.scale is not None), None)
+    if first is not None:
+        lines.append(f"Measured at scale x{first.scale:g}: the bottleneck moves with data, ranks and machine; "
+                     "rerun with --scale, or on the target machine (loadtune predict says what to expect there).")
     return lines
 
 
