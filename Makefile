@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo lint test test-fast bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,9 +14,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png
 
-# Two steps: tests of behaviour two at a time (pytest-xdist), then, alone, the few that assert
-# measured figures (marked serial), so that no other test's load moves them.
-test: $(STAMP)
+# Style, import order and pyflakes' checks (ruff, configured in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check loadtune tests benchmarks
+
+# Lint first; then two steps: tests of behaviour two at a time (pytest-xdist), then, alone, the
+# few that assert measured figures (marked serial), so that no other test's load moves them.
+test: lint
 	$(BIN)/python -m pytest -q -n 2 -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 

@@ -15,8 +15,8 @@ import yaml
 
 from loadtune.config import RunSpec, load_config
 from loadtune.machine import cpu_model, usable_cores
-from loadtune.sweep_process.plan import baseline_trial
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
+from loadtune.sweep_process.plan import baseline_trial
 from loadtune.sweep_process.stats import TrialStats, summarize
 from loadtune.trial_process.jobs import TrialJob
 

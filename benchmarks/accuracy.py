@@ -23,11 +23,10 @@ import statistics
 import sys
 import time
 
+from _common import machine_line, run_baseline, spec_from
 from torch.utils.data import DataLoader
 
 from loadtune.synthetic import sleep_cost
-
-from _common import machine_line, run_baseline, spec_from
 
 GOAL_MAX_ABS_ERROR = 0.03
 BALANCE_MARGIN = 2.0

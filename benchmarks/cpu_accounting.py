@@ -20,6 +20,7 @@ import statistics
 import sys
 
 from _common import machine_line, run_baseline, spec_from
+
 from loadtune.machine import usable_cores
 from loadtune.sweep_process.diagnose import resource_figures, window_evidence
 
@@ -31,7 +32,8 @@ def pipelines(cores: int) -> dict[str, dict]:
         "cpu, workers = cores": ({"factory": "loadtune.synthetic:cpu_cost",
                                   "kwargs": {"num_samples": 4000, "cost_s": 0.003}},
                                  {"batch_size": 8, "num_workers": cores}, 0.001),
-        "cpu, 2x workers": ({"factory": "loadtune.synthetic:cpu_cost", "kwargs": {"num_samples": 4000, "cost_s": 0.003}},
+        "cpu, 2x workers": ({"factory": "loadtune.synthetic:cpu_cost",
+                             "kwargs": {"num_samples": 4000, "cost_s": 0.003}},
                             {"batch_size": 8, "num_workers": 2 * cores}, 0.001),
         "python arithmetic, batch 8": ({"factory": "loadtune.synthetic:python_arithmetic",
                                         "kwargs": {"num_samples": 4000, "work": 20000}},
@@ -64,7 +66,8 @@ def main() -> int:
             sampler.extend(f.cpu_util for f in resource_figures(outcome.result, cores))
         a, k = statistics.fmean(ours), statistics.fmean(kernel)
         worst = max(worst, abs(a - k))
-        print(f"{name:<28} {a:9.3f} {k:7.3f} {a - k:+6.3f} {statistics.fmean(sampler) if sampler else float('nan'):8.3f}")
+        sampled = statistics.fmean(sampler) if sampler else float("nan")
+        print(f"{name:<28} {a:9.3f} {k:7.3f} {a - k:+6.3f} {sampled:8.3f}")
     print(f"largest |loadtune - kernel|: {worst:.3f} (goal <= {GOAL}: {'met' if worst <= GOAL else 'MISSED'})")
     return 0
 

@@ -36,10 +36,11 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from recommend import PIPELINES, machine_line, write_config  # noqa: E402
+
 from loadtune.results.model import fit  # noqa: E402
 from loadtune.results.record import Record, read_records  # noqa: E402
 from loadtune.trials import BASELINE, IDEAL, effective_settings  # noqa: E402
-from recommend import PIPELINES, machine_line, write_config  # noqa: E402
 
 GOAL_MEDIAN = 0.10
 GOAL_WORST = 0.25

@@ -24,14 +24,14 @@ import time
 
 import numpy as np
 import torch
+from _common import machine_line, run_baseline, spec_from
 from torch.utils.data import DataLoader
 
 import loadtune.sweep_process.launch as run
-from _common import machine_line, run_baseline, spec_from
 from loadtune.sweep_process.stats import summarize
+from loadtune.synthetic import sleep_cost
 from loadtune.trial_process.measure import measure_loop
 from loadtune.trial_process.steps import sleep_step
-from loadtune.synthetic import sleep_cost
 
 GOAL_RATIO = 0.99
 BATCH = 16

@@ -15,9 +15,8 @@ Only numpy and torch are imported at the top, so a fresh process that uses them 
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
 import time
+from typing import Any, Callable
 
 import numpy as np
 import torch

@@ -405,7 +405,8 @@ def bench_pipeline(name: str, index: int, work: Path, ref_code: Path, ref_commit
     print(f"  default sweep: {'decided' if decided else 'not decided'}, at most {most} processes for a trial, "
           f"{len(ties)} contender(s) tied by the model and the data; model error {model.get('error')} over "
           f"{model.get('error_trials')} trial(s){', fell back to ofat' if model.get('fell_back_to_ofat') else ''}")
-    return {"name": name, "decided": decided, "most_repeats": most, "quality": statistics.median(quality) if quality else None, "pairs": quality,
+    return {"name": name, "decided": decided, "most_repeats": most,
+            "quality": statistics.median(quality) if quality else None, "pairs": quality,
             "crossed": statistics.median(crossed) if crossed else None,
             "now_s": now.seconds, "ref_s": ref.seconds, "time_ratio": time_ratio, "skipped": skipped,
             "pick": describe(now.pick), "best": describe(best.settings)}

@@ -24,8 +24,19 @@ import sys
 import time
 from pathlib import Path
 
-from recommend import (DEFAULT_PIPELINES, GOAL_TIME_RATIO, PIPELINES, REFERENCE_REF, ROOT, fetch_reference,
-                       machine_line, pipeline_names, run_sweep, workspace, write_config)
+from recommend import (
+    DEFAULT_PIPELINES,
+    GOAL_TIME_RATIO,
+    PIPELINES,
+    REFERENCE_REF,
+    ROOT,
+    fetch_reference,
+    machine_line,
+    pipeline_names,
+    run_sweep,
+    workspace,
+    write_config,
+)
 
 
 def processes(rows: list[dict]) -> int:
@@ -55,7 +66,8 @@ def main() -> int:
             for label, code, extra in order if i % 2 == 0 else order[::-1]:
                 sweeps[label] = run_sweep(code, config, work / f"{name}-{label}.csv", extra)
             ref, now, rounds = sweeps["ref"], sweeps["now"], sweeps["rounds"]
-            line = (f"{name:<9} {ref.seconds:5.0f} s ({processes(ref.rows):2d}) {now.seconds:7.0f} s ({processes(now.rows):2d})"
+            line = (f"{name:<9} {ref.seconds:5.0f} s ({processes(ref.rows):2d}) "
+                    f"{now.seconds:7.0f} s ({processes(now.rows):2d})"
                     f" {rounds.seconds:7.0f} s ({processes(rounds.rows):2d})   {now.seconds / ref.seconds:7.2f}"
                     f"  {rounds.seconds / ref.seconds:10.2f}")
             lines.append((ref.seconds, now.seconds, rounds.seconds))

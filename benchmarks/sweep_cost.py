@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from _common import WORK, machine_line
+
 from loadtune.config import load_config
 from loadtune.sweep_process import events
 from loadtune.sweep_process.runner import run_sweep

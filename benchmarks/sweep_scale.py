@@ -14,6 +14,7 @@ import sys
 import time
 
 from _common import WORK, machine_line, spec_from
+
 from loadtune.sweep_process import events
 from loadtune.sweep_process.runner import run_sweep
 

@@ -50,11 +50,12 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
+
 from loadtune.results.record import Record, read_records  # noqa: E402
 from loadtune.results.transfer import settings_key as key  # noqa: E402
 from loadtune.results.transfer import settings_of  # noqa: E402
 from loadtune.trials import IDEAL  # noqa: E402
-from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
 
 GOAL_PICK = 0.95
 GOAL_MEDIAN_ERROR = 0.15

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from _common import machine_line, spec_from
+
 from loadtune.config import WARMUP_BATCHES_PER_WORKER
 from loadtune.sweep_process.launch import run_in_trial_process
 from loadtune.sweep_process.plan import trial_for
@@ -48,8 +49,9 @@ def job_for(pipeline: dict, settings: dict, per_worker: int, name: str) -> Trial
               "device": "cpu"}
     spec = spec_from(config, name)
     cfg = spec.config
-    return TrialJob(trial_for(cfg, settings, False), cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}),
-                    "cpu", str(spec.base_dir), os.getpid(), multiprocessing.get_start_method())
+    once = cfg.measure.model_copy(update={"repeats": 1})
+    return TrialJob(trial_for(cfg, settings, False), cfg.dataset, cfg.step, once, "cpu", str(spec.base_dir),
+                    os.getpid(), multiprocessing.get_start_method())
 
 
 def main() -> int:

@@ -14,8 +14,15 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, \
-    TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from loadtune.errors import LoadtuneError
 
@@ -153,11 +160,17 @@ def sweep(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
-    from loadtune.config import load_config
-    from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.api import summary_of
-    from loadtune.results.report import detail_lines, flagged_lines, not_run_lines, predicted_lines, results_table, \
-        summary_lines
+    from loadtune.config import load_config
+    from loadtune.results.report import (
+        detail_lines,
+        flagged_lines,
+        not_run_lines,
+        predicted_lines,
+        results_table,
+        summary_lines,
+    )
+    from loadtune.sweep_process.ranking import RANK_BY
     from loadtune.sweep_process.runner import default_output, run_sweep
     from loadtune.sweep_process.strategy import STRATEGIES
 
@@ -284,8 +297,14 @@ def predict(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's CSV."""
-    from loadtune.results.transfer import TOLERANCE, Target, forecast_file, forecast_lines, forecast_table, \
-        write_forecast
+    from loadtune.results.transfer import (
+        TOLERANCE,
+        Target,
+        forecast_file,
+        forecast_lines,
+        forecast_table,
+        write_forecast,
+    )
 
     for value, hint, ok, what in ((cores, "--cores", lambda v: v > 0, "above 0"),
                                   (step_ms, "--step-ms", lambda v: v > 0, "above 0"),
@@ -322,8 +341,16 @@ def report(
 ) -> None:
     """Show results CSVs as ranked tables with what limits each trial, and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import (LEGEND, finding_lines, flagged_lines, noise_warnings, not_run_lines,
-                                         predicted_lines, report_title, results_table)
+    from loadtune.results.report import (
+        LEGEND,
+        finding_lines,
+        flagged_lines,
+        noise_warnings,
+        not_run_lines,
+        predicted_lines,
+        report_title,
+        results_table,
+    )
 
     console = _console()
     try:

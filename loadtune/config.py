@@ -148,7 +148,8 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
     try:
         adopted = LoaderSpec.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {_format_validation(exc)}") from None
+        problem = _format_validation(exc)
+        raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {problem}") from None
     object.__setattr__(adopted, "__pydantic_fields_set__", set(explicit))
     return adopted
 

@@ -150,10 +150,10 @@ def profile_run(
     import torch
     from torch.utils.data import DataLoader
 
+    from loadtune.config import adopt_loader
     from loadtune.results.report import dataloader_line
     from loadtune.sweep_process.plan import baseline_trial
     from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.config import adopt_loader
     from loadtune.trial_process.factory import build_source
     from loadtune.trial_process.failures import describe
     from loadtune.trial_process.loader import epoch_length, loader_kwargs

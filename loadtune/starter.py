@@ -1,4 +1,5 @@
-"""`loadtune init`: a commented starter config that documents every key (docs/reference.md, "Config reference") and runs as is.
+"""`loadtune init`: a commented starter config that documents every key (docs/reference.md,
+"Config reference") and runs as is.
 
 It points at the built-in demo dataset and uses short measurements, so the first sweep
 takes about a minute; the comments say what to change for a real training job.

@@ -19,8 +19,8 @@ def _rank() -> int:
 def rank_step(sleep_s: dict | None = None, fail_rank: int | None = None, fail_at: int = 3,
               require_group: bool = False, kill: bool = False) -> Callable[[Any], None]:
     """A step sleeping `sleep_s[rank]` seconds (0 when absent); on `fail_rank`, the `fail_at`-th
-    call raises (with `kill`, the rank SIGKILLs itself instead). With `require_group`, building it outside a process group fails, as building
-    a DDP model does."""
+    call raises (with `kill`, the rank SIGKILLs itself instead). With `require_group`, building it
+    outside a process group fails, as building a DDP model does."""
     if require_group and not dist.is_initialized():
         raise RuntimeError("Default process group has not been initialized")
     rank = _rank()

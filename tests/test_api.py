@@ -39,7 +39,8 @@ def test_an_unknown_option_is_refused():
 
 
 @pytest.mark.slow
-def test_the_api_from_a_script_gives_the_rows_the_cli_gives_and_trials_do_not_run_the_script(write_config, tmp_path, marker):
+def test_the_api_from_a_script_gives_the_rows_the_cli_gives_and_trials_do_not_run_the_script(write_config, tmp_path,
+                                                                                                marker):
     path = write_config(tiny_config(sweep={"num_workers": [0, 2]},
                                     measure={"warmup_batches": 1, "batches": 6, "repeats": 1, "timeout_s": 60}))
     cli_out = tmp_path / "cli.csv"

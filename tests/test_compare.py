@@ -20,6 +20,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from loadtune.errors import ResultsError
 from loadtune.results.compare import (
     ABSENT,
     HELPS_TO_HURTS,
@@ -36,7 +37,6 @@ from loadtune.results.compare import (
     load_results,
     write_aligned,
 )
-from loadtune.errors import ResultsError
 from loadtune.results.record import COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compare"

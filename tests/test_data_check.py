@@ -18,13 +18,31 @@ import numpy as np
 import pytest
 import torch
 
+from loadtune import synthetic
 from loadtune.config import load_config
 from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
 from loadtune.results.record import ResultsFile, read_records
 from loadtune.sweep_process import events
-from loadtune.sweep_process.datacheck import (ACROSS_RANKS, EPOCH_CONTENT, EPOCH_SIZE, LABEL, RANKS_FIX, REPEATED,
-                                              SAMPLER_DIFFERENT_FIX, SAMPLER_FIX, SHARDS_FIX, WORKERS_FIX, Check,
-                                              check_all, delivery, fixes, handed, sampled, segments, streams)
+from loadtune.sweep_process.datacheck import (
+    ACROSS_RANKS,
+    EPOCH_CONTENT,
+    EPOCH_SIZE,
+    LABEL,
+    RANKS_FIX,
+    REPEATED,
+    SAMPLER_DIFFERENT_FIX,
+    SAMPLER_FIX,
+    SHARDS_FIX,
+    WORKERS_FIX,
+    Check,
+    check_all,
+    delivery,
+    fixes,
+    handed,
+    sampled,
+    segments,
+    streams,
+)
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.runner import Runner, _merge, _ranked
@@ -35,7 +53,6 @@ from loadtune.trial_process.jobs import TrialJob
 from loadtune.trial_process.measure import measure_loop
 from loadtune.trial_process.preflight import stable_bytes
 from loadtune.trial_process.sampled import recording
-from loadtune import synthetic
 from tests.conftest import run_cli, tiny_config
 
 

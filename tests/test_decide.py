@@ -14,8 +14,16 @@ from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
 from loadtune.results.record import ResultsFile, read_records
 from loadtune.sweep_process import events
-from loadtune.sweep_process.decide import (MIN_REPEATS_TO_DECIDE, Scored, as_good, clearly_behind, expected_shortfall,
-                                   pick, race_step, throughput_ratio_lower)
+from loadtune.sweep_process.decide import (
+    MIN_REPEATS_TO_DECIDE,
+    Scored,
+    as_good,
+    clearly_behind,
+    expected_shortfall,
+    pick,
+    race_step,
+    throughput_ratio_lower,
+)
 from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.runner import Runner

@@ -416,7 +416,7 @@ def _table_first_cells(text: str) -> list[str]:
 
 
 def test_the_reference_lists_the_csv_columns_in_order():
-    from loadtune.results.record import Record, RankRecord
+    from loadtune.results.record import RankRecord, Record
 
     csv = section(REFERENCE_TEXT, "## The CSV")
     table = csv[:csv.index("\n\n", csv.index("| column"))]

@@ -19,9 +19,9 @@ import psutil
 import pytest
 
 from loadtune.config import load_config
-from loadtune.sweep_process.plan import baseline_trial
 from loadtune.sweep_process import launch
 from loadtune.sweep_process.launch import run_in_trial_process
+from loadtune.sweep_process.plan import baseline_trial
 from loadtune.trial_process.jobs import TrialJob
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config
 from tests.fault_datasets import MEMORY_LIMIT_VAR
@@ -265,12 +265,13 @@ SYNTAX_ERROR = "def make(:\n    return []\n"
          "'not_installed_pkg_xyz'"),
         ("train.py:make", {"train.py": ARGPARSE_AT_IMPORT}, {},
          "dataset factory 'train.py:make': importing it called sys.exit(2); move what runs at import under"),
-        ("broken.py:make", {"broken.py": SYNTAX_ERROR}, {}, "dataset factory 'broken.py:make': cannot import: SyntaxError"),
+        ("broken.py:make", {"broken.py": SYNTAX_ERROR}, {},
+         "dataset factory 'broken.py:make': cannot import: SyntaxError"),
         (f"{FAULTS}:make_faulty", {}, {"collate_fn": "no_such_collate_mod:pad"},
          "loader.collate_fn 'no_such_collate_mod:pad': cannot import: ModuleNotFoundError"),
     ],
-    ids=["raises", "raises-with-brackets", "returns-none", "sys-exit", "len-raises", "imports-missing", "argparse-at-import",
-         "syntax-error", "collate-missing"],
+    ids=["raises", "raises-with-brackets", "returns-none", "sys-exit", "len-raises", "imports-missing",
+         "argparse-at-import", "syntax-error", "collate-missing"],
 )
 def test_user_code_that_cannot_be_built_exits_1_naming_the_spec(write_config, tmp_path, clean, factory, files,
                                                                 loader, expected):
@@ -289,7 +290,8 @@ def test_user_code_that_cannot_be_built_exits_1_naming_the_spec(write_config, tm
     [
         ("name: x\nloader: {batch_size: 8\nstep: {sleep_s: 0.1}\n", ":3:5:",
          "expected ',' or '}', but got ':' (while parsing a flow mapping that starts at line 2, column 9)"),
-        ("name: x\nstep:\n\tsleep_s: 0.1\n", ":3:1:", "found character '\\t' that cannot start any token (while scanning for the next token)"),
+        ("name: x\nstep:\n\tsleep_s: 0.1\n", ":3:1:",
+         "found character '\\t' that cannot start any token (while scanning for the next token)"),
         ("name: x\n  step: 1\n", ":2:7:", "mapping values are not allowed here"),
     ],
     ids=["unclosed-brace", "tab", "bad-indent"],

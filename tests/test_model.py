@@ -11,8 +11,7 @@ import pytest
 
 from loadtune.config import Config
 from loadtune.results.interval import Interval
-from loadtune.results.model import (PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error,
-                                    simulate)
+from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error, simulate
 from loadtune.results.record import PREDICTED, Record
 from loadtune.sweep_process.decide import Scored, pick
 from loadtune.sweep_process.plan import grid_plan

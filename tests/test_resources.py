@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import functools
+import multiprocessing
 import os
-import traceback
 import time
+import traceback
 
 import numpy as np
 import pytest
 import torch
 
+from loadtune.machine import usable_cores
 from loadtune.sweep_process.resources import (
     BYTES_PER_MB,
     MEMORY_USS,
@@ -24,7 +25,6 @@ from loadtune.sweep_process.resources import (
     shm_need_mb,
     summarize_resources,
 )
-from loadtune.machine import usable_cores
 from loadtune.trial_process.measure import batch_bytes
 from tests.conftest import wait_until
 

@@ -13,8 +13,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadtune.errors import ResultsError
-from loadtune.results.record import (BOOL, COLUMNS, FLOAT, FORMAT_VERSION, INT, TEXT, RankRecord, Record,
-                                     ResultsFile, load_records, plain_frame, read_records, to_frame)
+from loadtune.results.record import (
+    BOOL,
+    COLUMNS,
+    FLOAT,
+    FORMAT_VERSION,
+    INT,
+    TEXT,
+    RankRecord,
+    Record,
+    ResultsFile,
+    load_records,
+    plain_frame,
+    read_records,
+    to_frame,
+)
 from tests.conftest import run_cli
 
 V1 = Path(__file__).parent / "fixtures" / "v1"

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from loadtune.measurement import Measurement, Window
+from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.ranking import rank
-from loadtune.results.interval import Interval
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
 
 

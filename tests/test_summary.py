@@ -11,8 +11,16 @@ from rich.console import Console
 
 from loadtune.results.advice import Advised, checked_advice, weigh, with_checked_advice
 from loadtune.results.record import Record
-from loadtune.results.report import (DataFindings, Flagged, Summary, detail_lines, results_table, short_trial,
-                                     summarize_sweep, summary_lines)
+from loadtune.results.report import (
+    DataFindings,
+    Flagged,
+    Summary,
+    detail_lines,
+    results_table,
+    short_trial,
+    summarize_sweep,
+    summary_lines,
+)
 from loadtune.sweep_process.runner import Decision, ModelTie
 
 PICK = "num_workers=2, prefetch_factor=4"

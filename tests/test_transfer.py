@@ -13,8 +13,17 @@ import pytest
 from loadtune.errors import ResultsError
 from loadtune.results.compare import compare, load_results
 from loadtune.results.record import Record, ResultsFile
-from loadtune.results.transfer import (TOLERANCE, Target, choose, config_text, forecast, forecast_file, space,
-                                       transfer_check, travel)
+from loadtune.results.transfer import (
+    TOLERANCE,
+    Target,
+    choose,
+    config_text,
+    forecast,
+    forecast_file,
+    space,
+    transfer_check,
+    travel,
+)
 from loadtune.trials import cost_of
 from tests.conftest import run_cli
 from tests.test_model import BATCH, TRUTH, first_round, made_up

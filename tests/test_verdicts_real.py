@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import pandas as pd
-import pytest
-
 import os
 import subprocess
 import sys
 
+import pandas as pd
+import pytest
+
 from loadtune.machine import usable_cores
-from loadtune.sweep_process.verdict import (DATA_BOUND_CPU, DATA_BOUND_HANDOVER, DATA_BOUND_IO, DATA_BOUND_STARVED,
-                                    FETCH_CPU_CONTENDED_SHARE)
+from loadtune.sweep_process.verdict import (
+    DATA_BOUND_CPU,
+    DATA_BOUND_HANDOVER,
+    DATA_BOUND_IO,
+    DATA_BOUND_STARVED,
+    FETCH_CPU_CONTENDED_SHARE,
+)
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]

@@ -18,16 +18,16 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.errors import ResultsError
-from loadtune.trials import BASELINE, IDEAL
-
-MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
-           "python_version", "loadtune_version")
 from loadtune.results.record import PREDICTED, Record, load_records, missing_columns, plain_frame
 from loadtune.results.report import short_trial
 from loadtune.results.table import Column, fitted_table
 from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
+from loadtune.trials import BASELINE, IDEAL
+
+MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
+           "python_version", "loadtune_version")
 
 OK = "ok"
 ABSENT = "absent"  # status shown for a trial that has no row in a file
@@ -425,8 +425,8 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
                    priority=1, wrap=True)
     names = [str(row["trial"]) for row in rows]
     short = [short_trial(n) for n in names]
-    return fitted_table([[Column("trial", tuple(n), "left", names=True), *figures, flags] for n in (names, short)], width,
-                        title or None)
+    versions = [[Column("trial", tuple(n), "left", names=True), *figures, flags] for n in (names, short)]
+    return fitted_table(versions, width, title or None)
 
 
 def comparison_lines(comparison: Comparison) -> list[str]:

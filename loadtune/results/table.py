@@ -82,10 +82,13 @@ def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
     console = Console(width=10_000, file=io.StringIO(), color_system=None)
     console.print(build(columns, flat=flat))
     natural = max((len(line.rstrip()) for line in console.file.getvalue().splitlines()), default=0)
-    header = (lambda c: c.header if flat else c.wrapped_header)
-    return natural - sum(max(max((len(_plain(cell)) for cell in c.cells), default=0),
-                             max(len(line) for line in header(c).splitlines() or [""])) - c.min_width
-                         for c in columns if c.wrap)
+
+    def widest(c: Column) -> int:
+        header = c.header if flat else c.wrapped_header
+        cells = max((len(_plain(cell)) for cell in c.cells), default=0)
+        return max(cells, max((len(line) for line in header.splitlines()), default=0))
+
+    return natural - sum(widest(c) - c.min_width for c in columns if c.wrap)
 
 
 def fits(columns: Sequence[Column], width: int, flat: bool = False) -> bool:

@@ -517,9 +517,10 @@ def forecast_lines(f: Forecast) -> list[str]:
     """The closing words: the recommendation, what the sweep's own pick would lose there, what
     is extrapolated, what does not fit, and what to paste."""
     error = f.error
-    lines = [f"Measured on {target_text(replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms))}; "
-             f"{f.model.trials} trials fitted" + (f", the model's error on this file {error[0]:.0%} (median over "
-                                                   f"{error[1]} trials predicted before they ran)" if error[0] is not None else "")]
+    source = replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms)
+    model_error = "" if error[0] is None else \
+        f", the model's error on this file {error[0]:.0%} (median over {error[1]} trials predicted before they ran)"
+    lines = [f"Measured on {target_text(source)}; {f.model.trials} trials fitted{model_error}"]
     pick = f.recommended
     if pick is None:
         return [*lines, *f.notes]

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
-import sys
-from pathlib import Path
 import signal
+import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from pathlib import Path
 from typing import Any, Callable
 
 from loadtune.measurement import Measurement
@@ -185,7 +185,8 @@ def _send(conn: Any, message: Any) -> None:
         pass
 
 
-def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float, abort: Callable[[], bool] | None = None) -> Outcome:
+def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
+                         abort: Callable[[], bool] | None = None) -> Outcome:
     """Run `job` in a new process (and process group) and wait at most `timeout_s` for it.
 
     While the trial runs its counted windows, this process samples the trial's process tree

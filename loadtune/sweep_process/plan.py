@@ -5,10 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
-from loadtune.config import Config
-from loadtune.config import WORKER_ONLY
-from loadtune.trials import (BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, Trial,
-                             format_value)
+from loadtune.config import WORKER_ONLY, Config
+from loadtune.trials import BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, Trial, format_value
 
 
 def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -23,22 +23,29 @@ from loadtune.errors import ConfigError, FactoryError
 from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
 from loadtune.measurement import Measurement
 from loadtune.results.advice import Advised, with_checked_advice
-from loadtune.results.report import noise_warnings
 from loadtune.results.model import ModelReport, PipelineModel, Prediction, fit, leave_one_out_error, prediction_error
-from loadtune.results.record import (DATA_FLAGGED, PREDICTED, RankRecord, Record, ResultsFile, rank_file,
-                                     read_records)
-from loadtune.results.report import DataFindings, Flagged
+from loadtune.results.record import DATA_FLAGGED, PREDICTED, RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.report import DataFindings, Flagged, noise_warnings
 from loadtune.sweep_process import events
-from loadtune.sweep_process.datacheck import (CONTENT, LABEL, Check, Delivery, check_all, delivery, fixes, handed,
-                                              sampled, streams)
+from loadtune.sweep_process.datacheck import (
+    CONTENT,
+    LABEL,
+    Check,
+    Delivery,
+    check_all,
+    delivery,
+    fixes,
+    handed,
+    sampled,
+    streams,
+)
+from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
 from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import baseline_trial, changes_from_baseline, grid_plan, ideal_trial, trial_for
-from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
-from loadtune.sweep_process.records import (OK, SKIPPED, apply_ranking, rank_records, stats_columns,
-                                          trial_record)
+from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, stats_columns, trial_record
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
 from loadtune.sweep_process.strategy import STRATEGIES, config_key, run_strategy

@@ -12,8 +12,14 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, order, pick
-from loadtune.sweep_process.plan import (baseline_trial, changes_from_baseline, combined_trial, grid_plan, ofat_plan,
-                                 trial_for)
+from loadtune.sweep_process.plan import (
+    baseline_trial,
+    changes_from_baseline,
+    combined_trial,
+    grid_plan,
+    ofat_plan,
+    trial_for,
+)
 from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 

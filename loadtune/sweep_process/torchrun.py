@@ -20,8 +20,8 @@ from typing import Any
 
 from loadtune.errors import ConfigError, LoadtuneError
 from loadtune.measurement import combine_ranks
-from loadtune.trial_process.ranks import peer_gone
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
+from loadtune.trial_process.ranks import peer_gone
 
 # The sweep processes wait on each other while trials run: allow for a long trial.
 CONTROL_TIMEOUT_S = 3600.0

@@ -68,7 +68,10 @@ def _usable_cpus() -> frozenset[int] | None:
     under a cgroup CPU quota (its share of the CPUs is not a set of them)."""
     from loadtune.machine import cpu_quota
 
-    cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else frozenset(range(os.cpu_count() or 1))
+    if hasattr(os, "sched_getaffinity"):
+        cpus = frozenset(os.sched_getaffinity(0))
+    else:
+        cpus = frozenset(range(os.cpu_count() or 1))
     quota = cpu_quota()
     return None if quota is not None and quota < len(cpus) else cpus
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from loadtune.config import WORKER_ONLY
 from loadtune.measurement import CpuWindow, LoaderUse, Measurement, combine_ranks
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.cpu import CpuReading, read_cpu, window_between
@@ -23,7 +24,6 @@ from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
 from loadtune.trial_process.sampled import IndexRecorder, recording
 from loadtune.trial_process.steps import build_step
-from loadtune.config import WORKER_ONLY
 from loadtune.trials import FEED_MEMORY
 
 

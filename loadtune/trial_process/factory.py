@@ -6,8 +6,8 @@ import importlib
 import importlib.util
 import inspect
 import sys
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from loadtune.errors import FactoryError

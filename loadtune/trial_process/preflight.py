@@ -64,7 +64,8 @@ def preflight(job: PreflightJob) -> PreflightInfo:
                          iterable=isinstance(dataset, IterableDataset),
                          stable_bytes=None if first is _NO_BATCH else stable_bytes(dataset, in_process),
                          device=device, cuda_count=torch.cuda.device_count() if torch.cuda.is_available() else 0,
-                         torch_version=str(torch.__version__), gpu=gpu_name())  # a plain str: torch's own type would import torch where unpickled
+                         # a plain str: torch's own version type would import torch where unpickled
+                         torch_version=str(torch.__version__), gpu=gpu_name())
 
 
 def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
@@ -72,8 +73,7 @@ def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
     its sampler; the start of a stream), holds the same bytes: the sample keys can then tell
     samples apart across trials. False where samples change from one read to the next (random
     augmentation); None where it cannot be told (no per-sample tensor, no batch)."""
-    from torch.utils.data import DataLoader, IterableDataset
-    from torch.utils.data import default_collate
+    from torch.utils.data import DataLoader, IterableDataset, default_collate
 
     from loadtune.trial_process.fingerprint import sample_keys
     from loadtune.trial_process.measure import batch_len
