@@ -162,24 +162,12 @@ def speedup_interval(scores: Mapping[str, Any], trial: str | None, baseline: str
                      level: float = 0.95) -> tuple[float | None, float | None]:
     """A 95% interval of `trial`'s throughput over the baseline's, from the two trials' bootstrap
     draws (drawn independently); (None, None) where either has none."""
-    import numpy as np
+    from loadtune.sweep_process.decide import throughput_ratio_interval
 
     a, b = scores.get(trial or ""), scores.get(baseline)
-    draws_a = getattr(a, "throughput_draws", None)
-    draws_b = getattr(b, "throughput_draws", None)
-    if draws_a is None or draws_b is None or trial == baseline:
+    if a is None or b is None or trial == baseline:
         return None, None
-    n = min(len(draws_a), len(draws_b))
-    if n == 0:
-        return None, None
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.asarray(draws_a[:n], dtype=float) / np.asarray(draws_b[:n], dtype=float)
-    ratios = ratios[np.isfinite(ratios)]
-    if ratios.size == 0:
-        return None, None
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(lo), float(hi)
+    return throughput_ratio_interval(a, b, level) or (None, None)
 
 
 def _one_rank(spec: Any) -> Any:

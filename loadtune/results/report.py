@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.results.interval import unstable_note
+from loadtune.results.model import prediction_error
 from loadtune.results.record import DATA_FLAGGED, Record
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
@@ -565,11 +566,9 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
             checks[r.data_check or "not checked"] = checks.get(r.data_check or "not checked", 0) + 1
     if checks:
         lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))
-    predicted = [r.throughput / r.predicted_throughput for r in records
-                 if r.status == "ok" and r.trial != IDEAL and r.throughput and r.predicted_throughput]
-    if predicted:
-        error = sorted(abs(1 / ratio - 1) for ratio in predicted)[len(predicted) // 2]
-        trials = "1 trial before it ran" if len(predicted) == 1 else f"{len(predicted)} trials before they ran"
+    error, checked = prediction_error(records)
+    if error is not None:
+        trials = "1 trial before it ran" if checked == 1 else f"{checked} trials before they ran"
         lines.append(f"Model: predicted {trials} within {error:.0%} (median).")
     first = next((r for r in records if r.scale is not None), None)
     if first is not None:

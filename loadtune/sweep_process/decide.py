@@ -84,6 +84,17 @@ def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     return a.throughput.lo / b.throughput.hi if b.throughput.hi > 0 else 0.0
 
 
+def throughput_ratio_interval(a: Scored, b: Scored, level: float = 0.95) -> tuple[float, float] | None:
+    """The two-sided `level` interval of throughput(a) / throughput(b) from the two trials'
+    bootstrap draws; None where either has none."""
+    ratios = _throughput_ratios(a, b)
+    if ratios is None:
+        return None
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
 def throughput_ratio_upper(a: Scored, b: Scored) -> float:
     """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
     if a.name == b.name:

@@ -65,6 +65,11 @@ def ideal_trial(config: Config) -> Trial:
     return Trial(IDEAL, IDEAL, None, _freeze(config.loader.model_dump()), feed=FEED_MEMORY)
 
 
+def on_top(config: Config, trial: Trial, changes: Mapping[str, Any], accelerator: bool) -> Trial:
+    """`trial` with `changes` applied on top of its own, named as trial_for names it."""
+    return trial_for(config, {**changes_from_baseline(config, trial), **changes}, accelerator)
+
+
 def trial_for(config: Config, changes: Mapping[str, Any], accelerator: bool) -> Trial:
     """The baseline with `changes` applied, named by what differs from the baseline."""
     base = config.loader.model_dump()

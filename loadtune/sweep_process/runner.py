@@ -43,7 +43,7 @@ from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_st
 from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
 from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
-from loadtune.sweep_process.plan import baseline_trial, changes_from_baseline, grid_plan, ideal_trial, trial_for
+from loadtune.sweep_process.plan import baseline_trial, grid_plan, ideal_trial, on_top, trial_for
 from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
 from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, stats_columns, trial_record
 from loadtune.sweep_process.resources import shm_fits, shm_need_mb
@@ -636,8 +636,7 @@ class Runner:
             if run.score is None or not run.score.suggests:
                 continue
             out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
-                                 trial_for(cfg, {**changes_from_baseline(cfg, run.trial), **dict(change)},
-                                           accelerator).name,
+                                 on_top(cfg, run.trial, dict(change), accelerator).name,
                                  trial_for(cfg, dict(change), accelerator).name, BASELINE)
                          for change in run.score.suggests]
         return out

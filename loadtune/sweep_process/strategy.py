@@ -18,7 +18,7 @@ from loadtune.sweep_process.plan import (
     combined_trial,
     grid_plan,
     ofat_plan,
-    trial_for,
+    on_top,
 )
 from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
@@ -124,23 +124,23 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
     while winner is not None and round_no <= MAX_FOLLOW_UP_ROUNDS:
         if winner.name == baseline.name:
             # Only what the baseline could not measure, on the best trial with workers.
-            on_top = _winner(scores, known, by, tolerance, lambda t: t.loader_kwargs.get("num_workers", 0) > 0)
+            base_trial = _winner(scores, known, by, tolerance, lambda t: t.loader_kwargs.get("num_workers", 0) > 0)
             keys = [k for k in config.sweep if k in deferred_keys]
         else:
-            on_top = winner
-            keys = [k for k in config.sweep if swept_on.get(k) != _others(on_top, k, config)]
-        if on_top is None or not keys:
+            base_trial = winner
+            keys = [k for k in config.sweep if swept_on.get(k) != _others(base_trial, k, config)]
+        if base_trial is None or not keys:
             break
         new = []
         measured = {t.settings: t.name for t in known.values()}
         sweeps: dict[str, dict[str, str]] = {}
         for key in keys:
-            swept_on[key] = _others(on_top, key, config)
+            swept_on[key] = _others(base_trial, key, config)
             sweeps[key] = {}
             for value in config.sweep[key]:
                 if repr(value) in far.get(key, ()):
                     continue
-                trial = trial_for(config, {**changes_from_baseline(config, on_top), key: value}, accelerator)
+                trial = on_top(config, base_trial, {key: value}, accelerator)
                 if not trial.skipped:
                     sweeps[key][repr(value)] = measured.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
@@ -187,7 +187,7 @@ def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: d
         return []
     new = []
     for change in scores[chosen.name].suggests:
-        trial = trial_for(config, {**changes_from_baseline(config, chosen), **dict(change)}, accelerator)
+        trial = on_top(config, chosen, dict(change), accelerator)
         if trial.name not in known and not trial.skipped and admit(trial):
             trial = dataclasses.replace(trial, asked_by=chosen.name)
             known[trial.name] = trial
@@ -233,7 +233,7 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "t
             swept_with[key] = others
             candidates: dict[str, Trial] = {current.name: current}
             for value in config.sweep[key]:
-                trial = trial_for(config, {**changes_from_baseline(config, current), key: value}, accelerator)
+                trial = on_top(config, current, {key: value}, accelerator)
                 candidates.setdefault(trial.name, trial)
             new = [t for t in candidates.values() if t.name not in scores]
             if new:
