@@ -25,6 +25,7 @@ from rich.progress import (
 )
 
 from loadtune.errors import LoadtuneError
+from loadtune.kinds import RankBy, Status, Strategy
 
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
@@ -70,18 +71,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _overrides(sets: list[str], repeats: int | None = None, batches: int | None = None,
-               warmup: int | None = None, device: str | None = None, tolerance: float | None = None,
-               budget: float | None = None) -> list[str]:
-    out = list(sets)
-    for key, value in (("measure.repeats", repeats), ("measure.batches", batches),
-                       ("measure.warmup_batches", warmup), ("device", device), ("measure.tolerance", tolerance),
-                       ("measure.budget_s", budget)):
-        if value is not None:
-            out.append(f"{key}={value}")
-    return out
-
-
 class _ProgressView:
     """Renders sweep events: a bar over trial runs with the current trial's name and an ETA."""
 
@@ -112,7 +101,7 @@ class _ProgressView:
             self.progress.advance(self.task)
         elif isinstance(event, events.TrialFinished):
             r = event.record
-            if r.status == "ok":
+            if r.status == Status.OK:
                 how = " (kept)" if event.resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
                 how += "" if event.resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
                 text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
@@ -145,10 +134,11 @@ def sweep(
     budget: Optional[float] = typer.Option(None, "--budget", help="Shorthand for measure.budget_s: seconds "
                                            "after which racing adds no more repeats."),
     device: Optional[str] = typer.Option(None, "--device", help="auto, cpu, cuda or cuda:I."),
-    strategy: str = typer.Option("model", "--strategy", help="model (one change at a time, then only what the "
-                                 "fitted pipeline model cannot rule out; the default), ofat (one change at a time "
-                                 "from the baseline), greedy (coordinate descent) or grid (every combination)."),
-    rank_by: str = typer.Option("throughput", "--rank-by", help="throughput or wait_ratio."),
+    strategy: Strategy = typer.Option(Strategy.MODEL, "--strategy", help="model (one change at a time, then "
+                                      "only what the fitted pipeline model cannot rule out; the default), ofat "
+                                      "(one change at a time from the baseline), greedy (coordinate descent) or "
+                                      "grid (every combination)."),
+    rank_by: RankBy = typer.Option(RankBy.THROUGHPUT, "--rank-by", help="throughput or wait_ratio."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the result as a chart (PNG)."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
                                 "to this config and machine; run only the rest."),
@@ -160,8 +150,7 @@ def sweep(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
-    from loadtune.api import summary_of
-    from loadtune.config import load_config
+    from loadtune.options import SweepOptions
     from loadtune.results.report import (
         detail_lines,
         flagged_lines,
@@ -170,14 +159,8 @@ def sweep(
         results_table,
         summary_lines,
     )
-    from loadtune.sweep_process.ranking import RANK_BY
-    from loadtune.sweep_process.runner import default_output, run_sweep
-    from loadtune.sweep_process.strategy import STRATEGIES
+    from loadtune.sweep_process.pipeline import run_sweep
 
-    if rank_by not in RANK_BY:
-        raise typer.BadParameter(f"expected one of {', '.join(RANK_BY)}", param_hint="--rank-by")
-    if strategy not in STRATEGIES:
-        raise typer.BadParameter(f"expected one of {', '.join(STRATEGIES)}", param_hint="--strategy")
     out_console = err if as_json else _console()
     view = _ProgressView(err)
     out_path = out
@@ -194,10 +177,11 @@ def sweep(
             if not cluster.leader:
                 cluster.follow()  # rank 0 plans, prints and writes the CSV
                 return
-        asked = _overrides(sets, repeats, batches, warmup, device, tolerance, budget)
-        spec = dataclasses.replace(load_config(config, asked, scale), ranks=ranks, torchrun=cluster is not None)
-        out_path = out or default_output(spec)
-        result = run_sweep(spec, out_path, rank_by, strategy, view, resume=resume,
+        options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
+                               strategy, rank_by, ranks, resume, out=out, torchrun=cluster is not None)
+        spec = options.spec()
+        out_path = options.out_path(spec)
+        result = run_sweep(options, spec=spec, on_event=view,
                            **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
     except LoadtuneError as exc:
         view.stop()
@@ -213,7 +197,7 @@ def sweep(
             cluster.close()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
-    info = summary_of(result, spec, rank_by, strategy, out_given=out is not None)
+    info = result.summary
     on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
     out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
                                                            f"{on_ranks}, {strategy}, ranked by {rank_by})",
@@ -229,7 +213,7 @@ def sweep(
         for line in detail_lines(info):
             out_console.print(line, **plain)
     for warning in result.warnings:
-        err.print(f"[yellow]Warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+        err.print(f"[yellow]Warning:[/] {escape(str(warning))}", highlight=False, soft_wrap=True)
     for line in summary_lines(info):
         out_console.print(line, **plain)
     files = [f"{result.out_path} (CSV)"]
@@ -297,8 +281,8 @@ def predict(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's CSV."""
+    from loadtune.kinds import TOLERANCE
     from loadtune.results.transfer import (
-        TOLERANCE,
         Target,
         forecast_file,
         forecast_lines,
@@ -372,7 +356,7 @@ def report(
         for line in finding_lines(rows, every_trial=verbose):
             console.print(line, highlight=False, soft_wrap=True, markup=False)
         for line in noise_warnings(rows):
-            console.print(f"[yellow]Warning:[/] {escape(line)}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]Warning:[/] {escape(str(line))}", highlight=False, soft_wrap=True)
     for line in LEGEND:
         console.print(line, style="dim", highlight=False, soft_wrap=True, markup=False)
     if plot is not None:
@@ -389,11 +373,11 @@ def profile(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Run the baseline under torch.profiler with the loop's regions named, and show where time goes."""
-    from loadtune.config import load_config
+    from loadtune.options import SweepOptions
     from loadtune.profile import profile_run
 
     try:
-        spec = load_config(config, _overrides(sets, device=device))
+        spec = SweepOptions(config, tuple(sets), device=device).spec()
         result = profile_run(spec, batches or spec.config.measure.batches, trace, spec.config.device)
     except LoadtuneError as exc:
         _fail(str(exc), debug)

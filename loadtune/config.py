@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from loadtune.errors import ConfigError
+from loadtune.kinds import TOLERANCE
 from loadtune.text import one_line, short_repr
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
@@ -109,7 +110,7 @@ class MeasureSpec(_Model):
     epoch_batches: Optional[int] = Field(default=None, ge=1)
     repeats: int = Field(default=3, ge=1)  # the most repeats any trial gets
     min_repeats: int = Field(default=1, ge=1)  # what every trial gets first
-    tolerance: float = Field(default=0.03, ge=0, lt=1)  # practical-equivalence margin, share of throughput
+    tolerance: float = Field(default=TOLERANCE, ge=0, lt=1)  # practical-equivalence margin, share of throughput
     budget_s: Optional[float] = Field(default=None, gt=0)  # time budget for the racing repeats
     # Share of the usable cores other processes may use during a window before it is measured again.
     max_outside_cpu: float = Field(default=0.25, ge=0)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadtune.kinds import Status
+
 
 def one_line(text: str) -> str:
     """Whitespace, newlines included, collapsed to single spaces."""
@@ -41,4 +43,4 @@ def fmt(value: Any, digits: int = 2) -> str:
 
 
 # How a row's status is shown in tables.
-STATUS_STYLE = {"ok": "", "skipped": "dim", "failed": "red", "timeout": "red", "absent": "dim"}
+STATUS_STYLE = {Status.OK: "", Status.SKIPPED: "dim", Status.FAILED: "red", Status.TIMEOUT: "red", "absent": "dim"}

@@ -92,3 +92,21 @@ def marker(request) -> str:
         time.sleep(0.2)
     left = processes_with(mark)
     assert not left, f"processes left running: {[(p.pid, p.name()) for p in left]}"
+
+
+def fake_setup(spec, context=None, cores: float = 2.0, **info):
+    """A sweep's setup without preflight or reading the machine: for runners driven by fake trials."""
+    from loadtune.sweep_process.setup import Setup
+    from loadtune.trial_process.jobs import PreflightInfo
+
+    return Setup(spec, PreflightInfo(**info), "cpu", int(cores), cores, 1, None,
+                 {"config_name": "tiny", "host": "here", **(context or {})})
+
+
+def fake_runner(spec, out_path, execute, **info):
+    """A Runner over fake trials (`execute`), writing its CSV at `out_path`."""
+    from loadtune.sweep_process.files import SweepFiles
+    from loadtune.sweep_process.runner import Runner
+
+    files = SweepFiles.open(out_path, spec, "here", resume=False)
+    return Runner(fake_setup(spec, **info), files, execute=execute)

@@ -20,9 +20,10 @@ import torch
 
 from loadtune import synthetic
 from loadtune.config import load_config
+from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
-from loadtune.results.record import ResultsFile, read_records
-from loadtune.sweep_process import events
+from loadtune.results.record import read_records
+from loadtune.sweep_process.conclude import ranked
 from loadtune.sweep_process.datacheck import (
     ACROSS_RANKS,
     EPOCH_CONTENT,
@@ -45,7 +46,7 @@ from loadtune.sweep_process.datacheck import (
 )
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.plan import trial_for
-from loadtune.sweep_process.runner import Runner, _merge, _ranked
+from loadtune.sweep_process.runner import _merge
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_here
 from loadtune.trial_process.fingerprint import sample_keys
@@ -53,7 +54,7 @@ from loadtune.trial_process.jobs import TrialJob
 from loadtune.trial_process.measure import measure_loop
 from loadtune.trial_process.preflight import stable_bytes
 from loadtune.trial_process.sampled import recording
-from tests.conftest import run_cli, tiny_config
+from tests.conftest import fake_runner, run_cli, tiny_config
 
 
 def window(batches: list[list[int]], starts: set[int] = frozenset(), labels: bool = False) -> Window:
@@ -436,10 +437,7 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
         throughput, batches, starts = by_workers[job.trial.loader_kwargs["num_workers"]]
         return Outcome("ok", "", keyed(throughput, batches, starts), 0.5)
 
-    results = ResultsFile(tmp_path / "out.csv")
-    results.start()
-    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
-                    shm_check=lambda trial: None, execute=execute, iterable=True)
+    runner = fake_runner(spec, tmp_path / "out.csv", execute, iterable=True)
     trials = [trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 0}, False),
               trial_for(spec.config, {"num_workers": 2}, False)]
     scores = runner.measure(trials, 1)
@@ -449,9 +447,9 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
     assert written["num_workers=2"].data_check == "duplicates" and written["baseline"].data_check == "same"
     assert written["num_workers=2"].reason.startswith("data_check duplicates: 50% of its samples came again")
     assert written["num_workers=2"].throughput == pytest.approx(180.0, rel=0.01), "its figures stay"
-    ranked = {r.trial: r for r in _ranked(runner, "throughput")}
-    assert ranked["num_workers=2"].rank is None and ranked["baseline"].rank == 1
-    assert ranked["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
+    placed = {r.trial: r for r in ranked(runner, RankBy.THROUGHPUT)}
+    assert placed["num_workers=2"].rank is None and placed["baseline"].rank == 1
+    assert placed["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
     findings = runner.data_findings()
     assert [(f.trial, f.data_check) for f in findings.flagged] == [("num_workers=2", "duplicates")]
     assert findings.flagged[0].fixes == (WORKERS_FIX, SHARDS_FIX)
@@ -475,10 +473,7 @@ def test_the_runner_checks_a_map_style_dataset_by_its_samplers_indices(tmp_path,
         epoch = order[:15] + [order[0] if repeating else order[15]]
         return Outcome("ok", "", by_indices([handed_out(epoch)]), 0.5)
 
-    results = ResultsFile(tmp_path / "out.csv")
-    results.start()
-    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
-                    shm_check=lambda trial: None, execute=execute, stable_bytes=False, iterable=False)
+    runner = fake_runner(spec, tmp_path / "out.csv", execute, stable_bytes=False, iterable=False)
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 0}, False),
                     trial_for(spec.config, {"num_workers": 2}, False)], 1)
     written = read_records(tmp_path / "out.csv", required=())
@@ -503,10 +498,7 @@ def test_the_runner_compares_keys_when_a_trials_sampler_gave_no_indices(tmp_path
             return Outcome("ok", "", measurement, 0.5)
         return Outcome("ok", "", dataclasses.replace(measurement, sampled=(handed_out(DATASET, complete=True),)), 0.5)
 
-    results = ResultsFile(tmp_path / "out.csv")
-    results.start()
-    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
-                    shm_check=lambda trial: None, execute=execute, iterable=False)
+    runner = fake_runner(spec, tmp_path / "out.csv", execute, iterable=False)
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 2}, False)], 1)
     assert not runner.by_indices
     assert {r.data_check for r in read_records(tmp_path / "out.csv", required=())} == {"same"}

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from loadtune.config import load_config
+from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
-from loadtune.results.record import ResultsFile, read_records
-from loadtune.sweep_process import events
+from loadtune.results.record import read_records
 from loadtune.sweep_process.decide import (
     MIN_REPEATS_TO_DECIDE,
     Scored,
@@ -28,7 +28,7 @@ from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.runner import Runner
 from loadtune.trials import cost_of
-from tests.conftest import tiny_config
+from tests.conftest import fake_runner, tiny_config
 
 
 def scored(name: str, mean: float, half: float, repeats: int = 2, workers: int = 1, draws=None) -> Scored:
@@ -175,10 +175,7 @@ def runner_for(tmp_path: Path, write_config, **measure) -> tuple[Runner, FakeTri
     config = tiny_config(measure={"warmup_batches": 1, "batches": 20, "timeout_s": 10, **measure})
     spec = load_config(write_config(config))
     fake = FakeTrials()
-    results = ResultsFile(tmp_path / "out.csv")
-    results.start()
-    runner = Runner(spec, "cpu", {"config_name": "tiny"}, results, emit=events.ignore, seed=0, cores=2.0,
-                    shm_check=lambda trial: None, execute=fake)
+    runner = fake_runner(spec, tmp_path / "out.csv", fake)
     return runner, fake
 
 
@@ -264,7 +261,7 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     import dataclasses
 
     from loadtune.results.advice import with_checked_advice
-    from loadtune.sweep_process.runner import _ranked
+    from loadtune.sweep_process.conclude import ranked
 
     monkeypatch.setitem(TRUE, "num_workers=2, persistent_workers=true", 300.0)
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)
@@ -278,7 +275,7 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     advised = runner.advised(False)
     assert [(a.setting, a.exact, a.alone) for a in advised["num_workers=2"]] == \
         [("persistent_workers=True", "num_workers=2, persistent_workers=true", "persistent_workers=true")]
-    records = {r.trial: r for r in with_checked_advice(_ranked(runner, "throughput"), advised, 0.03)}
+    records = {r.trial: r for r in with_checked_advice(ranked(runner, RankBy.THROUGHPUT), advised, 0.03)}
     assert re.fullmatch(r"62% of the wait is at epoch starts: persistent_workers=True measured 29\d\.\d "
                         r"\[\d+\.\d, \d+\.\d\] samples/s against 39\d\.\d \(num_workers=2\): not shown to help here\.",
                         records["num_workers=2"].advice), records["num_workers=2"].advice

@@ -439,8 +439,8 @@ def _summary_json() -> dict:
 def test_the_reference_lists_every_sweep_json_key():
     from loadtune.results.model import PipelineModel
     from loadtune.results.report import DataFindings, Flagged, OneRank
+    from loadtune.results.sweep import ModelTie
     from loadtune.results.transfer import Travel
-    from loadtune.sweep_process.runner import ModelTie
 
     part = section(REFERENCE_TEXT, "### `loadtune sweep --json`")
     data = _summary_json()

@@ -10,9 +10,10 @@ import math
 import pytest
 
 from loadtune.config import Config
+from loadtune.kinds import Status
 from loadtune.results.interval import Interval
 from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error, simulate
-from loadtune.results.record import PREDICTED, Record
+from loadtune.results.record import Record
 from loadtune.sweep_process.decide import Scored, pick
 from loadtune.sweep_process.plan import grid_plan
 from loadtune.sweep_process.strategy import config_key, model_targets, run_model, run_ofat
@@ -148,7 +149,7 @@ def test_busy_threads_beyond_the_cores_slow_the_pace():
 def test_prediction_error_reads_only_predictions_made_before():
     a = Record(trial="a", status="ok", throughput=100.0, wait_ratio=0.1, predicted_throughput=110.0)
     b = Record(trial="b", status="ok", throughput=100.0, wait_ratio=0.1)
-    c = Record(trial="c", status=PREDICTED, predicted_throughput=90.0)
+    c = Record(trial="c", status=Status.PREDICTED, predicted_throughput=90.0)
     d = Record(trial="d", status="ok", throughput=200.0, wait_ratio=0.1, predicted_throughput=180.0)
     assert prediction_error([a, b, c, d]) == (pytest.approx(0.1), 2)
     assert c.predicted_only and not c.ran
@@ -279,7 +280,7 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
     measured = Record(trial="num_workers=2", status="ok", rank=1, throughput=500.0, throughput_lo=490.0,
                       throughput_hi=510.0, wait_ratio=0.2, wait_ratio_lo=0.19, wait_ratio_hi=0.21,
                       predicted_throughput=480.0)
-    only = Record(trial="num_workers=4, persistent_workers=true", status=PREDICTED, predicted_throughput=612.5,
+    only = Record(trial="num_workers=4, persistent_workers=true", status=Status.PREDICTED, predicted_throughput=612.5,
                   reason="not measured: the pipeline model predicts it")
     out = io.StringIO()
     Console(file=out, width=250).print(results_table([measured, only]))

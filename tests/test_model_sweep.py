@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 import loadtune
-from loadtune.results.record import PREDICTED, read_records
+from loadtune.kinds import Status
+from loadtune.results.record import read_records
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow
@@ -26,7 +27,7 @@ def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     result = loadtune.sweep(config, out=out)
     rows = read_records(out)
     measured = [r for r in rows if r.ran and r.trial != "ideal"]
-    predicted = [r for r in rows if r.status == PREDICTED]
+    predicted = [r for r in rows if r.status == Status.PREDICTED]
     assert {r.strategy for r in measured} == {"model"}
     assert predicted, "configs of the space not measured are predicted rows"
     assert all(r.rank is None and r.throughput is None and r.predicted_throughput for r in predicted)

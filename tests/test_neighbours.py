@@ -10,13 +10,14 @@ import sys
 
 import pytest
 
-from loadtune.config import load_config
 from loadtune.errors import LoadtuneError
 from loadtune.machine import usable_cores
+from loadtune.options import SweepOptions
 from loadtune.results.choice import recommended
+from loadtune.results.findings import BusyMachine
 from loadtune.sweep_process import events
 from loadtune.sweep_process.output import OutputLock, check_writable, lock_path
-from loadtune.sweep_process.runner import run_sweep
+from loadtune.sweep_process.pipeline import run_sweep
 from tests.conftest import run_cli, tiny_config
 
 # 24 ms of sleeping per batch against a 12 ms step: 4 workers keep up (compute-bound, no advice
@@ -44,16 +45,17 @@ class HogDuring:
 @pytest.mark.slow
 @pytest.mark.serial  # its own hog must be the only other work
 def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_path):
-    spec = load_config(write_config(tiny_config(**CLEAR_WINNER)))
+    config = write_config(tiny_config(**CLEAR_WINNER))
     hog = HogDuring("num_workers=4")
     try:
-        noisy = run_sweep(spec, tmp_path / "noisy.csv", on_event=hog)
+        noisy = run_sweep(SweepOptions(config, out=tmp_path / "noisy.csv"), on_event=hog)
     finally:
         hog(events.RunFinished(None, None))  # never leave a hog behind
-    quiet = run_sweep(spec, tmp_path / "quiet.csv")
+    quiet = run_sweep(SweepOptions(config, out=tmp_path / "quiet.csv"))
     rows = {r.trial: r for r in noisy.records}
     assert rows["num_workers=4"].disturbed_repeats >= 1, rows["num_workers=4"]
-    assert any("the machine was busy" in w and "num_workers=4" in w for w in noisy.warnings)
+    assert any(isinstance(w, BusyMachine) and "num_workers=4" in dict(w.disturbed) for w in noisy.warnings)
+    assert any("the machine was busy" in str(w) and "num_workers=4" in str(w) for w in noisy.warnings)
     assert recommended(noisy.records).num_workers == recommended(quiet.records).num_workers == 4
 
 

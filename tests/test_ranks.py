@@ -67,7 +67,7 @@ def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
 
 
 def test_more_ranks_than_gpus_are_refused():
-    from loadtune.sweep_process.runner import check_ranks
+    from loadtune.sweep_process.setup import check_ranks
 
     with pytest.raises(ConfigError, match="--ranks 2 on cuda: each rank uses a CUDA device of its own"):
         check_ranks(2, "cuda", 1)
@@ -106,7 +106,7 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
 
 def test_ranks_write_beside_the_one_rank_csv(tmp_path):
     from loadtune.config import load_config
-    from loadtune.sweep_process.runner import default_output
+    from loadtune.options import default_output
 
     path = tmp_path / "c.yaml"
     import yaml

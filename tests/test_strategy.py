@@ -162,7 +162,7 @@ def test_settings_that_need_workers_are_skipped_rows_only_when_no_trial_with_wor
 
 
 def test_unknown_strategy():
-    with pytest.raises(ValueError, match="strategy 'random'"):
+    with pytest.raises(ValueError, match="'random' is not a valid Strategy"):
         run_strategy("random", config(), False, FakeMeasurer())
 
 

@@ -21,7 +21,7 @@ from loadtune.results.report import (
     summarize_sweep,
     summary_lines,
 )
-from loadtune.sweep_process.runner import Decision, ModelTie
+from loadtune.results.sweep import Decision, ModelTie
 
 PICK = "num_workers=2, prefetch_factor=4"
 PERSISTENT = f"{PICK}, persistent_workers=true"

@@ -199,8 +199,10 @@ def test_epoch_wait_share_from_a_measurement_is_exact():
 
 def test_oversubscription_warning():
     # 2 workers each running 1 extra pool thread (4 threads: 3 base + 1): 2 × 2 = 4 > 2 cores.
-    warning = oversubscription_warning(2, BASE_WORKER_THREADS + 1, 2)
-    assert warning is not None
+    found = oversubscription_warning(2, BASE_WORKER_THREADS + 1, 2, "num_workers=2")
+    assert found is not None and found.asks and (found.num_workers, found.computing_threads) == (2, 2)
+    warning = str(found)
+    assert warning.startswith("num_workers=2: ")
     assert "2 workers × 2 computing threads = 4 threads on 2 usable cores" in warning
     assert "OMP_NUM_THREADS=1" in warning and "cv2.setNumThreads(0)" in warning
     assert "worker_init_fn" in warning

@@ -155,13 +155,13 @@ def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_pat
 def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write_config, tmp_path, marker):
     """Against a faked free /dev/shm of 0.01 MB: every trial with workers is skipped, with the
     figures in its reason; the trial without workers (no shared memory) still runs."""
-    from loadtune.config import load_config
-    from loadtune.sweep_process.runner import run_sweep
+    from loadtune.options import SweepOptions
+    from loadtune.sweep_process.pipeline import run_sweep
 
     config = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost",
                                   "kwargs": {"num_samples": 200, "cost_s": 0.0005, "sample_shape": [256]}},
                          sweep={"num_workers": [0, 2]}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1})
-    result = run_sweep(load_config(write_config(config)), tmp_path / "shm.csv", shm_free_mb=0.01)
+    result = run_sweep(SweepOptions(write_config(config), out=tmp_path / "shm.csv"), shm_free_mb=0.01)
     rows = {r.trial: r for r in result.records}
     for trial in ("baseline", "num_workers=2"):
         assert rows[trial].status == "skipped"

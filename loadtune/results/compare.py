@@ -18,7 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.errors import ResultsError
-from loadtune.results.record import PREDICTED, Record, load_records, missing_columns, plain_frame
+from loadtune.kinds import Status
+from loadtune.results.record import Record, load_records, missing_columns, plain_frame
 from loadtune.results.report import short_trial
 from loadtune.results.table import Column, fitted_table
 from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
@@ -29,7 +30,6 @@ from loadtune.trials import BASELINE, IDEAL
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
 
-OK = "ok"
 ABSENT = "absent"  # status shown for a trial that has no row in a file
 LABEL_SEPARATOR = "@"  # flat column names: `throughput@<label>`
 
@@ -183,7 +183,7 @@ def _check_same_config(results: Sequence[ResultSet]) -> None:
 
 
 def _ranked(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame["status"] == OK) & frame["rank"].notna()]
+    return frame[(frame["status"] == Status.OK) & frame["rank"].notna()]
 
 
 def winner_of(frame: pd.DataFrame) -> str | None:
@@ -198,19 +198,19 @@ def winner_of(frame: pd.DataFrame) -> str | None:
 
 def _tied(frame: pd.DataFrame, trial: str | None) -> bool:
     """Whether `trial` ran and is tied with the best in this file."""
-    rows = frame[(frame["trial"] == trial) & (frame["status"] == OK)]
+    rows = frame[(frame["trial"] == trial) & (frame["status"] == Status.OK)]
     return not rows.empty and rows["tied_with_best"].iloc[0] is True
 
 
 def _speedup_sides(frame: pd.DataFrame) -> dict[str, int]:
     """trial -> +1 (helps: throughput_lo / baseline > 1), -1 (hurts: throughput_hi / baseline < 1);
     trials whose speedup interval holds 1, or cannot be told, are left out."""
-    base = frame[(frame["trial"] == BASELINE) & (frame["status"] == OK)]["throughput"]
+    base = frame[(frame["trial"] == BASELINE) & (frame["status"] == Status.OK)]["throughput"]
     if base.empty or not (base.iloc[0] > 0):
         return {}
     baseline = float(base.iloc[0])
     sides = {}
-    for row in frame[frame["status"] == OK].itertuples(index=False):
+    for row in frame[frame["status"] == Status.OK].itertuples(index=False):
         if row.throughput_lo / baseline > 1:
             sides[row.trial] = 1
         elif row.throughput_hi / baseline < 1:
@@ -308,11 +308,11 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     table = _aligned(results, trials)
     for i, trial in enumerate(trials):
         # A config one file measured and another only predicted has not changed its status.
-        statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels} - {PREDICTED}
+        statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels} - {Status.PREDICTED}
         if len(statuses) > 1:
             flags[trial].append(STATUS_CHANGED)
         ties = {table.at[i, f"tied_with_best{LABEL_SEPARATOR}{label}"] for label in labels
-                if table.at[i, f"status{LABEL_SEPARATOR}{label}"] == OK}
+                if table.at[i, f"status{LABEL_SEPARATOR}{label}"] == Status.OK}
         ties.discard(None)
         if len(ties) > 1:
             flags[trial].append(TIE_GROUP_CHANGED)
@@ -401,10 +401,10 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
         for row in rows:
             status = row[f"status{LABEL_SEPARATOR}{label}"]
             predicted.append(_fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
-                             if status in (OK, PREDICTED) else "")
+                             if status in (Status.OK, Status.PREDICTED) else "")
             transfers.append(_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)
                              if label in comparison.transfers else "")
-            if status != OK:
+            if status != Status.OK:
                 ranks.append(Text(status, style=STATUS_STYLE.get(status, "")))
                 samples.append("")
                 waits.append("")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from loadtune.results.findings import Unstable
+
 # Half an interval's width above this share of its mean makes a result unstable.
 NOISY_RELATIVE_SPREAD = 0.10
 
@@ -20,11 +22,8 @@ class Interval:
         return (self.hi - self.lo) / 2 / abs(self.mean) if self.mean else 0.0
 
 
-def unstable_note(name: str, throughput: Interval) -> str | None:
-    """A warning with its remedy when a trial's throughput interval is wider than
-    ±NOISY_RELATIVE_SPREAD of its mean, else None."""
+def unstable_note(name: str, throughput: Interval) -> Unstable | None:
+    """The finding when a trial's throughput interval is wider than ±NOISY_RELATIVE_SPREAD of
+    its mean, else None."""
     spread = throughput.relative_spread
-    if spread <= NOISY_RELATIVE_SPREAD:
-        return None
-    return (f"{name}: unstable result, throughput ±{spread * 100:.0f}%: rerun with --repeats 5 or more, "
-            "a longer --batches, or close other programs")
+    return Unstable(name, spread) if spread > NOISY_RELATIVE_SPREAD else None

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 import pandas as pd
 
 from loadtune.errors import LoadtuneError, ResultsError
-from loadtune.results.record import PREDICTED, load_records, plain_frame
+from loadtune.kinds import Status
+from loadtune.results.record import load_records, plain_frame
 from loadtune.text import short
 from loadtune.trials import BASELINE, IDEAL
 
@@ -92,7 +93,7 @@ def trial_order(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[str]:
     for i, (_, df) in enumerate(frames):
         rows = df[df["trial"] != IDEAL]
         if "status" in rows.columns:
-            rows = rows[rows["status"] != PREDICTED]
+            rows = rows[rows["status"] != Status.PREDICTED]
         if i == 0 and "rank" in rows.columns:
             rows = rows.assign(_pos=range(len(rows)))
             rows = rows.sort_values(["rank", "_pos"], na_position="last", kind="stable")
@@ -110,7 +111,7 @@ def _rows_by_trial(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
 
 
 def _is_ok(row: dict[str, Any] | None, key: str = "throughput") -> bool:
-    return row is not None and _text(row.get("status")) == "ok" and _num(row.get(key)) is not None
+    return row is not None and _text(row.get("status")) == Status.OK and _num(row.get(key)) is not None
 
 
 def _bar_color(row: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence, TypeVar
 
 from loadtune.errors import ResultsError
+from loadtune.kinds import Status
 from loadtune.results.interval import Interval
 
 FORMAT_VERSION = 3  # 1: before this column existed (migrated below); 2: before the predicted columns and rows
@@ -30,8 +31,6 @@ ENCODING = "utf-8"
 DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT = "same", "duplicates", "different"
 DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
 DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
-# The status of a row the pipeline model predicted and the sweep never measured.
-PREDICTED = "predicted"
 
 
 def _col(kind: str, digits: int | None = None) -> Any:
@@ -83,7 +82,7 @@ class Record(_Table):
     trial: str | None = _col(TEXT)
     changed: str | None = _col(TEXT)
     value: str | None = _col(TEXT)
-    status: str | None = _col(TEXT)  # ok, skipped, failed, timeout
+    status: str | None = _col(TEXT)  # a Status
     reason: str | None = _col(TEXT)
     num_workers: int | None = _col(INT)
     prefetch_factor: int | None = _col(INT)
@@ -163,12 +162,12 @@ class Record(_Table):
 
     @property
     def ran(self) -> bool:
-        return self.status == "ok" and self.throughput is not None and self.wait_ratio is not None
+        return self.status == Status.OK and self.throughput is not None and self.wait_ratio is not None
 
     @property
     def predicted_only(self) -> bool:
         """A config the model scored but the sweep did not measure: never ranked or recommended."""
-        return self.status == PREDICTED
+        return self.status == Status.PREDICTED
 
     @property
     def data_flagged(self) -> bool:

@@ -10,6 +10,8 @@ from typing import Any, Mapping, Sequence
 from rich.table import Table
 from rich.text import Text
 
+from loadtune.kinds import EndedBy, Status
+from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import prediction_error
 from loadtune.results.record import DATA_FLAGGED, Record
@@ -91,8 +93,8 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
     cells: dict[str, list[Cell]] = {name: [] for name in RESULT_COLUMNS}
     names, styles = [], []
     for r in records:
-        names.append(f"{r.trial or ''} ({r.data_check})" if r.status == "ok" and r.data_flagged else r.trial or "")
-        if r.status != "ok":
+        names.append(f"{r.trial or ''} ({r.data_check})" if r.status == Status.OK and r.data_flagged else r.trial or "")
+        if r.status != Status.OK:
             status = r.status or ""
             row: dict[str, Cell] = {"rank": "-", "samples/s [95% CI]": Text(status, style=STATUS_STYLE.get(status, ""))}
             styles.append("dim")
@@ -124,7 +126,7 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
 def not_run_lines(records: Sequence[Record], skipped: bool = True) -> list[str]:
     """The trials that did not run, with why; without `skipped`, only those that failed."""
     return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records
-            if r.status != "ok" and not r.predicted_only and (skipped or r.status != "skipped")]
+            if r.status != Status.OK and not r.predicted_only and (skipped or r.status != Status.SKIPPED)]
 
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:
@@ -141,7 +143,7 @@ def predicted_lines(records: Sequence[Record]) -> list[str]:
 def flagged_lines(records: Sequence[Record]) -> list[str]:
     """The trials the data check kept out of the ranking, with what is wrong."""
     return [f"{r.trial}: {r.reason or 'data_check ' + str(r.data_check)}" for r in records
-            if r.status == "ok" and r.data_flagged]
+            if r.status == Status.OK and r.data_flagged]
 
 
 BRIEF = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_hi", "wait_ratio",
@@ -212,7 +214,7 @@ class Summary:
     ranks: int
     rank_by: str
     strategy: str
-    warnings: tuple[str, ...]
+    warnings: tuple[Finding | str, ...]  # worded at output: str(w)
     baseline: Record | None
     best: Record | None
     recommended: Record | None
@@ -235,7 +237,7 @@ class Summary:
     # and the targets where the pick holds
     travel: tuple[Any, ...] = ()
     travel_same: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()  # findings that ask nothing of the user: shown with --verbose
+    notes: tuple[Finding | str, ...] = ()  # findings that ask nothing of the user: shown with --verbose
     # The recommendation's speedup over the baseline, as a 95% interval (None where the raw
     # figures were not at hand, as for trials kept by --resume).
     speedup_lo: float | None = None
@@ -263,7 +265,7 @@ class Summary:
         data: dict[str, Any] = {
             "output": self.output, "config": self.config, "scale": self.scale, "scaled": self.scaled,
             "device": self.device, "ranks": self.ranks, "rank_by": self.rank_by, "strategy": self.strategy,
-            "warnings": [*self.warnings, *self.notes], "baseline": brief(self.baseline),
+            "warnings": [str(w) for w in (*self.warnings, *self.notes)], "baseline": brief(self.baseline),
             "ideal_throughput": self.ideal_throughput, "best": brief(self.best),
             "recommended": brief(self.recommended), "dataloader": self.dataloader,
             "decided": self.decided,
@@ -281,7 +283,7 @@ class Summary:
             "ties": [dataclasses.asdict(t) for t in getattr(self.decision, "ties", ())],
             "travel": [dataclasses.asdict(t) for t in self.travel],
             "travel_same": list(self.travel_same),
-            "notes": list(self.notes),
+            "notes": [str(n) for n in self.notes],
             "speedup_interval": [self.speedup_lo, self.speedup_hi] if self.speedup_lo is not None else None,
             "summary": summary_lines(self),
         }
@@ -309,7 +311,7 @@ def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwa
         baseline=next((r for r in records if r.trial == BASELINE), None),
         best=next((r for r in records if r.rank == 1), None),
         recommended=chosen,
-        ideal_throughput=next((r.throughput for r in records if r.trial == IDEAL and r.status == "ok"), None),
+        ideal_throughput=next((r.throughput for r in records if r.trial == IDEAL and r.status == Status.OK), None),
         dataloader=dataloader_line(loader_kwargs) if chosen is not None and loader_kwargs is not None else None,
         trials=tuple(records),
         **meta,
@@ -383,13 +385,13 @@ def _spread_words(spread: float | None) -> str:
 def _settle(decision: Any) -> str:
     """The one rerun that would settle an undecided pick."""
     more = max(2 * (decision.repeats or 1), 5)
-    if decision.ended_by == "kept":
+    if decision.ended_by == EndedBy.KEPT:
         return "rerun without --resume (racing measures no trial kept from the file again)"
-    if decision.ended_by == "shortfall":
+    if decision.ended_by == EndedBy.SHORTFALL:
         # Racing stopped because the expected loss was already within the tolerance: a smaller
         # one races on, with room for the repeats that takes.
         return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g} --repeats {more}"
-    if decision.ended_by == "budget":
+    if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget"
     return f"rerun with --repeats {more}"
 
@@ -526,25 +528,22 @@ LEGEND = (
 )
 
 
-def noise_warnings(records: Sequence[Record]) -> list[str]:
+def noise_warnings(records: Sequence[Record]) -> list[Finding]:
     """The unstable-result warnings of the contenders that ran (not the ideal, a reference, nor
     the trials racing stopped early, which are clearly behind whatever their spread, nor those
     the data check flagged, which are not contenders); beyond NAMED_UNSTABLE of them, one line."""
     unstable = []
     for r in records:
         interval = r.throughput_interval
-        if r.status == "ok" and r.trial != IDEAL and not r.stopped_early and not r.data_flagged \
+        if r.status == Status.OK and r.trial != IDEAL and not r.stopped_early and not r.data_flagged \
                 and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:
-                unstable.append((r.trial or "", interval.relative_spread, note))
+                unstable.append(note)
     if len(unstable) <= NAMED_UNSTABLE:
-        return [note for _, _, note in unstable]
-    spreads = [spread for _, spread, _ in unstable]
-    return [f"{len(unstable)} trials have unstable results, throughput ±{min(spreads) * 100:.0f}% to "
-            f"±{max(spreads) * 100:.0f}% (first: {', '.join(name for name, _, _ in unstable[:NAMED_UNSTABLE])}): "
-            "processes differ that much from one repeat to the next here; rerun with --repeats 5 or more, "
-            "a longer --batches, or close other programs"]
+        return list(unstable)
+    spreads = [u.spread for u in unstable]
+    return [ManyUnstable(len(unstable), min(spreads), max(spreads), tuple(u.trial for u in unstable[:NAMED_UNSTABLE]))]
 
 
 def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[str]:
@@ -554,7 +553,7 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
     from loadtune.results.choice import recommended
 
     chosen = recommended(records)
-    ran = [r for r in records if r.status == "ok" and r.trial != IDEAL and r.verdict]
+    ran = [r for r in records if r.status == Status.OK and r.trial != IDEAL and r.verdict]
     shown = ran if every_trial else [r for r in ran if r.trial == BASELINE or r is chosen]
     lines = []
     for r in shown:
@@ -562,7 +561,7 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
         lines.append(f"Bottleneck ({label}{r.trial}): {r.verdict}; {r.advice or ''}".rstrip("; "))
     checks: dict[str, int] = {}
     for r in records:
-        if r.status == "ok" and r.trial != IDEAL:
+        if r.status == Status.OK and r.trial != IDEAL:
             checks[r.data_check or "not checked"] = checks.get(r.data_check or "not checked", 0) + 1
     if checks:
         lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))

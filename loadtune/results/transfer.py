@@ -19,8 +19,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.config import MeasureSpec
 from loadtune.errors import ResultsError
+from loadtune.kinds import TOLERANCE
 from loadtune.results.choice import recommended as measured_pick
 from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit, prediction_error
 from loadtune.results.record import Record, load_records, missing_columns
@@ -36,7 +36,6 @@ NEEDS_WORKERS = ("prefetch_factor", "persistent_workers", "worker_threads")
 # The settings that make a config, in the order a config is written.
 CONFIG_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
                "worker_threads")
-TOLERANCE = MeasureSpec.model_fields["tolerance"].default  # the sweep's default practical-equivalence margin
 # A target this far beyond what was measured (cores, step) is an extrapolation, said so.
 EXTRAPOLATION_MARGIN = 0.10
 # Memory: the share of the target's RAM a config may plan to use (the rest is the training

@@ -19,9 +19,9 @@ from typing import Sequence
 
 import numpy as np
 
+from loadtune.kinds import RankBy
 from loadtune.results.interval import Interval
 
-DEFAULT_TOLERANCE = 0.03
 # Each one-sided bound at 95%: together the two make the 90% interval of the TOST procedure.
 ONE_SIDED_TAIL_PCT = 5.0
 # Repeats (processes) the pick and each contender it is judged against need before the pick is
@@ -126,12 +126,12 @@ def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
     return a.wait_ratio.lo - b.wait_ratio.hi
 
 
-def expected_shortfall(a: Scored, b: Scored, by: str = "throughput") -> float | None:
+def expected_shortfall(a: Scored, b: Scored, by: RankBy = RankBy.THROUGHPUT) -> float | None:
     """What a loses to b on average over the two trials' draws: the mean of max(0, 1 - a/b) of
     their throughputs, or of max(0, wait_ratio(a) - wait_ratio(b)); None without draws."""
     if a.name == b.name:
         return 0.0
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         ratios = _throughput_ratios(a, b)
         return float(np.mean(np.maximum(0.0, 1 - ratios))) if ratios is not None else None
     diff = _wait_ratio_excesses(a, b)
@@ -147,35 +147,35 @@ def tied(a: Scored, b: Scored, ties: Ties = frozenset()) -> bool:
     return a.name == b.name or frozenset((a.name, b.name)) in ties
 
 
-def as_good(a: Scored, b: Scored, tolerance: float, by: str = "throughput", ties: Ties = frozenset()) -> bool:
+def as_good(a: Scored, b: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT, ties: Ties = frozenset()) -> bool:
     """Shown to be as good as b, within the tolerance: throughput at least (1 - tolerance) of b's,
     or a wait ratio at most `tolerance` above b's; or tied with it by the model and the data."""
     if ties and tied(a, b, ties):
         return True
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         return throughput_ratio_lower(a, b) >= 1 - tolerance
     return wait_ratio_excess_upper(a, b) <= tolerance
 
 
-def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: str = "throughput") -> bool:
+def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
     """Shown behind the leader by more than the tolerance: the one-sided 95% upper bound of a's
     throughput over the leader's below 1 - tolerance (from both trials' draws; without them,
     a's optimistic bound below the leader's pessimistic one), or its wait ratio's lower excess
     above the tolerance."""
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         return throughput_ratio_upper(a, leader) < 1 - tolerance
     return wait_ratio_excess_lower(a, leader) > tolerance
 
 
-def order(items: Sequence[Scored], by: str = "throughput") -> list[Scored]:
+def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Scored]:
     """Items that ran, best first: highest throughput, or lowest wait ratio then highest throughput."""
     ran = [i for i in items if i.ran]
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         return sorted(ran, key=lambda i: -i.throughput.mean)
     return sorted(ran, key=lambda i: (i.wait_ratio.mean, -i.throughput.mean))
 
 
-def pick(items: Sequence[Scored], tolerance: float, by: str = "throughput",
+def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
          ties: Ties = frozenset()) -> Scored | None:
     """The cheapest trial shown as good as the best, within the tolerance; None when none ran."""
     ranked = order(items, by)
@@ -201,7 +201,7 @@ class RaceStep:
     settled: bool = False  # racing ends undecided: that expected shortfall is within the tolerance
 
 
-def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: str = "throughput",
+def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: RankBy = RankBy.THROUGHPUT,
               stopped: frozenset[str] = frozenset(), may_stop: bool = True, ties: Ties = frozenset()) -> RaceStep:
     """One step of the race among the trials that ran and were not stopped before: the pick and
     its strongest undecided rival are asked for one more repeat each. Repeats already at
@@ -241,9 +241,9 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: s
                     tuple(i.name for i in undecided), max(gap, tolerance), expected, settled)
 
 
-def _shortfall(chosen: Scored, other: Scored, by: str) -> float:
+def _shortfall(chosen: Scored, other: Scored, by: RankBy) -> float:
     """How far behind `other` the pick may be at most: 1 - the lower bound of their throughput
     ratio (or the wait ratio's upper excess)."""
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         return max(0.0, 1 - throughput_ratio_lower(chosen, other))
     return max(0.0, wait_ratio_excess_upper(chosen, other))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from loadtune.measurement import Measurement
+from loadtune.results.findings import ThreadsOversubscribed
 from loadtune.sweep_process.resources import ResourceFigures, shm_need_mb, summarize_resources
 from loadtune.sweep_process.stats import TrialStats
 from loadtune.sweep_process.verdict import (
@@ -93,7 +94,7 @@ def window_evidence(measurement: Measurement, usable_cores: float, workers: int)
 @dataclass(frozen=True)
 class Diagnosis:
     columns: dict[str, Any]
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[ThreadsOversubscribed, ...] = ()
     suggestions: tuple[tuple[tuple[str, Any], ...], ...] = ()  # settings the advice names (verdict.suggestions)
 
 
@@ -175,6 +176,6 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         in_order=kwargs.get("in_order", True),
     )
     columns["verdict"], columns["advice"] = verdict(evidence)
-    warning = oversubscription_warning(workers, threads, usable_cores)
+    warning = oversubscription_warning(workers, threads, usable_cores, name)
     suggested = tuple(tuple(sorted(change.items())) for change in suggestions(evidence))
-    return Diagnosis(columns, (f"{name}: {warning}",) if warning else (), suggested)
+    return Diagnosis(columns, (warning,) if warning else (), suggested)

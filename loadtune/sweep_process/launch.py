@@ -14,6 +14,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
+from loadtune.kinds import Status
 from loadtune.measurement import Measurement
 from loadtune.sweep_process.resources import ResourceSamples, TreeSampler
 from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, MAIN_NAME_VAR, MAIN_PATH_VAR, SAMPLING
@@ -135,7 +136,7 @@ def _kill_tree(process: Any) -> None:
 ABORT_POLL_S = 0.2
 
 
-TIMED_OUT, ABORTED = "timeout", "aborted"
+ABORTED = "aborted"  # how a wait ended, never a status
 # The reason of a rank's part stopped because another rank's part failed (see torchrun).
 STOPPED_BY_PEER = "stopped: another rank's part of this trial failed"
 
@@ -143,16 +144,16 @@ STOPPED_BY_PEER = "stopped: another rank's part of this trial failed"
 def _receive(receiver: Any, process: Any, deadline: float,
              abort: Callable[[], bool] | None = None) -> tuple[Any, str | None]:
     """The next message from the trial process, or None; and why waiting ended without one:
-    TIMED_OUT (the deadline passed), ABORTED (`abort` said to give up), or None."""
+    Status.TIMEOUT (the deadline passed), ABORTED (`abort` said to give up), or None."""
     while True:
         left = deadline - time.perf_counter()
         if left <= 0:
-            return None, TIMED_OUT
+            return None, Status.TIMEOUT
         ready = wait([receiver, process.sentinel], timeout=min(left, MAX_WAIT_S if abort is None else ABORT_POLL_S))
         if ready:
             break
         if abort is None:
-            return None, TIMED_OUT
+            return None, Status.TIMEOUT
         if abort():
             return None, ABORTED
     if receiver in ready:
@@ -207,7 +208,7 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
         try:
             process.start()
         except Exception as exc:  # noqa: BLE001 - e.g. no processes or file descriptors left
-            return Outcome("failed", f"could not start the trial process: {type(exc).__name__}: {exc}",
+            return Outcome(Status.FAILED, f"could not start the trial process: {type(exc).__name__}: {exc}",
                            None, time.perf_counter() - start)
         finally:
             sender.close()
@@ -231,15 +232,15 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
         if message is not None:
             process.join(EXIT_GRACE_S)
             status, payload = message
-            if status == "ok":
+            if status == Status.OK:
                 if samples is not None and isinstance(payload, Measurement):
                     payload = dataclasses.replace(payload, resources=(samples,))
-                return Outcome("ok", "", payload, wall_s)
-            return Outcome("failed", payload, None, wall_s)
+                return Outcome(Status.OK, "", payload, wall_s)
+            return Outcome(Status.FAILED, payload, None, wall_s)
         if ended == ABORTED:
-            return Outcome("failed", STOPPED_BY_PEER, None, wall_s)
-        if ended == TIMED_OUT:
-            return Outcome("timeout", f"no result after measure.timeout_s={timeout_s:g}s "
+            return Outcome(Status.FAILED, STOPPED_BY_PEER, None, wall_s)
+        if ended == Status.TIMEOUT:
+            return Outcome(Status.TIMEOUT, f"no result after measure.timeout_s={timeout_s:g}s "
                                       "(the trial and its workers were killed)", None, wall_s)
         process.join(EXIT_GRACE_S)
         code = process.exitcode
@@ -247,7 +248,7 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
             why = f"trial process killed by {signal_text(-code)}"
         else:
             why = f"trial process exited with code {code} without a result"
-        return Outcome("failed", why, None, wall_s)
+        return Outcome(Status.FAILED, why, None, wall_s)
     finally:
         # A second Ctrl-C (or SIGTERM) must not cut the cleanup short: held until it is done.
         held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from loadtune.kinds import TOLERANCE, RankBy
 from loadtune.results.record import Record
-from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, Ties, as_good, order
+from loadtune.sweep_process.decide import Scored, Ties, as_good, order
 from loadtune.trials import cost_of
-
-RANK_BY = ("throughput", "wait_ratio")
 
 
 def scored_from_record(record: Record) -> Scored:
@@ -25,12 +24,11 @@ class Placing:
     tied_with_best: bool
 
 
-def rank(items: Sequence[Scored], by: str = "throughput", tolerance: float = DEFAULT_TOLERANCE,
+def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
          ties: Ties = frozenset()) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial shown as good as its group's leader, within the
     tolerance, shares the leader's rank; one that cannot be told yet starts a group of its own."""
-    if by not in RANK_BY:
-        raise ValueError(f"rank by {by!r}: expected one of {', '.join(RANK_BY)}")
+    by = RankBy(by)  # a ValueError for anything else
     placings: dict[str, Placing] = {}
     leader: Scored | None = None
     group_rank = 0

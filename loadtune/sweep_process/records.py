@@ -6,13 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, Sequence
 
+from loadtune.kinds import Status
 from loadtune.measurement import Measurement
 from loadtune.results.record import RankRecord, Record
 from loadtune.sweep_process.ranking import Placing
 from loadtune.sweep_process.stats import TrialStats
 from loadtune.trials import Trial, effective_settings
-
-SKIPPED, OK = "skipped", "ok"
 
 
 def stats_columns(stats: TrialStats) -> dict[str, Any]:
@@ -26,13 +25,14 @@ def stats_columns(stats: TrialStats) -> dict[str, Any]:
     )
 
 
-def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int | None, status: str = OK, reason: str = "",
+def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int | None, status: str = Status.OK,
+                 reason: str = "",
                  wall_s: float | None = None, stats: TrialStats | None = None,
                  measurement: Measurement | None = None, diagnosis: Mapping[str, Any] | None = None,
                  **extra: Any) -> Record:
     """The record of one trial: `context` holds the machine and run columns; a trial planned
     but refused before it ran is `skipped` with its reason; `extra` more columns."""
-    if status == SKIPPED:
+    if status == Status.SKIPPED:
         reason = trial.skip_reason or reason
     values: dict[str, Any] = dict(context)
     values.update(trial=trial.name, changed=trial.changed, value=trial.value_text, status=status, reason=reason,
@@ -74,6 +74,6 @@ def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
                 changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
         out.append(dataclasses.replace(record, **changes))
     ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
-    reference = [r for r in out if r.rank is None and r.status == OK and not r.data_flagged]
-    flagged = [r for r in out if r.rank is None and r.status == OK and r.data_flagged]
-    return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != OK]
+    reference = [r for r in out if r.rank is None and r.status == Status.OK and not r.data_flagged]
+    flagged = [r for r in out if r.rank is None and r.status == Status.OK and r.data_flagged]
+    return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != Status.OK]

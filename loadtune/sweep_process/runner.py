@@ -9,23 +9,19 @@ import math
 import multiprocessing
 import os
 import random
-import socket
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loadtune.config import RunSpec, adopt_loader
-from loadtune.errors import ConfigError, FactoryError
-from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
+from loadtune.kinds import EndedBy, RankBy, Status
 from loadtune.measurement import Measurement
-from loadtune.results.advice import Advised, with_checked_advice
+from loadtune.results.advice import Advised
+from loadtune.results.findings import Finding
 from loadtune.results.model import ModelReport, PipelineModel, Prediction, fit, leave_one_out_error, prediction_error
-from loadtune.results.record import DATA_FLAGGED, PREDICTED, RankRecord, Record, ResultsFile, rank_file, read_records
-from loadtune.results.report import DataFindings, Flagged, noise_warnings
+from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
+from loadtune.results.report import DataFindings, Flagged
+from loadtune.results.sweep import Decision, ModelTie
 from loadtune.sweep_process import events
 from loadtune.sweep_process.datacheck import (
     CONTENT,
@@ -39,19 +35,18 @@ from loadtune.sweep_process.datacheck import (
     sampled,
     streams,
 )
-from loadtune.sweep_process.decide import RaceStep, Scored, Ties, order, race_step
-from loadtune.sweep_process.diagnose import diagnose, machine_busy_now, outside_share
-from loadtune.sweep_process.launch import Outcome, preload, run_in_trial_process
-from loadtune.sweep_process.output import OutputLock, check_writable
-from loadtune.sweep_process.plan import baseline_trial, grid_plan, ideal_trial, on_top, trial_for
-from loadtune.sweep_process.ranking import RANK_BY, rank, scored_from_record
-from loadtune.sweep_process.records import OK, SKIPPED, apply_ranking, rank_records, stats_columns, trial_record
-from loadtune.sweep_process.resources import shm_fits, shm_need_mb
+from loadtune.sweep_process.decide import RaceStep, Scored, Ties, race_step
+from loadtune.sweep_process.diagnose import diagnose, outside_share
+from loadtune.sweep_process.files import SweepFiles
+from loadtune.sweep_process.launch import Outcome, run_in_trial_process
+from loadtune.sweep_process.plan import grid_plan, on_top, trial_for
+from loadtune.sweep_process.ranking import scored_from_record
+from loadtune.sweep_process.records import rank_records, stats_columns, trial_record
+from loadtune.sweep_process.setup import Setup
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
-from loadtune.sweep_process.strategy import STRATEGIES, config_key, run_strategy
-from loadtune.sweep_process.torchrun import local_ranks
+from loadtune.sweep_process.strategy import config_key
 from loadtune.trial_process.device import is_accelerator
-from loadtune.trial_process.jobs import PreflightInfo, PreflightJob, TrialJob
+from loadtune.trial_process.jobs import TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
@@ -66,124 +61,6 @@ PREFLIGHT_MIN_TIMEOUT_S = 600.0
 # Two trials the model explains as equal are tied when their measured throughputs differ by at
 # most this many standard deviations of the spread between processes (about 95%).
 TIE_SPREADS = 2.0
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    out_path: Path
-    records: tuple[Record, ...]
-    device: str
-    rank_by: str
-    strategy: str
-    warnings: tuple[str, ...] = ()
-    trials: dict[str, Trial] = field(default_factory=dict)
-    decision: "Decision | None" = None
-    source: str = "dataset"  # what the dataset factory returned (the baseline came from its DataLoader)
-    data: DataFindings | None = None  # the data check: trials flagged, and why some were not checked
-    model: ModelReport | None = None  # the pipeline model fitted to the measured trials
-    notes: tuple[str, ...] = ()  # findings that ask nothing of the user (shown with --verbose)
-    scores: dict[str, Scored] = field(default_factory=dict)  # each trial's figures as racing saw them
-
-
-@dataclass(frozen=True)
-class Decision:
-    """How sure the pick is: decided (shown as good as every other contender, within the
-    tolerance), or not, with the contenders still undecided and what may be left on the table."""
-
-    decided: bool
-    tolerance: float
-    pick: str | None = None  # the cheapest trial shown as good as the best: the recommendation
-    undecided: tuple[str, ...] = ()
-    gap: float = 0.0  # at most this share of throughput may be lost by the pick
-    why: str = ""  # what ended the racing when undecided: the repeats, the budget, or the expected shortfall
-    expected: float | None = None  # the pick's largest expected shortfall against the undecided
-    remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
-    ties: tuple["ModelTie", ...] = ()  # contenders the model and the data tied with the pick
-    # What ended the racing when undecided: "shortfall" (the expected shortfall came within the
-    # tolerance), "budget", "repeats", or "kept" (a contender kept by --resume, which racing does
-    # not measure again); and the spread between processes (log sd of a repeat's
-    # throughput), when two repeats of some trial showed it.
-    ended_by: str = ""
-    spread: float | None = None
-    repeats: int = 0  # measure.repeats
-
-
-@dataclass(frozen=True)
-class ModelTie:
-    """Two trials the pipeline model explains as equal whose measurements agree within the
-    spread between processes: tied, the cheaper picked, neither raced further."""
-
-    pick: str
-    other: str
-    predicted_ratio: float  # predicted throughput of other / pick
-    measured_ratio: float  # measured throughput of other / pick
-    spread: float  # the spread between processes it was judged against (log sd)
-    spread_source: str  # "processes" (repeats of the same trials) or "model" (the fit's residuals)
-
-
-def default_output(spec: RunSpec) -> Path:
-    """docs/reference.md, "loadtune sweep": config `output`, else results/<name>-<host>-x<scale>.csv; with N > 1 ranks,
-    -r<N> before the suffix of either."""
-    ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
-    if spec.config.output:
-        out = Path(spec.config.output)
-        out = out if out.is_absolute() else spec.base_dir / out
-        return out.with_name(f"{out.stem}{ranks}{out.suffix}") if ranks else out
-    host = socket.gethostname().split(".")[0]
-    return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
-
-
-def preflight(spec: RunSpec, device: str) -> PreflightInfo:  # device as asked: auto, cpu, cuda, cuda:I
-    """Build every user part once, in a process of its own with a timeout (the longer of
-    measure.timeout_s and PREFLIGHT_MIN_TIMEOUT_S), so a broken factory stops the sweep with a
-    clear error before any trial, not as a failed row per trial."""
-    cfg = spec.config
-    job = PreflightJob(cfg.dataset, baseline_trial(cfg), cfg.step, device, str(spec.base_dir), str(spec.path),
-                       os.getpid(), multiprocessing.get_start_method(), spec.ranks, cfg.loader)
-    timeout_s = max(cfg.measure.timeout_s, PREFLIGHT_MIN_TIMEOUT_S)
-    outcome = run_in_trial_process(job, timeout_s)
-    where = f"dataset factory {cfg.dataset.factory!r}"
-    if outcome.status == "timeout":
-        raise FactoryError(f"{where}: building the dataset and step took longer than {timeout_s:g}s "
-                           "(the longer of measure.timeout_s and the time allowed to fill caches)")
-    if outcome.result is None:
-        raise FactoryError(f"{where}: {outcome.reason}")
-    info: PreflightInfo = outcome.result
-    if info.error is not None:
-        raise (ConfigError if info.error_kind == "config" else FactoryError)(info.error)
-    return info
-
-
-def adopt_source(spec: RunSpec, info: PreflightInfo) -> RunSpec:
-    """When the dataset factory built a DataLoader (or a data module did), its settings are the
-    baseline, with what the config's loader block sets on top; swept keys change from there."""
-    if not info.source_settings:
-        return spec
-    loader = adopt_loader(spec.config.loader, info.source_settings, f"{spec.path}: loader")
-    return dataclasses.replace(spec, config=spec.config.model_copy(update={"loader": loader}),
-                               source=info.source_kind)
-
-
-def check_ranks(ranks: int, device: str, count: int) -> None:
-    """Each rank on an accelerator needs a device of its own (`count` CUDA devices here)."""
-    if ranks > 1 and is_accelerator(device):
-        if ranks > count:
-            raise ConfigError(f"--ranks {ranks} on {device}: each rank uses a CUDA device of its own and "
-                              f"this machine has {count}; use --ranks {count} or fewer, or --device cpu")
-
-
-def shm_refusal(trial: Trial, batch_bytes: int | None, free_mb: float | None, ranks: int = 1) -> str | None:
-    """Why a trial would not fit in /dev/shm (its workers would die of SIGBUS), or None.
-    With ranks, each rank's workers hold their own batches in flight."""
-    if trial.skipped or not batch_bytes or free_mb is None:
-        return None
-    kwargs = trial.loader_kwargs
-    need = shm_need_mb(batch_bytes, kwargs.get("num_workers", 0), kwargs.get("prefetch_factor")) * ranks
-    if shm_fits(need, free_mb):
-        return None
-    return (f"/dev/shm too small: batches in flight need about {need:.0f} MB "
-            f"({batch_bytes / 2**20:.1f} MB per batch) and {free_mb:.0f} MB is free; "
-            "give the container more (docker --shm-size) or use fewer workers or a smaller prefetch_factor")
 
 
 def _merge(measurements: Sequence[Measurement]) -> Measurement:
@@ -244,22 +121,21 @@ class Runner:
     """Measures sets of trials with their repeats interleaved: round-robin over the trials in
     a shuffled order, one process per repeat, so slow drift of the machine favours none."""
 
-    def __init__(self, spec: RunSpec, device: str, context: dict[str, Any], results: ResultsFile, *,
-                 emit: events.OnEvent, seed: int, cores: float, shm_check: Callable[[Trial], str | None],
-                 execute: Executor = run_in_trial_process, sampled_ranks: int = 1,
-                 per_rank: ResultsFile | None = None, scratch: str | None = None,
-                 stable_bytes: bool | None = True, iterable: bool | None = None,
-                 dataset_len: int | None = None) -> None:
-        self.spec, self.device, self.context, self.results = spec, device, context, results
-        self.emit, self.execute, self.cores, self.shm_check = emit, execute, cores, shm_check
-        self.sampled_ranks = sampled_ranks  # ranks whose process trees the resource samples cover
-        self.per_rank = per_rank  # NAME.ranks.csv, with ranks
+    def __init__(self, setup: Setup, files: SweepFiles, *, emit: events.OnEvent = events.ignore, seed: int = 0,
+                 execute: Executor = run_in_trial_process, scratch: str | None = None,
+                 rank_by: RankBy = RankBy.THROUGHPUT, use_model_ties: bool = False) -> None:
+        self.setup, self.files, self.emit, self.execute = setup, files, emit, execute
+        self.spec, self.device, self.context = setup.spec, setup.device, setup.context
+        self.cores = setup.sampled_cores
+        # ranks whose process trees the resource samples cover (under torchrun, rank 0's alone)
+        self.sampled_ranks = 1 if setup.spec.torchrun else setup.spec.ranks
         self.scratch = scratch  # a folder for the trials' own files, removed after the sweep
+        self.rank_by = rank_by
+        self.use_model_ties = use_model_ties  # the model strategy: contenders the model and the data tie are not raced
         self.rng = random.Random(seed)
         self.runs: dict[str, TrialRun] = {}
-        self.notes: list[str] = []
+        self.notes: list[Finding] = []  # what diagnosing the trials found (threads oversubscribed)
         self.runs_planned = 0
-        self.rank_by = "throughput"
         self.started = time.monotonic()
         self.last_race: RaceStep | None = None
         self.budget_spent = False
@@ -269,16 +145,15 @@ class Runner:
         # The data check compares the indices a map-style dataset's sampler handed out; where
         # there are none (an IterableDataset), content keys, or labels where the bytes change per
         # read (preflight's stable_bytes). The fixes it names depend on the dataset's kind.
-        self.key_kind = LABEL if stable_bytes is False else CONTENT
-        self.iterable = iterable
+        self.key_kind = LABEL if setup.info.stable_bytes is False else CONTENT
+        self.iterable = setup.info.iterable
         self.by_indices = False  # the last check compared indices
         self.repeating_sampler: Delivery | None = None  # every trial's sampler repeats: the least that repeats
         # The pipeline model, fitted to the measured trials (refitted when they change).
-        self.dataset_len = dataset_len
+        self.dataset_len = setup.info.dataset_len
         self._model: tuple[tuple, PipelineModel | None] | None = None
         self.model_fell_back = False
         self.model_ties: Ties = frozenset()
-        self.use_model_ties = False  # the model strategy: contenders the model and the data tie are not raced
         self.tie_notes: tuple[ModelTie, ...] = ()
 
     # --- what is known ---------------------------------------------------------------------
@@ -378,7 +253,7 @@ class Runner:
             if trial.skipped or config_key(trial) in measured or trial.name in self.runs:
                 continue
             guess = model.predict(trial.loader_kwargs)
-            out.append(trial_record(trial, self.context, round_no=None, status=PREDICTED,
+            out.append(trial_record(trial, self.context, round_no=None, status=Status.PREDICTED,
                                     reason="not measured: the pipeline model predicts it",
                                     predicted_throughput=guess.throughput, predicted_wait_ratio=guess.wait_ratio))
         return out
@@ -422,10 +297,10 @@ class Runner:
             # Kept from an earlier run, its samples not at hand: only what racing says of it now.
             run.record = dataclasses.replace(run.record, stopped_early=run.stopped_early or run.record.stopped_early)
         elif trial.skipped:
-            run.record = trial_record(trial, self.context, round_no=run.round, status=SKIPPED)
+            run.record = trial_record(trial, self.context, round_no=run.round, status=Status.SKIPPED)
         elif run.failure is not None or not run.measurements:
             # A repeat that fails fails the trial: its other repeats do not make it sound.
-            failure = run.failure or Outcome("failed", "no repeat finished")
+            failure = run.failure or Outcome(Status.FAILED, "no repeat finished")
             run.score = None
             run.record = trial_record(trial, self.context, round_no=run.round, status=failure.status,
                                       reason=failure.reason, wall_s=failure.wall_s)
@@ -444,21 +319,17 @@ class Runner:
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
                                       stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
                                       **_check_columns(run.check), **_predicted_columns(run.predicted))
-            if self.per_rank is not None and measurement.ranks:
+            if self.files.per_rank is not None and measurement.ranks:
                 run.rank_records = rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context)
         if first_time:
-            self.results.append(run.record)
-            for record in run.rank_records if self.per_rank is not None else ():
-                self.per_rank.append(record)
+            self.files.append(run.record, run.rank_records)
         else:
             self.rewrite()
         self.emit(events.TrialFinished(trial, run.record))
 
     def rewrite(self) -> None:
         """Both files rewritten whole (atomically) after a record changed."""
-        self.results.replace(self.records)
-        if self.per_rank is not None:
-            self.per_rank.replace([r for run in self.runs.values() for r in run.rank_records])
+        self.files.replace(self.records, [r for run in self.runs.values() for r in run.rank_records])
 
     def _plan_runs(self, count: int) -> None:
         self.runs_planned += count
@@ -478,7 +349,7 @@ class Runner:
                     self.runs[trial.name].trial = trial  # now known in full
                     self.emit(events.TrialFinished(trial, self.runs[trial.name].record, resumed=True))
                 continue
-            why = self.shm_check(trial)
+            why = self.setup.shm_check(trial)
             run = TrialRun(dataclasses.replace(trial, skip_reason=why) if why else trial, round_no)
             self.runs[trial.name] = run
             if run.trial.skipped:
@@ -555,7 +426,7 @@ class Runner:
             if check == run.check:
                 continue
             run.check = check
-            if run.record is not None and run.record.status == OK:
+            if run.record is not None and run.record.status == Status.OK:
                 run.record = dataclasses.replace(run.record, **_check_columns(check))
                 changed = True
         if changed:
@@ -646,7 +517,7 @@ class Runner:
         if step is None or step.pick is None:
             return None
         tolerance = self.spec.config.measure.tolerance
-        ties = tuple(_facing(t, step.pick) for t in self.tie_notes if step.pick in (t.pick, t.other))
+        ties = tuple(t.facing(step.pick) for t in self.tie_notes if step.pick in (t.pick, t.other))
         spread = self.noise.throughput_log_sd if self.noise is not None else None
         repeats = self.spec.config.measure.repeats
         if step.decided:
@@ -654,7 +525,8 @@ class Runner:
                             spread=spread, repeats=repeats)
         kept = any(self.runs[name].resumed and not self.runs[name].measurements for name in step.undecided
                    if name in self.runs)
-        ended_by = "kept" if kept else "shortfall" if step.settled else "budget" if self.budget_spent else "repeats"
+        ended_by = EndedBy.KEPT if kept else EndedBy.SHORTFALL if step.settled else \
+            EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
         if step.settled:
             why = (f"racing ended once the pick's expected shortfall against each contender left "
                    f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
@@ -688,132 +560,6 @@ class Runner:
                                     f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
                                     "measuring it again"))
 
-def run_sweep(spec: RunSpec, out_path: Path, rank_by: str = "throughput", strategy: str = "model",
-              on_event: events.OnEvent = events.ignore, seed: int = 0, resume: bool = False,
-              shm_free_mb: float | None | str = "measure", execute: Executor = run_in_trial_process) -> SweepResult:
-    """Run a whole sweep and write its CSV. `shm_free_mb` is the free /dev/shm the trials are
-    checked against ("measure": read it now; None: do not check). `execute` runs each trial
-    job (see Executor). The output is checked writable, and locked against a second sweep,
-    before anything is built or measured."""
-    if rank_by not in RANK_BY:
-        raise ConfigError(f"rank by {rank_by!r}: expected one of {', '.join(RANK_BY)}")
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"strategy {strategy!r}: expected one of {', '.join(STRATEGIES)}")
-    check_writable(out_path)
-    with OutputLock(out_path):
-        return _sweep(spec, out_path, rank_by, strategy, on_event, seed, resume, shm_free_mb, execute)
-
-
-def _sweep(spec: RunSpec, out_path: Path, rank_by: str, strategy: str, on_event: events.OnEvent, seed: int,
-           resume: bool, shm_free_mb: float | None | str, execute: Executor) -> SweepResult:
-    cfg = spec.config
-    # Ranks on this host share its cores, /dev/shm and GPUs; under torchrun, the figures of
-    # the process tree are rank 0's alone.
-    host_ranks = local_ranks() if spec.torchrun else spec.ranks
-    preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
-    info = preflight(spec, cfg.device)
-    device = info.device
-    accelerator = is_accelerator(device)
-    check_ranks(host_ranks, device, info.cuda_count)
-    spec = adopt_source(spec, info)
-    cfg = spec.config
-    cores = usable_cores()
-    quota = cpu_quota()
-    effective_cores = min(cores, quota) if quota else cores
-    busy = machine_busy_now(BUSY_WATCH_S, effective_cores)
-    if busy is not None and busy > cfg.measure.max_outside_cpu:
-        on_event(events.Notice(f"the machine is busy before the first trial: other processes use {busy:.0%} of the "
-                               f"{effective_cores:g} usable cores; repeats they disturb are measured again, but the "
-                               "figures are best on a quiet machine: close other programs, or wait"))
-    if shm_free_mb == "measure":
-        free_gb = shm_free_gb()
-        shm_free_mb = free_gb * 1024 if free_gb is not None else None
-    context = {
-        **fingerprint(info.torch_version, info.gpu),
-        "config_name": spec.name,
-        "config_sha": spec.sha,
-        "dataset_len": info.dataset_len,
-        "scale": spec.scale,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "device": device,
-        "strategy": strategy,
-        "ranks": spec.ranks,
-    }
-    results = ResultsFile(out_path)
-    kept = resumable_records(out_path, spec, context["host"]) if resume else []
-    results.start(kept)
-    per_rank = None
-    kept_ranks: list[RankRecord] = []
-    if spec.ranks > 1:
-        names = {r.trial for r in kept}
-        per_rank = ResultsFile(rank_file(out_path), RankRecord)
-        kept_ranks = [r for r in read_records(rank_file(out_path), RankRecord)
-                      if r.trial in names and r.config_sha == spec.sha] if kept else []
-        per_rank.start(kept_ranks)
-    # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
-    scratch = tempfile.TemporaryDirectory(prefix="loadtune-") if spec.ranks > 1 else None
-    # Under torchrun only rank 0's tree is sampled: its figures are against its share of the cores.
-    runner = Runner(spec, device, context, results, emit=on_event, seed=seed,
-                    cores=effective_cores / host_ranks if spec.torchrun else effective_cores,
-                    shm_check=lambda trial: shm_refusal(trial, info.batch_bytes, shm_free_mb, host_ranks),
-                    execute=execute, sampled_ranks=1 if spec.torchrun else spec.ranks, per_rank=per_rank,
-                    scratch=scratch.name if scratch is not None else None, stable_bytes=info.stable_bytes,
-                    iterable=info.iterable, dataset_len=info.dataset_len)
-    runner.rank_by = rank_by
-    runner.use_model_ties = strategy == "model"
-    runner.resume(kept, kept_ranks)
-    on_event(events.SweepStarted(strategy, device, info.dataset_len, out_path, len(kept)))
-    ideal = ideal_trial(cfg)
-
-    def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
-        # The ideal reference joins the first set measured, interleaved with it.
-        extra = [ideal] if IDEAL not in runner.runs else []
-        return runner.measure([*extra, *trials], round_no)
-
-    try:
-        run_strategy(strategy, cfg, accelerator, measure, rank_by, cfg.measure.tolerance, modeler=runner)
-        runner.race()
-    finally:
-        if scratch is not None:
-            scratch.cleanup()
-    records = tuple(_ranked(runner, rank_by)) + tuple(runner.predicted_records())
-    records = tuple(with_checked_advice(records, runner.advised(accelerator), cfg.measure.tolerance))
-    unstable = noise_warnings(records)
-    disturbed = [f"{r.trial} ({r.disturbed_repeats})" for r in records if r.disturbed_repeats]
-    busy = []
-    if disturbed:
-        busy.append(f"the machine was busy: repeats measured again because other processes used more than "
-                        f"{cfg.measure.max_outside_cpu:g} of the cores: {', '.join(disturbed)}; see outside_cpu, and "
-                        "rerun on a quiet machine to be sure")
-    # Warnings ask the user to do something; notes inform (shown with --verbose): the unstable
-    # results' spread is in the summary's sentence on how sure the pick is.
-    warnings = (*runner.notes, *busy)
-    notes = (*_machine_warnings(runner.trials.values(), cores, host_ranks), *unstable, *_disagreement(runner, records))
-    results.replace(records)
-    on_event(events.SweepFinished(records))
-    scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
-    return SweepResult(out_path, records, device, rank_by, strategy, warnings, runner.trials, runner.decision(),
-                       spec.source, runner.data_findings(), runner.model_report(), notes, scores)
-
-
-def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
-    """Records of an earlier sweep at `path` that this one can keep: same config sha, scale,
-    ranks and host, measured as asked now (status ok, at least min_repeats and at most repeats
-    repeats, as many batches)."""
-    m = spec.config.measure
-    return [r for r in read_records(path)
-            if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
-            and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
-            and r.batches == m.batches]
-
-
-def _facing(tie: ModelTie, pick: str) -> ModelTie:
-    """A tie as seen from the pick: the other trial's predicted and measured ratios to it."""
-    if tie.pick == pick:
-        return tie
-    return ModelTie(pick, tie.pick, 1 / tie.predicted_ratio, 1 / tie.measured_ratio, tie.spread, tie.spread_source)
-
-
 def _predicted_columns(predicted: Prediction | None) -> dict[str, Any]:
     """What the model predicted for a trial before it ran (nothing when there was no model yet)."""
     if predicted is None:
@@ -835,28 +581,3 @@ def _seed(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def _ranked(runner: Runner, rank_by: str) -> list[Record]:
-    scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
-    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model_ties)
-    return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
-
-
-def _machine_warnings(trials: Any, cores: int, ranks: int = 1) -> list[str]:
-    most = max((t.loader_kwargs.get("num_workers", 0) for t in trials), default=0) * ranks
-    if most > cores:
-        per = f" ({ranks} ranks with their own workers)" if ranks > 1 else ""
-        return [f"trials with up to {most} workers{per} on {cores} usable cores: workers beyond the cores "
-                "compete with the training step; trust throughput over wait ratio for those"]
-    return []
-
-
-def _disagreement(runner: Runner, records: Sequence[Record]) -> list[str]:
-    """Say so when the lowest wait ratio is not among the fastest trials."""
-    scored = [runner.scored(r.trial) for r in records if r.trial != IDEAL and r.rank is not None]
-    if len(scored) < 2:
-        return []
-    lean = order(scored, "wait_ratio")[0].name
-    if lean in {r.trial for r in records if r.tied_with_best}:
-        return []
-    return [f"wait ratio and throughput disagree: {lean} waits least but is not among the fastest; "
-            "its workers probably slow the step itself (CPU contention). Throughput is what training feels"]

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
-from loadtune.sweep_process.decide import DEFAULT_TOLERANCE, Scored, order, pick
+from loadtune.kinds import TOLERANCE, RankBy, Strategy
+from loadtune.sweep_process.decide import Scored, order, pick
 from loadtune.sweep_process.plan import (
     baseline_trial,
     changes_from_baseline,
@@ -23,7 +24,6 @@ from loadtune.sweep_process.plan import (
 from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 
-STRATEGIES = ("model", "ofat", "greedy", "grid")
 # The model strategy measures at most this many follow-up rounds after the first.
 MAX_MODEL_ROUNDS = 6
 # Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
@@ -56,13 +56,13 @@ class Visit:
     round: int
 
 
-def _placed(scores: Mapping[str, Scored], trials: Sequence[Trial], by: str,
+def _placed(scores: Mapping[str, Scored], trials: Sequence[Trial], by: RankBy,
             tolerance: float) -> list[tuple[Trial, int | None]]:
     placings = rank([scores[t.name] for t in trials if t.name in scores], by, tolerance)
     return [(t, placings[t.name].rank if t.name in placings else None) for t in trials]
 
 
-def _winner(scores: Mapping[str, Scored], trials: Mapping[str, Trial], by: str, tolerance: float,
+def _winner(scores: Mapping[str, Scored], trials: Mapping[str, Trial], by: RankBy, tolerance: float,
             where: Callable[[Trial], bool] = lambda t: True) -> Trial | None:
     """The pick among the measured trials that `where` admits: the cheapest as good as the best."""
     chosen = pick([s for name, s in scores.items() if name in trials and name != IDEAL and where(trials[name])],
@@ -89,8 +89,8 @@ def _others(trial: Trial, key: str, config: Config) -> tuple:
     return tuple(sorted((k, repr(v)) for k, v in changes_from_baseline(config, trial).items() if k != key))
 
 
-def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-             tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+             tolerance: float = TOLERANCE) -> list[Visit]:
     """Round 1: the baseline and each single change from it. Then, when the winner is not the
     baseline, follow-up rounds on the winner, while a round's winner gains more than the
     tolerance: each swept key whose companions moved since it was last swept, each of its values
@@ -114,7 +114,7 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
     swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
     # key -> values far behind in its last sweep (by throughput): not swept again.
     far: dict[str, set[str]] = {}
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         for key in swept_on:
             members = {repr(t.value): t.name for t in trials if t.changed == key}
             members[repr(getattr(config.loader, key, None))] = baseline.name
@@ -154,7 +154,7 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
         round_no += 1
         scores.update(measure(new, round_no))
         visits.extend(Visit(t, round_no) for t in new)
-        if by == "throughput":
+        if by == RankBy.THROUGHPUT:
             for key, members in sweeps.items():
                 far[key] = far.get(key, set()) | _far_behind(members, scores)
         best = _winner(scores, known, by, tolerance)
@@ -177,7 +177,7 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: str = "thr
 
 
 def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],
-                  known: dict[str, Trial], by: str, tolerance: float, round_no: int,
+                  known: dict[str, Trial], by: RankBy, tolerance: float, round_no: int,
                   admit: Callable[[Trial], bool] = lambda t: True) -> list[Visit]:
     """Measure what the pick's verdict advises, when that is a loader setting not measured on
     top of it yet (more workers, a deeper prefetch, in_order=False, persistent workers) and
@@ -198,15 +198,15 @@ def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: d
     return [Visit(t, round_no + 1) for t in new]
 
 
-def _gains(new: Scored, old: Scored, by: str, tolerance: float) -> bool:
+def _gains(new: Scored, old: Scored, by: RankBy, tolerance: float) -> bool:
     """Whether a round's winner is better than the last by more than the tolerance."""
-    if by == "throughput":
+    if by == RankBy.THROUGHPUT:
         return new.throughput.mean > (1 + tolerance) * old.throughput.mean
     return new.wait_ratio.mean < old.wait_ratio.mean - tolerance
 
 
-def run_grid(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-             tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+def run_grid(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+             tolerance: float = TOLERANCE) -> list[Visit]:
     """Every combination of the swept values in one round: the reference the others are checked against."""
     trials = grid_plan(config, accelerator)
     scores = dict(measure(trials, 1))
@@ -215,8 +215,8 @@ def run_grid(config: Config, accelerator: bool, measure: Measure, by: str = "thr
                                                           tolerance, 1)
 
 
-def run_greedy(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-               tolerance: float = DEFAULT_TOLERANCE) -> list[Visit]:
+def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+               tolerance: float = TOLERANCE) -> list[Visit]:
     """Coordinate descent: sweep one key with the others at their current best, move to another
     value only when it is not shown as good as the current setting within the tolerance and is
     ahead, go to the next key; repeat whole rounds until one moves nothing (or MAX_GREEDY_ROUNDS)."""
@@ -263,18 +263,18 @@ def _ruled_in(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tupl
     return name is None or (name in scores and scores[name].ran)
 
 
-def _score(model: Any, trial: Trial, by: str) -> float:
+def _score(model: Any, trial: Trial, by: RankBy) -> float:
     """The model's figure for a config, higher better (the wait ratio negated)."""
     predicted = model.predict(trial.loader_kwargs)
-    return predicted.throughput if by == "throughput" else -predicted.wait_ratio
+    return predicted.throughput if by == RankBy.THROUGHPUT else -predicted.wait_ratio
 
 
-def _within(score: float, best: float, by: str, tolerance: float) -> bool:
-    return score >= (1 - tolerance) * best if by == "throughput" else score >= best - tolerance
+def _within(score: float, best: float, by: RankBy, tolerance: float) -> bool:
+    return score >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else score >= best - tolerance
 
 
 def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
-                  by: str, tolerance: float) -> list[Trial]:
+                  by: RankBy, tolerance: float) -> list[Trial]:
     """What the model cannot rule out, not measured yet. On the model's own scale (measured
     configs predicted too: the fit has seen them, and a prediction set against a measurement
     would chase each process's luck): the cheapest config predicted within the tolerance of the
@@ -299,8 +299,8 @@ def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured
     return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured]
 
 
-def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-              tolerance: float = DEFAULT_TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
+def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+              tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
     """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
     with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
     measured trials and refitted after every measurement, predicts every config of the space
@@ -337,7 +337,7 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: str = "th
                                                                                tolerance, space))
 
 
-def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any, by: str,
+def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any, by: RankBy,
                tolerance: float, space: Sequence[Trial]) -> bool:
     """Whether the model predicts a config outside the space (a verdict's advice) ahead of the
     best it predicts in the space by more than the tolerance: only then is it worth measuring.
@@ -349,11 +349,10 @@ def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tup
     return not _within(best, _score(model, trial, by), by, tolerance)
 
 
-def run_strategy(name: str, config: Config, accelerator: bool, measure: Measure, by: str = "throughput",
-                 tolerance: float = DEFAULT_TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
-    if name == "model":
+def run_strategy(name: Strategy, config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+                 tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
+    strategy = Strategy(name)  # a ValueError for a name it does not know
+    if strategy == Strategy.MODEL:
         return run_model(config, accelerator, measure, by, tolerance, modeler)
-    runner = {"ofat": run_ofat, "greedy": run_greedy, "grid": run_grid}.get(name)
-    if runner is None:
-        raise ValueError(f"strategy {name!r}: expected one of {', '.join(STRATEGIES)}")
+    runner = {Strategy.OFAT: run_ofat, Strategy.GREEDY: run_greedy, Strategy.GRID: run_grid}[strategy]
     return runner(config, accelerator, measure, by, tolerance)

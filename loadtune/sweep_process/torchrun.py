@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 
 from loadtune.errors import ConfigError, LoadtuneError
+from loadtune.kinds import Status
 from loadtune.measurement import combine_ranks
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
 from loadtune.trial_process.ranks import peer_gone
@@ -92,7 +93,7 @@ class Cluster:
         # The trial watches this sweep process, not rank 0's (which may be on another host).
         outcome = run_in_trial_process(dataclasses.replace(job, ranks=1, group=group, parent_pid=os.getpid()),
                                timeout_s, abort=abort)
-        if outcome.status != "ok":
+        if outcome.status != Status.OK:
             self._store.set(failed, str(self.rank))
         return outcome
 
@@ -164,7 +165,7 @@ def combine_outcomes(outcomes: list[Outcome]) -> Outcome:
     windows = tuple(dataclasses.replace(w, cpu=own.cpu, loaders=own.loaders)
                     for w, own in zip(measurement.windows, first.windows))
     measurement = dataclasses.replace(measurement, resources=first.resources, windows=windows)
-    return Outcome("ok", "", measurement, wall_s)
+    return Outcome(Status.OK, "", measurement, wall_s)
 
 
 def refuse_nested_ranks(ranks: int) -> None:

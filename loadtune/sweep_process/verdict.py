@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 from loadtune.measurement import Measurement
+from loadtune.results.findings import ThreadsOversubscribed
 
 COMPUTE_BOUND = "compute-bound"
 DATA_BOUND_CPU = "data-bound: cpu"
@@ -242,7 +243,8 @@ def suggestions(e: Evidence) -> list[dict[str, object]]:
     return []
 
 
-def oversubscription_warning(num_workers: int, threads_per_worker: float | None, usable_cores: float) -> str | None:
+def oversubscription_warning(num_workers: int, threads_per_worker: float | None, usable_cores: float,
+                             trial: str = "") -> ThreadsOversubscribed | None:
     """A warning when the workers' computing threads outnumber the usable cores, else None.
 
     Computing threads per worker are its threads beyond BASE_WORKER_THREADS plus its main
@@ -257,9 +259,4 @@ def oversubscription_warning(num_workers: int, threads_per_worker: float | None,
     total = num_workers * computing
     if total <= usable_cores:
         return None
-    return (
-        f"{num_workers} workers × {computing:.0f} computing threads = {total:.0f} threads on "
-        f"{_cores(usable_cores)}: OpenMP/MKL/OpenCV thread pools inside the workers compete for the "
-        f"cores; export OMP_NUM_THREADS=1 before the run (or call threadpoolctl.threadpool_limits(1) "
-        f"in worker_init_fn) and call cv2.setNumThreads(0) in worker_init_fn."
-    )
+    return ThreadsOversubscribed(trial, num_workers, computing, usable_cores)

@@ -9,6 +9,7 @@ import threading
 import warnings
 from typing import Any
 
+from loadtune.kinds import Status
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_trial
 from loadtune.trial_process.failures import describe
@@ -32,7 +33,7 @@ def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
     threading.Thread(target=exit_with_parent, args=(job.parent_pid,), daemon=True).start()
     try:
         result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel)
-        message: tuple[str, Any] = ("ok", result)
+        message: tuple[str, Any] = (Status.OK, result)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
-        message = ("failed", describe(exc))
+        message = (Status.FAILED, describe(exc))
     channel.send_result(message)

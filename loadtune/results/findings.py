@@ -1,0 +1,109 @@
+"""What a sweep noticed beside its figures, as typed values (hyperfine's warnings): the sweep
+builds them, tests compare them, and the output words them (`str(finding)`). A finding that
+`asks` is a warning, printed always; the others are notes, shown with --verbose."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+
+def _cores(cores: float) -> str:
+    return f"{cores:g} usable core{'' if cores == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    asks: ClassVar[bool] = False  # a warning: it asks the user to do something
+
+    def words(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.words()
+
+
+@dataclass(frozen=True)
+class ThreadsOversubscribed(Finding):
+    """The workers' library thread pools (OpenMP, MKL, OpenCV) outnumber the cores."""
+
+    asks: ClassVar[bool] = True
+    trial: str
+    num_workers: int
+    computing_threads: float  # per worker: its main thread and the pools' threads
+    cores: float
+
+    def words(self) -> str:
+        total = self.num_workers * self.computing_threads
+        return (f"{self.trial}: {self.num_workers} workers × {self.computing_threads:.0f} computing threads = "
+                f"{total:.0f} threads on {_cores(self.cores)}: OpenMP/MKL/OpenCV thread pools inside the workers "
+                "compete for the cores; export OMP_NUM_THREADS=1 before the run (or call "
+                "threadpoolctl.threadpool_limits(1) in worker_init_fn) and call cv2.setNumThreads(0) in "
+                "worker_init_fn.")
+
+
+@dataclass(frozen=True)
+class BusyMachine(Finding):
+    """Repeats were measured again because other processes used the cores."""
+
+    asks: ClassVar[bool] = True
+    disturbed: tuple[tuple[str, int], ...]  # (trial, repeats measured again)
+    max_outside_cpu: float
+
+    def words(self) -> str:
+        listed = ", ".join(f"{trial} ({count})" for trial, count in self.disturbed)
+        return (f"the machine was busy: repeats measured again because other processes used more than "
+                f"{self.max_outside_cpu:g} of the cores: {listed}; see outside_cpu, and rerun on a quiet machine "
+                "to be sure")
+
+
+@dataclass(frozen=True)
+class WorkersBeyondCores(Finding):
+    """Some trials ran more workers than there are cores."""
+
+    most: int  # workers of the largest trial, over all ranks
+    cores: int
+    ranks: int = 1
+
+    def words(self) -> str:
+        per = f" ({self.ranks} ranks with their own workers)" if self.ranks > 1 else ""
+        return (f"trials with up to {self.most} workers{per} on {self.cores} usable cores: workers beyond the cores "
+                "compete with the training step; trust throughput over wait ratio for those")
+
+
+@dataclass(frozen=True)
+class Unstable(Finding):
+    """A trial's throughput interval is wider than NOISY_RELATIVE_SPREAD of its mean."""
+
+    trial: str
+    spread: float  # half the interval's width over the mean
+
+    def words(self) -> str:
+        return (f"{self.trial}: unstable result, throughput ±{self.spread * 100:.0f}%: rerun with --repeats 5 or "
+                "more, a longer --batches, or close other programs")
+
+
+@dataclass(frozen=True)
+class ManyUnstable(Finding):
+    """More trials are unstable than are worth naming one by one."""
+
+    count: int
+    least: float
+    most: float
+    first: tuple[str, ...]
+
+    def words(self) -> str:
+        return (f"{self.count} trials have unstable results, throughput ±{self.least * 100:.0f}% to "
+                f"±{self.most * 100:.0f}% (first: {', '.join(self.first)}): processes differ that much from one "
+                "repeat to the next here; rerun with --repeats 5 or more, a longer --batches, or close other programs")
+
+
+@dataclass(frozen=True)
+class Disagreement(Finding):
+    """The lowest wait ratio is not among the fastest trials."""
+
+    lean: str  # the trial that waits least
+
+    def words(self) -> str:
+        return (f"wait ratio and throughput disagree: {self.lean} waits least but is not among the fastest; its "
+                "workers probably slow the step itself (CPU contention). Throughput is what training feels")

@@ -1,0 +1,71 @@
+"""A whole sweep, wired (hyperfine's main): setup -> plan and measure (a strategy choosing
+trials, the runner racing their repeats) -> conclude -> the result. Each stage is a module of
+its own; this one only joins them, with the output checked writable and locked first."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from typing import ContextManager, Sequence
+
+from loadtune.config import RunSpec
+from loadtune.kinds import Strategy
+from loadtune.options import SweepOptions
+from loadtune.results.sweep import SweepResult
+from loadtune.sweep_process import events
+from loadtune.sweep_process.conclude import conclude
+from loadtune.sweep_process.decide import Scored
+from loadtune.sweep_process.files import SweepFiles
+from loadtune.sweep_process.launch import run_in_trial_process
+from loadtune.sweep_process.output import OutputLock, check_writable
+from loadtune.sweep_process.plan import ideal_trial
+from loadtune.sweep_process.runner import Executor, Runner
+from loadtune.sweep_process.setup import MEASURE_SHM, Setup, prepare
+from loadtune.sweep_process.strategy import run_strategy
+from loadtune.trials import IDEAL, Trial
+
+
+def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: events.OnEvent = events.ignore,
+              execute: Executor = run_in_trial_process, shm_free_mb: float | None | str = MEASURE_SHM,
+              setup: Setup | None = None) -> SweepResult:
+    """Run a whole sweep and write its CSV. `spec`: the options' config, when already loaded.
+    `execute` runs each trial job (see Executor); `shm_free_mb` is the free /dev/shm the trials
+    are checked against (MEASURE_SHM: read it now; None: not checked); `setup`, when given,
+    stands for preflight and the machine (tests)."""
+    spec = spec if spec is not None else options.spec()
+    out_path = options.out_path(spec)
+    check_writable(out_path)
+    with OutputLock(out_path):
+        setup = setup if setup is not None else prepare(options, spec, on_event, shm_free_mb)
+        files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.resume)
+        # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
+        with _scratch(setup.spec.ranks) as scratch:
+            runner = Runner(setup, files, emit=on_event, seed=options.seed, execute=execute, scratch=scratch,
+                            rank_by=options.rank_by, use_model_ties=options.strategy == Strategy.MODEL)
+            runner.resume(files.kept, files.kept_ranks)
+            on_event(events.SweepStarted(options.strategy, setup.device, setup.info.dataset_len, out_path,
+                                         len(files.kept)))
+            measure_all(options, runner)
+        result = conclude(options, runner)
+        on_event(events.SweepFinished(result.records))
+        return result
+
+
+def measure_all(options: SweepOptions, runner: Runner) -> None:
+    """The strategy's rounds, then the racing that settles the pick."""
+    cfg = runner.spec.config
+    ideal = ideal_trial(cfg)
+
+    def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
+        # The ideal reference joins the first set measured, interleaved with it.
+        extra = [ideal] if IDEAL not in runner.runs else []
+        return runner.measure([*extra, *trials], round_no)
+
+    run_strategy(options.strategy, cfg, runner.setup.accelerator, measure, options.rank_by, cfg.measure.tolerance,
+                 modeler=runner)
+    runner.race()
+
+
+def _scratch(ranks: int) -> ContextManager[str | None]:
+    """A folder for the files the ranks' launcher leaves (ranks only), removed after the sweep."""
+    return tempfile.TemporaryDirectory(prefix="loadtune-") if ranks > 1 else contextlib.nullcontext()
