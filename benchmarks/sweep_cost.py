@@ -17,8 +17,9 @@ from pathlib import Path
 from _common import WORK, machine_line
 
 from loadtune.config import load_config
+from loadtune.options import SweepOptions
 from loadtune.sweep_process import events
-from loadtune.sweep_process.runner import run_sweep
+from loadtune.sweep_process.pipeline import run_sweep
 
 GOAL_RATIO = 1.5
 
@@ -41,7 +42,7 @@ def main() -> int:
 
     out = WORK / "sweep.csv"
     start = time.perf_counter()
-    run_sweep(spec, out, on_event=on_event)
+    run_sweep(SweepOptions(config, out=out), spec=spec, on_event=on_event)
     wall = time.perf_counter() - start
     measured = [o.result for o in outcomes if o.result is not None]
     counted = sum(sum(w.wait_s) + sum(w.h2d_s) + sum(w.step_s) for m in measured for w in m.windows)

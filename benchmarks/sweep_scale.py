@@ -15,8 +15,9 @@ import time
 
 from _common import WORK, machine_line, spec_from
 
+from loadtune.options import SweepOptions
 from loadtune.sweep_process import events
-from loadtune.sweep_process.runner import run_sweep
+from loadtune.sweep_process.pipeline import run_sweep
 
 MEASURE = {"warmup_batches": 2, "batches": 20, "repeats": 2, "min_repeats": 2, "timeout_s": 120}
 
@@ -29,7 +30,7 @@ def timed(sizes_items: int, workers: list[int]) -> tuple[float, int]:
                       "device": "cpu"}, name=f"scale-{sizes_items}-{len(workers)}")
     runs = []
     start = time.perf_counter()
-    run_sweep(spec, WORK / f"scale-{sizes_items}-{len(workers)}.csv",
+    run_sweep(SweepOptions(spec.path, out=WORK / f"scale-{sizes_items}-{len(workers)}.csv"), spec=spec,
               on_event=lambda e: runs.append(e) if isinstance(e, events.RunFinished) else None)
     return time.perf_counter() - start, len(runs)
 

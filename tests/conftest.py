@@ -104,9 +104,9 @@ def fake_setup(spec, context=None, cores: float = 2.0, **info):
 
 
 def fake_runner(spec, out_path, execute, **info):
-    """A Runner over fake trials (`execute`), writing its CSV at `out_path`."""
+    """A Racer over fake trials (`execute`), writing its CSV at `out_path`."""
     from loadtune.sweep_process.files import SweepFiles
-    from loadtune.sweep_process.runner import Runner
+    from loadtune.sweep_process.racer import Racer
 
     files = SweepFiles.open(out_path, spec, "here", resume=False)
-    return Runner(fake_setup(spec, **info), files, execute=execute)
+    return Racer(fake_setup(spec, **info), files, execute=execute)

@@ -46,7 +46,7 @@ from loadtune.sweep_process.datacheck import (
 )
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.plan import trial_for
-from loadtune.sweep_process.runner import _merge
+from loadtune.sweep_process.trial_run import merged
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_here
 from loadtune.trial_process.fingerprint import sample_keys
@@ -450,7 +450,7 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
     placed = {r.trial: r for r in ranked(runner, RankBy.THROUGHPUT)}
     assert placed["num_workers=2"].rank is None and placed["baseline"].rank == 1
     assert placed["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
-    findings = runner.data_findings()
+    findings = runner.data.findings()
     assert [(f.trial, f.data_check) for f in findings.flagged] == [("num_workers=2", "duplicates")]
     assert findings.flagged[0].fixes == (WORKERS_FIX, SHARDS_FIX)
 
@@ -478,7 +478,7 @@ def test_the_runner_checks_a_map_style_dataset_by_its_samplers_indices(tmp_path,
                     trial_for(spec.config, {"num_workers": 2}, False)], 1)
     written = read_records(tmp_path / "out.csv", required=())
     assert {r.data_check for r in written} == {"same"}, "keys could not tell, the indices do"
-    notes = runner.data_findings().notes
+    notes = runner.data.findings().notes
     if repeating:
         assert notes == ("the sampler hands out some indices twice within an epoch in every trial (1 of 16 in the "
                          "trial that repeats least), so trials were compared with each other: give each index "
@@ -500,15 +500,15 @@ def test_the_runner_compares_keys_when_a_trials_sampler_gave_no_indices(tmp_path
 
     runner = fake_runner(spec, tmp_path / "out.csv", execute, iterable=False)
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 2}, False)], 1)
-    assert not runner.by_indices
+    assert not runner.data.by_indices
     assert {r.data_check for r in read_records(tmp_path / "out.csv", required=())} == {"same"}
 
 
 def test_repeats_keep_each_ranks_sampler_epochs_in_order():
     a, b, c, d = (handed_out([k]) for k in range(4))
-    merged = _merge([combine_ranks([Measurement(0.1, (), sampled=(a,)), Measurement(0.1, (), sampled=(b,))]),
-                     combine_ranks([Measurement(0.1, (), sampled=(c,)), Measurement(0.1, (), sampled=(d,))])])
-    assert merged.sampled == () and sampled(merged) == [(a, c), (b, d)]
+    both = merged([combine_ranks([Measurement(0.1, (), sampled=(a,)), Measurement(0.1, (), sampled=(b,))]),
+                   combine_ranks([Measurement(0.1, (), sampled=(c,)), Measurement(0.1, (), sampled=(d,))])])
+    assert both.sampled == () and sampled(both) == [(a, c), (b, d)]
 
 
 # --- real sweeps through the CLI -----------------------------------------------------------------

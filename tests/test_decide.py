@@ -26,7 +26,7 @@ from loadtune.sweep_process.decide import (
 )
 from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.plan import trial_for
-from loadtune.sweep_process.runner import Runner
+from loadtune.sweep_process.racer import Racer
 from loadtune.trials import cost_of
 from tests.conftest import fake_runner, tiny_config
 
@@ -171,7 +171,7 @@ class FakeTrials:
         return Outcome("ok", "", fake_measurement(truth, self.runs[name]), 0.5)
 
 
-def runner_for(tmp_path: Path, write_config, **measure) -> tuple[Runner, FakeTrials]:
+def runner_for(tmp_path: Path, write_config, **measure) -> tuple[Racer, FakeTrials]:
     config = tiny_config(measure={"warmup_batches": 1, "batches": 20, "timeout_s": 10, **measure})
     spec = load_config(write_config(config))
     fake = FakeTrials()

@@ -20,18 +20,19 @@ from loadtune.results.report import OneRank, Summary, noise_warnings, summarize_
 from loadtune.results.sweep import Decision, SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.sweep_process.decide import Scored, order, throughput_ratio_interval
+from loadtune.sweep_process.racer import Racer
 from loadtune.sweep_process.ranking import rank
 from loadtune.sweep_process.records import apply_ranking
-from loadtune.sweep_process.runner import Runner
 from loadtune.trials import BASELINE, IDEAL, Trial
 
 SPEEDUP_LEVEL = 0.95  # the confidence of the speedup's interval
 
 
-def conclude(options: SweepOptions, runner: Runner) -> SweepResult:
+def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
     """The finished sweep: records ranked, advice checked, the CSV rewritten, the summary."""
     setup, cfg = runner.setup, runner.spec.config
-    records = tuple(ranked(runner, options.rank_by)) + tuple(runner.predicted_records())
+    predicted = runner.model.predicted_records(setup.accelerator, runner.context)
+    records = tuple(ranked(runner, options.rank_by)) + tuple(predicted)
     records = tuple(with_checked_advice(records, runner.advised(setup.accelerator), cfg.measure.tolerance))
     disturbed = tuple((r.trial or "", r.disturbed_repeats) for r in records if r.disturbed_repeats)
     busy = [BusyMachine(disturbed, cfg.measure.max_outside_cpu)] if disturbed else []
@@ -43,13 +44,13 @@ def conclude(options: SweepOptions, runner: Runner) -> SweepResult:
     scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
     summary = summarize(options, runner.spec, runner.files.out_path, records, runner.trials, runner.decision(), scores,
                         device=setup.device, warnings=warnings, notes=notes, source=runner.spec.source,
-                        data=runner.data_findings(), model=runner.model_report())
+                        data=runner.data.findings(), model=runner.model.report())
     return SweepResult(runner.files.out_path, records, summary, runner.trials)
 
 
-def ranked(runner: Runner, rank_by: RankBy) -> list[Record]:
+def ranked(runner: Racer, rank_by: RankBy) -> list[Record]:
     scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
-    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model_ties)
+    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model.ties)
     return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
 
 
@@ -58,7 +59,7 @@ def workers_beyond_cores(trials: Collection[Trial], cores: int, ranks: int = 1) 
     return [WorkersBeyondCores(most, cores, ranks)] if most > cores else []
 
 
-def disagreement(runner: Runner, records: Sequence[Record]) -> list[Disagreement]:
+def disagreement(runner: Racer, records: Sequence[Record]) -> list[Disagreement]:
     """Said when the lowest wait ratio is not among the fastest trials."""
     scored = [runner.scored(r.trial or "") for r in records if r.trial != IDEAL and r.rank is not None]
     if len(scored) < 2:

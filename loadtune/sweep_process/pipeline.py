@@ -19,7 +19,7 @@ from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.launch import run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import ideal_trial
-from loadtune.sweep_process.runner import Executor, Runner
+from loadtune.sweep_process.racer import Executor, Racer
 from loadtune.sweep_process.setup import MEASURE_SHM, Setup, prepare
 from loadtune.sweep_process.strategy import run_strategy
 from loadtune.trials import IDEAL, Trial
@@ -40,7 +40,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
         files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.resume)
         # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
         with _scratch(setup.spec.ranks) as scratch:
-            runner = Runner(setup, files, emit=on_event, seed=options.seed, execute=execute, scratch=scratch,
+            runner = Racer(setup, files, emit=on_event, seed=options.seed, execute=execute, scratch=scratch,
                             rank_by=options.rank_by, use_model_ties=options.strategy == Strategy.MODEL)
             runner.resume(files.kept, files.kept_ranks)
             on_event(events.SweepStarted(options.strategy, setup.device, setup.info.dataset_len, out_path,
@@ -51,7 +51,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
         return result
 
 
-def measure_all(options: SweepOptions, runner: Runner) -> None:
+def measure_all(options: SweepOptions, runner: Racer) -> None:
     """The strategy's rounds, then the racing that settles the pick."""
     cfg = runner.spec.config
     ideal = ideal_trial(cfg)
@@ -62,7 +62,7 @@ def measure_all(options: SweepOptions, runner: Runner) -> None:
         return runner.measure([*extra, *trials], round_no)
 
     run_strategy(options.strategy, cfg, runner.setup.accelerator, measure, options.rank_by, cfg.measure.tolerance,
-                 modeler=runner)
+                 modeler=runner.model)
     runner.race()
 
 

@@ -1,0 +1,108 @@
+"""The data check in the sweep process: whether each measured trial delivered the baseline's
+samples (datacheck compares them), kept on the trials' runs and their records."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping
+
+from loadtune.kinds import Status
+from loadtune.results.report import DataFindings, Flagged
+from loadtune.sweep_process.datacheck import (
+    CONTENT,
+    LABEL,
+    Check,
+    Delivery,
+    check_all,
+    delivery,
+    fixes,
+    handed,
+    sampled,
+    streams,
+)
+from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged
+from loadtune.trial_process.jobs import PreflightInfo
+from loadtune.trials import BASELINE, IDEAL
+
+
+class DataCheck:
+    """Compares the indices a map-style dataset's sampler handed out; where there are none (an
+    IterableDataset), content keys, or labels where the bytes change per read (preflight's
+    stable_bytes). The fixes it names depend on the dataset's kind."""
+
+    def __init__(self, runs: Mapping[str, TrialRun], info: PreflightInfo, epoch_batches: int | None,
+                 rewrite: Callable[[], None]) -> None:
+        self.runs, self.epoch_batches, self.rewrite = runs, epoch_batches, rewrite
+        self.key_kind = LABEL if info.stable_bytes is False else CONTENT
+        self.iterable = info.iterable
+        self.by_indices = False  # the last check compared indices
+        self.repeating_sampler: Delivery | None = None  # every trial's sampler repeats: the least that repeats
+
+    def deliveries(self, run: TrialRun) -> tuple[Delivery | None, Delivery | None]:
+        """What a trial delivered by its sampler's indices and by its samples' keys (None where
+        it has none of the kind)."""
+        if run.delivered is None or run.delivered[0] != run.repeats:
+            measurement = merged(run.measurements)
+            run.delivered = (run.repeats, handed(sampled(measurement)),
+                             delivery(streams(measurement), self.key_kind, self.epoch_batches))
+        return run.delivered[1], run.delivered[2]
+
+    def check(self) -> None:
+        """Each measured trial's data check against the reference (the baseline, unless it repeats
+        samples itself); a record whose check changed is rewritten (the baseline may be measured
+        after a trial, and every new trial can move the reference)."""
+        measured = {name: run for name, run in self.runs.items()
+                    if name != IDEAL and not run.resumed and run.failure is None and run.measurements}
+        found = {name: self.deliveries(run) for name, run in measured.items()}
+        # By indices where every trial has them (a map-style dataset whose samplers hand out
+        # integers); else every trial by its keys, as indices and keys do not compare.
+        self.by_indices = bool(found) and all(indices is not None for indices, _ in found.values())
+        pick = 0 if self.by_indices else 1
+        deliveries = {name: both[pick] for name, both in found.items() if both[pick] is not None}
+        least = min(deliveries.values(), key=lambda d: d.repeat_rate, default=None)
+        self.repeating_sampler = least if self.by_indices and least is not None and least.repeated else None
+        checks = check_all(deliveries, BASELINE)
+        changed = False
+        for name, run in measured.items():
+            check = checks.get(name, Check(None, reason=self._unchecked_reason()))
+            if check == run.check:
+                continue
+            run.check = check
+            if run.record is not None and run.record.status == Status.OK:
+                run.record = dataclasses.replace(run.record, **check_columns(check))
+                changed = True
+        if changed:
+            self.rewrite()
+
+    def _unchecked_reason(self) -> str:
+        if self.key_kind == LABEL:
+            reason = ("the samples' bytes change from one read to the next (random augmentation?) and the batches "
+                      "carry no 1-D integer tensor (labels or indices) to compare instead")
+        else:
+            reason = "the batches hold no tensor with one row per sample to take keys from"
+        if self.iterable is False:
+            return f"the sampler hands out indices that are not plain integers, and {reason}"
+        return reason
+
+    def findings(self) -> DataFindings:
+        """The trials the data check flagged, with the fixes, and why some were not checked."""
+        flagged = tuple(Flagged(name, run.check.verdict, run.check.reason, fixes(run.check, self.iterable))
+                        for name, run in self.runs.items()
+                        if run.check is not None and run.flagged and run.failure is None)
+        flagged += tuple(Flagged(name, run.record.data_check, run.record.reason or "", ())
+                         for name, run in self.runs.items() if run.check is None and run.flagged)
+        checks = [run.check for run in self.runs.values() if run.check is not None]
+        notes = []
+        unchecked = [c for c in checks if c.verdict is None]
+        if unchecked:
+            notes.append(f"not checked for {len(unchecked)} of {len(checks)} trials: {unchecked[0].reason}")
+        if self.key_kind == LABEL and not self.by_indices and len(unchecked) < len(checks):
+            notes.append("the samples' bytes change from one read to the next (random augmentation?): trials "
+                         "were compared by their labels or indices instead")
+        if self.repeating_sampler is not None:
+            least = self.repeating_sampler
+            notes.append(f"the sampler hands out some indices twice within an epoch in every trial ({least.repeated} "
+                         f"of {least.samples} in the trial that repeats least), so trials were compared with each "
+                         "other: give each index once per epoch, unless that is by design (oversampling)")
+        return DataFindings(flagged, tuple(notes))
+

@@ -1,0 +1,133 @@
+"""The pipeline model in the sweep process: fitted to the trials measured so far (refitted when
+they change), each new trial's prediction before it runs, the contenders it ties, and the
+configs of the space it scores without measuring them."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any, Mapping, Sequence
+
+from loadtune.config import Config
+from loadtune.kinds import Status
+from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
+from loadtune.results.record import Record
+from loadtune.results.sweep import ModelTie
+from loadtune.sweep_process import events
+from loadtune.sweep_process.decide import Ties
+from loadtune.sweep_process.plan import grid_plan
+from loadtune.sweep_process.records import trial_record
+from loadtune.sweep_process.stats import ProcessNoise
+from loadtune.sweep_process.strategy import config_key
+from loadtune.sweep_process.trial_run import TrialRun
+from loadtune.trials import FEED_MEMORY, IDEAL
+
+# Two trials the model explains as equal are tied when their measured throughputs differ by at
+# most this many standard deviations of the spread between processes (about 95%).
+TIE_SPREADS = 2.0
+
+
+class Modelling:
+    """The model over the sweep's runs (the strategy's Modeler)."""
+
+    def __init__(self, runs: Mapping[str, TrialRun], config: Config, dataset_len: int | None,
+                 emit: events.OnEvent) -> None:
+        self.runs, self.config, self.dataset_len, self.emit = runs, config, dataset_len, emit
+        self._model: tuple[tuple[Any, ...], PipelineModel | None] | None = None
+        self.model_fell_back = False
+        self.ties: Ties = frozenset()
+        self.tie_notes: tuple[ModelTie, ...] = ()
+
+    @property
+    def records(self) -> list[Record]:
+        return [r.record for r in self.runs.values() if r.record is not None]
+
+    def _modelled(self) -> list[Record]:
+        """The records the model is fitted to: trials measured in this sweep that ran (the ideal
+        and trials the data check flagged are not the pipeline)."""
+        return [run.record for name, run in self.runs.items()
+                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged]
+
+    def fit(self) -> PipelineModel | None:
+        """The pipeline model fitted to every trial measured so far (None with too few)."""
+        records = self._modelled()
+        key = tuple((r.trial, r.repeats, r.throughput) for r in records)
+        if self._model is None or self._model[0] != key:
+            self._model = (key, fit(records, self.dataset_len, self.config.measure.epoch_batches,
+                                    self.config.loader.model_dump()))
+        return self._model[1]
+
+    def held_out_error(self) -> float | None:
+        """Median |predicted / measured - 1| of each measured trial, by the model fitted to the others."""
+        return leave_one_out_error(self._modelled(), self.dataset_len, self.config.measure.epoch_batches)
+
+    def fell_back(self, error: float | None) -> None:
+        self.model_fell_back = True
+        said = f"its median error on the first round's trials, each predicted from the others, is {error:.0%}" \
+            if error is not None else "too few trials ran to fit it"
+        self.emit(events.Notice(f"the pipeline model does not fit this pipeline ({said}): measuring as ofat does"))
+
+    def report(self) -> ModelReport | None:
+        model = self.fit()
+        if model is None:
+            return None
+        error, checked = prediction_error(self.records)
+        return ModelReport(model, error, checked, self.model_fell_back)
+
+    def predict_new(self, runs: Sequence[TrialRun]) -> None:
+        """Each new trial's prediction, before it runs: the CSV then shows how good the model is."""
+        model = self.fit() if any(r.trial.feed != FEED_MEMORY for r in runs) else None
+        if model is None:
+            return
+        for run in runs:
+            if run.trial.feed != FEED_MEMORY and run.predicted is None:
+                run.predicted = model.predict(run.trial.loader_kwargs)
+
+    def tie(self, contenders: Sequence[TrialRun], noise: ProcessNoise | None) -> None:
+        """Pairs of contenders the model explains as equal (both hide the fetch: the workers outpace
+        the loop on uncrowded cores, so its own time sets the pace; and they are predicted within
+        the tolerance of each other) whose measurements agree within the spread between processes
+        (the pooled spread of repeats; before any trial has two, the spread of the model's fit)."""
+        model = self.fit()
+        self.ties, self.tie_notes = frozenset(), ()
+        if model is None or self.model_fell_back:
+            return
+        tolerance = self.config.measure.tolerance
+        if noise is not None:
+            spread, source = noise.throughput_log_sd, "processes"
+        else:
+            spread, source = model.residual_log_sd, "model"
+        ran = [run for run in contenders if run.score is not None and run.score.ran]
+        predicted = {run.trial.name: model.predict(run.trial.loader_kwargs) for run in ran}
+        ties, notes = set(), []
+        for a, b in itertools.combinations(ran, 2):
+            pa, pb = predicted[a.trial.name], predicted[b.trial.name]
+            ratio = pb.throughput / pa.throughput
+            measured = b.score.throughput.mean / a.score.throughput.mean
+            judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
+            # Equal by the mechanism: both hide the fetch, the loop's own time sets the pace. Configs
+            # the cores pace, or a close race of queues, can differ by more than the model can tell.
+            if pa.fetch_hidden and pb.fetch_hidden and abs(ratio - 1) <= tolerance \
+                    and abs(math.log(measured)) <= TIE_SPREADS * judged:
+                ties.add(frozenset((a.trial.name, b.trial.name)))
+                notes.append(ModelTie(a.trial.name, b.trial.name, ratio, measured, spread, source))
+        self.ties, self.tie_notes = frozenset(ties), tuple(notes)
+
+    def predicted_records(self, accelerator: bool, context: Mapping[str, Any]) -> list[Record]:
+        """Every config of the space (each combination of the swept values) that was not measured,
+        with the final model's prediction: status `predicted`, never ranked or recommended."""
+        model = self.fit()
+        if model is None:
+            return []
+        cfg = self.config
+        measured = {config_key(run.trial) for run in self.runs.values() if run.trial.settings}
+        out = []
+        for trial in grid_plan(cfg, accelerator):
+            if trial.skipped or config_key(trial) in measured or trial.name in self.runs:
+                continue
+            guess = model.predict(trial.loader_kwargs)
+            out.append(trial_record(trial, context, round_no=None, status=Status.PREDICTED,
+                                    reason="not measured: the pipeline model predicts it",
+                                    predicted_throughput=guess.throughput, predicted_wait_ratio=guess.wait_ratio))
+        return out
+
