@@ -52,7 +52,7 @@ class DataCheck:
         samples itself); a record whose check changed is rewritten (the baseline may be measured
         after a trial, and every new trial can move the reference)."""
         measured = {name: run for name, run in self.runs.items()
-                    if name != IDEAL and not run.resumed and run.failure is None and run.measurements}
+                    if name != IDEAL and run.live and run.failure is None and run.measurements}
         found = {name: self.deliveries(run) for name, run in measured.items()}
         # By indices where every trial has them (a map-style dataset whose samplers hand out
         # integers); else every trial by its keys, as indices and keys do not compare.

@@ -1,41 +1,76 @@
 """What a sweep writes as it goes: its CSV (valid after every row), the per-rank CSV beside it
-with ranks, and what it keeps from an earlier run of the same config and machine (--resume)."""
+with ranks, the raw samples beside both (results.samples), and what it keeps of an earlier run
+of the same config and machine (--resume)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from loadtune.config import RunSpec
+from loadtune.errors import ResultsError
 from loadtune.results.record import RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
+from loadtune.trials import IDEAL
 
 
 @dataclass
 class SweepFiles:
     out_path: Path
-    ranks: bool  # a per-rank CSV beside the CSV
-    kept: list[Record] = field(default_factory=list)
+    spec: RunSpec
+    host: str
+    kept: list[Record] = field(default_factory=list)  # kept from the CSV alone: figures as recorded
     kept_ranks: list[RankRecord] = field(default_factory=list)
+    # Kept with their raw samples (and their records, when the CSV has them): measured as if in this sweep.
+    stored: list[tuple[TrialSamples, Record | None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.results = ResultsFile(self.out_path)
-        self.per_rank = ResultsFile(rank_file(self.out_path), RankRecord) if self.ranks else None
+        self.per_rank = ResultsFile(rank_file(self.out_path), RankRecord) if self.spec.ranks > 1 else None
+        self.samples = SamplesFile(samples_file(self.out_path))
 
     @classmethod
     def open(cls, out_path: Path, spec: RunSpec, host: str, resume: bool) -> "SweepFiles":
         """The files started afresh, holding only what is kept from an earlier run when resuming."""
-        files = cls(out_path, spec.ranks > 1)
+        files = cls(out_path, spec, host)
         if resume:
-            files.kept = resumable_records(out_path, spec, host)
-            names = {r.trial for r in files.kept}
-            if files.per_rank is not None and names:
-                files.kept_ranks = [r for r in read_records(rank_file(out_path), RankRecord)
-                                    if r.trial in names and r.config_sha == spec.sha]
-        files.results.start(files.kept)
+            files._keep()
+        files.results.start([*files.kept, *(record for _, record in files.stored if record is not None)])
         if files.per_rank is not None:
             files.per_rank.start(files.kept_ranks)
+        files.store([stored for stored, _ in files.stored])
         return files
+
+    def _keep(self) -> None:
+        """What an earlier run of this config at this scale, on this machine, left: each trial with
+        its raw samples where they were kept, else its row as recorded."""
+        rows = {r.trial: r for r in read_records(self.out_path)}
+        for samples in self._stored_samples():
+            row = rows.get(samples.trial)
+            if samples.failure is None and self._same_procedure(row, len(samples.measurements)):
+                self.stored.append((samples, row))
+        names = {samples.trial for samples, _ in self.stored}
+        self.kept = [r for r in resumable_records(self.out_path, self.spec, self.host) if r.trial not in names]
+        kept_names = {r.trial for r in self.kept}
+        if self.per_rank is not None and kept_names:
+            self.kept_ranks = [r for r in read_records(rank_file(self.out_path), RankRecord)
+                               if r.trial in kept_names and r.config_sha == self.spec.sha]
+
+    def _stored_samples(self) -> Iterable[TrialSamples]:
+        try:
+            stored = self.samples.read()
+        except ResultsError:  # unreadable: resumed from the CSV alone
+            return []
+        if stored is None or (stored.config_sha, stored.host, stored.scale, stored.ranks) != \
+                (self.spec.sha, self.host, self.spec.scale, self.spec.ranks):
+            return []
+        return stored.trials.values()
+
+    def _same_procedure(self, row: Record | None, repeats: int) -> bool:
+        """Measured as asked now: as many batches, no more repeats than allowed."""
+        m = self.spec.config.measure
+        return row is not None and row.ran and row.batches == m.batches and 1 <= repeats <= m.repeats
 
     def append(self, record: Record, rank_records: Sequence[RankRecord] = ()) -> None:
         """A trial's first record (and its ranks'), appended and flushed."""
@@ -50,13 +85,20 @@ class SweepFiles:
         if self.per_rank is not None:
             self.per_rank.replace(rank_records)
 
+    def store(self, samples: Sequence[TrialSamples]) -> None:
+        """The raw samples file rewritten (only new measurements are compressed again)."""
+        self.samples.write(self.spec.sha, self.host, self.spec.scale, self.spec.ranks, samples)
+
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
     """Records of an earlier sweep at `path` that this one can keep: same config sha, scale,
-    ranks and host, measured as asked now (status ok, at least min_repeats and at most repeats
-    repeats, as many batches)."""
+    ranks and host, measured as asked now (status ok, at least min_repeats (the ideal reference:
+    one) and at most repeats repeats, as many batches)."""
     m = spec.config.measure
     return [r for r in read_records(path)
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
-            and r.ran and r.repeats is not None and m.min_repeats <= r.repeats <= m.repeats
+            and r.ran and r.repeats is not None and (m.min_repeats <= r.repeats or r.trial == IDEAL)
+            and r.repeats <= m.repeats
             and r.batches == m.batches]
+
+

@@ -46,7 +46,7 @@ class Modelling:
         """The records the model is fitted to: trials measured in this sweep that ran (the ideal
         and trials the data check flagged are not the pipeline)."""
         return [run.record for name, run in self.runs.items()
-                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged]
+                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged and not run.pending]
 
     def fit(self) -> PipelineModel | None:
         """The pipeline model fitted to every trial measured so far (None with too few)."""

@@ -43,8 +43,9 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
             runner = Racer(setup, files, emit=on_event, seed=options.seed, execute=execute, scratch=scratch,
                             rank_by=options.rank_by, use_model_ties=options.strategy == Strategy.MODEL)
             runner.resume(files.kept, files.kept_ranks)
+            runner.restore(files.stored)
             on_event(events.SweepStarted(options.strategy, setup.device, setup.info.dataset_len, out_path,
-                                         len(files.kept)))
+                                         len(files.kept) + len(files.stored)))
             measure_all(options, runner)
         result = conclude(options, runner)
         on_event(events.SweepFinished(result.records))
@@ -58,11 +59,12 @@ def measure_all(options: SweepOptions, runner: Racer) -> None:
 
     def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         # The ideal reference joins the first set measured, interleaved with it.
-        extra = [ideal] if IDEAL not in runner.runs else []
+        extra = [ideal] if IDEAL not in runner.runs or runner.runs[IDEAL].pending else []
         return runner.measure([*extra, *trials], round_no)
 
     run_strategy(options.strategy, cfg, runner.setup.accelerator, measure, options.rank_by, cfg.measure.tolerance,
                  modeler=runner.model)
+    runner.settle_pending()
     runner.race()
 
 

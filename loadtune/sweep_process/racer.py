@@ -16,6 +16,7 @@ from loadtune.kinds import EndedBy, RankBy, Status
 from loadtune.results.advice import Advised
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
+from loadtune.results.samples import TrialSamples
 from loadtune.results.sweep import Decision
 from loadtune.sweep_process import events
 from loadtune.sweep_process.checking import DataCheck
@@ -29,7 +30,7 @@ from loadtune.sweep_process.ranking import scored_from_record
 from loadtune.sweep_process.records import rank_records, stats_columns, trial_record
 from loadtune.sweep_process.setup import Setup
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
-from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged, predicted_columns
+from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged, predicted_columns, restored, samples_of
 from loadtune.trial_process.jobs import TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
@@ -113,8 +114,8 @@ class Racer:
         time, the file rewritten when racing updates it), tell the watcher."""
         trial = run.trial
         first_time = run.record is None
-        if run.resumed and run.record is not None and not run.measurements:
-            # Kept from an earlier run, its samples not at hand: only what racing says of it now.
+        if run.resumed and run.record is not None:
+            # Kept from an earlier run as recorded: only what racing says of it now.
             run.record = dataclasses.replace(run.record, stopped_early=run.stopped_early or run.record.stopped_early)
         elif trial.skipped:
             run.record = trial_record(trial, self.context, round_no=run.round, status=Status.SKIPPED)
@@ -145,7 +146,12 @@ class Racer:
             self.files.append(run.record, run.rank_records)
         else:
             self.rewrite()
+        self.store()
         self.emit(events.TrialFinished(trial, run.record))
+
+    def store(self) -> None:
+        """The raw samples of every trial measured (or kept with them), beside the CSV."""
+        self.files.store([samples_of(run) for run in self.runs.values() if run.measurements or run.failure])
 
     def rewrite(self) -> None:
         """Both files rewritten whole (atomically) after a record changed."""
@@ -161,29 +167,58 @@ class Racer:
         have stopped or failed earlier ones, and the data check flagged them). The repeats that
         decide the pick come once, after the last round (race): a round's winner only says where
         the next round sits, and contenders a later round overtakes need no more repeats."""
-        m = self.spec.config.measure
-        new: list[TrialRun] = []
-        for trial in trials:
-            if trial.name in self.runs:
-                if self.runs[trial.name].resumed and not self.runs[trial.name].trial.settings:
-                    self.runs[trial.name].trial = trial  # now known in full
-                    self.emit(events.TrialFinished(trial, self.runs[trial.name].record, resumed=True))
-                continue
-            why = self.setup.shm_check(trial)
-            run = TrialRun(dataclasses.replace(trial, skip_reason=why) if why else trial, round_no)
-            self.runs[trial.name] = run
-            if run.trial.skipped:
-                self._finish(run)
-            else:
-                new.append(run)
+        new, kept = self._take(trials, round_no)
+        # Predicted from the trials measured before these, as they were when the kept ones ran.
         self.model.predict_new(new)
+        for run in kept:
+            run.pending = False
+            self._finish(run)
+        todo = [*kept, *new]
         # The ideal is a reference, not a contender: one repeat is enough.
-        first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else m.min_repeats for run in new}
-        self._plan_runs(sum(first.values()))
-        for repeat in range(1, max(first.values(), default=0) + 1):
-            self._run_round([run for run in new if repeat <= first[run.trial.name]])
+        first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else self.spec.config.measure.min_repeats
+                 for run in todo}
+        self._plan_runs(sum(max(first[run.trial.name] - run.repeats, 0) for run in todo))
+        if kept:
+            self.data.check()
+            self.pool_noise()
+        while batch := [run for run in todo if run.failure is None and run.repeats < first[run.trial.name]]:
+            self._run_round(batch)
         self.race(more=False)
         return {name: self.scored(name) for name in self.runs}
+
+    def _take(self, trials: Sequence[Trial], round_no: int) -> tuple[list[TrialRun], list[TrialRun]]:
+        """The runs of the trials asked for: new ones (a trial /dev/shm cannot hold is skipped at
+        once), and those kept with their raw samples by --resume, now known in full."""
+        new, kept = [], []
+        for trial in trials:
+            run = self.runs.get(trial.name)
+            if run is not None and run.pending:
+                run.trial, run.round = trial, round_no
+                kept.append(run)
+            elif run is not None:
+                if run.resumed and not run.trial.settings:
+                    run.trial = trial  # now known in full
+                    self.emit(events.TrialFinished(trial, run.record, resumed=True))
+            else:
+                why = self.setup.shm_check(trial)
+                run = TrialRun(dataclasses.replace(trial, skip_reason=why) if why else trial, round_no)
+                self.runs[trial.name] = run
+                if run.trial.skipped:
+                    self._finish(run)
+                else:
+                    new.append(run)
+        return new, kept
+
+    def restore(self, stored: Sequence[tuple[TrialSamples, Record | None]]) -> None:
+        """Trials kept with their raw samples: pending until the strategy asks for them again."""
+        for samples, record in stored:
+            self.runs[samples.trial] = restored(samples, record)
+
+    def settle_pending(self) -> None:
+        """Kept trials the strategy did not ask for again stay as recorded."""
+        for run in self.runs.values():
+            if run.pending and run.record is not None:
+                run.pending, run.resumed, run.score = False, True, scored_from_record(run.record)
 
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
         """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
@@ -244,6 +279,7 @@ class Racer:
                 if stopped.record is not None:  # only the flag changes: no figure to derive again
                     stopped.record = dataclasses.replace(stopped.record, stopped_early=True)
                     self.rewrite()
+                    self.store()
             if not more or step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
@@ -273,8 +309,7 @@ class Racer:
         if step.decided:
             return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
                             spread=spread, repeats=repeats)
-        kept = any(self.runs[name].resumed and not self.runs[name].measurements for name in step.undecided
-                   if name in self.runs)
+        kept = any(self.runs[name].resumed for name in step.undecided if name in self.runs)
         ended_by = EndedBy.KEPT if kept else EndedBy.SHORTFALL if step.settled else \
             EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
         if step.settled:

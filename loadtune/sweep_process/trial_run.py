@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from loadtune.measurement import Measurement
 from loadtune.results.model import Prediction
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
+from loadtune.results.samples import TrialSamples
 from loadtune.sweep_process.datacheck import Check, Delivery
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.launch import Outcome
@@ -45,6 +46,9 @@ class TrialRun:
     record: Record | None = None
     score: Scored | None = None
     resumed: bool = False  # kept from the file by --resume without its raw samples: figures as recorded
+    # Restored by --resume with its raw samples, until the strategy asks for it again (its trial
+    # then known in full): left out of the model, the data check, the noise and racing till then.
+    pending: bool = False
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
     disturbed: int = 0  # repeats measured again because other processes used the cores
     rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
@@ -59,6 +63,11 @@ class TrialRun:
         if self.check is not None:
             return self.check.verdict in DATA_FLAGGED
         return self.resumed and self.record is not None and self.record.data_flagged
+
+    @property
+    def live(self) -> bool:
+        """Its raw samples are at hand and its trial known in full (not kept as recorded, nor pending)."""
+        return not self.resumed and not self.pending
 
     @property
     def repeats(self) -> int:
@@ -83,3 +92,24 @@ def check_columns(check: Check | None) -> dict[str, Any]:
         return {}
     flagged = check.verdict in DATA_FLAGGED
     return {"data_check": check.verdict, "reason": f"data_check {check.verdict}: {check.reason}" if flagged else ""}
+
+
+def samples_of(run: TrialRun) -> TrialSamples:
+    """What is kept of a run beside the CSV: its raw samples and how it ended."""
+    failure = run.failure
+    predicted = run.predicted
+    return TrialSamples(run.trial.name, run.round, tuple(run.measurements), tuple(run.walls_s), run.disturbed,
+                        (str(failure.status), failure.reason, failure.wall_s) if failure is not None else None,
+                        (predicted.throughput, predicted.wait_ratio) if predicted is not None else None,
+                        run.stopped_early)
+
+
+def restored(samples: TrialSamples, record: Record | None) -> TrialRun:
+    """A run kept with its raw samples (pending until the strategy asks for its trial again)."""
+    predicted = None
+    if samples.predicted is not None:  # only its figures are kept: what the CSV's predicted columns show
+        predicted = Prediction(samples.predicted[0], samples.predicted[1], period_ms=0.0, cpu_bound=False)
+    trial = Trial(samples.trial, (record.changed or "") if record else "", record.value if record else None, ())
+    return TrialRun(trial, samples.round, list(samples.measurements), list(samples.walls_s), record=record,
+                    stopped_early=samples.stopped_early, disturbed=samples.disturbed, predicted=predicted,
+                    pending=True)
