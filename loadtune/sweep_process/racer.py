@@ -139,7 +139,8 @@ class Racer:
             run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
                                       stats=stats, measurement=measurement, diagnosis=diagnosis,
                                       stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
-                                      **check_columns(run.check), **predicted_columns(run.predicted))
+                                      **check_columns(run.check), **predicted_columns(run.predicted),
+                                      **({"started_at": run.measured_at} if run.measured_at else {}))
             if self.files.per_rank is not None and measurement.ranks:
                 run.rank_records = rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context)
         if first_time:

@@ -49,6 +49,7 @@ class TrialRun:
     # Restored by --resume with its raw samples, until the strategy asks for it again (its trial
     # then known in full): left out of the model, the data check, the noise and racing till then.
     pending: bool = False
+    measured_at: str | None = None  # when it was first measured, when that was in an earlier sweep
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
     disturbed: int = 0  # repeats measured again because other processes used the cores
     rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
@@ -112,4 +113,4 @@ def restored(samples: TrialSamples, record: Record | None) -> TrialRun:
     trial = Trial(samples.trial, (record.changed or "") if record else "", record.value if record else None, ())
     return TrialRun(trial, samples.round, list(samples.measurements), list(samples.walls_s), record=record,
                     stopped_early=samples.stopped_early, disturbed=samples.disturbed, predicted=predicted,
-                    pending=True)
+                    pending=True, measured_at=record.started_at if record else None)
