@@ -14,9 +14,11 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png
 
-# Style, import order and pyflakes' checks (ruff, configured in pyproject.toml).
+# Style, import order and pyflakes' checks (ruff), then the typed modules under mypy --strict (the
+# files mypy checks are listed in pyproject.toml's [tool.mypy], beside ruff's configuration).
 lint: $(STAMP)
 	$(BIN)/ruff check loadtune tests benchmarks
+	$(BIN)/mypy
 
 # Lint first; then two steps: tests of behaviour two at a time (pytest-xdist), then, alone, the
 # few that assert measured figures (marked serial), so that no other test's load moves them.

@@ -9,26 +9,41 @@ The command line is `loadtune`; from Python (a notebook, a script):
     loadtune.predict("small.csv", cores=16, ranks=4).recommended   # another machine
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
 
 from loadtune.version import __version__  # noqa: F401 - part of the package's interface
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def sweep(config: Any, **options: Any) -> Any:
+    from typing_extensions import Unpack
+
+    from loadtune.api import PredictKeywords
+    from loadtune.options import ConfigSource, Overrides, SweepKeywords
+    from loadtune.results.compare import Comparison
+    from loadtune.results.sweep import SweepResult
+    from loadtune.results.transfer import Forecast
+    from loadtune.sweep_process.events import Event
+
+
+def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Overrides = None,
+          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> SweepResult:
     """Run a sweep as `loadtune sweep` does; see loadtune.api.sweep."""
     from loadtune.api import sweep as run
 
-    return run(config, **options)
+    return run(config, out=out, overrides=overrides, on_event=on_event, **options)
 
 
-def compare(*csvs: Any, force: bool = False) -> Any:
+def compare(*csvs: str | Path, force: bool = False) -> Comparison:
     """Compare results CSVs as `loadtune compare` does; see loadtune.api.compare."""
     from loadtune.api import compare as run
 
     return run(*csvs, force=force)
 
 
-def predict(csv: Any, **target: Any) -> Any:
+def predict(csv: str | Path, **target: Unpack[PredictKeywords]) -> Forecast:
     """What another machine should use, as `loadtune predict` says; see loadtune.api.predict."""
     from loadtune.api import predict as run
 

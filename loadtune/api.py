@@ -9,21 +9,36 @@ in a trial process of its own), returning typed results instead of printing them
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, TypedDict
 
 from loadtune.errors import LoadtuneError
-from loadtune.options import ConfigSource, SweepOptions
+from loadtune.options import ConfigSource, Overrides, SweepOptions
 from loadtune.results.sweep import SweepResult
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from loadtune.config import RunSpec
+    from loadtune.options import MeasureKeywords, SweepKeywords
     from loadtune.results.compare import Comparison
     from loadtune.results.transfer import Forecast
+    from loadtune.sweep_process.events import Event
 
-Overrides = Mapping[str, Any] | Sequence[str] | None
+
+class PredictKeywords(TypedDict, total=False):
+    """The target of predict(): see its keywords."""
+
+    cores: float | None
+    ranks: int
+    step_ms: float | None
+    scale: float | None
+    ram_gb: float | None
+    shm_gb: float | None
+    tolerance: float | None
 
 
-def load(config: ConfigSource, overrides: Overrides = None, scale: float = 1.0, **measure: Any) -> "RunSpec":
+def load(config: ConfigSource, overrides: Overrides = None, scale: float = 1.0,
+         **measure: Unpack[MeasureKeywords]) -> "RunSpec":
     """A RunSpec from a config file or a mapping (the same keys as the YAML; factories may be
     given as callables from importable modules). `measure` takes the shorthands (repeats,
     batches, warmup, tolerance, budget, device)."""
@@ -31,7 +46,7 @@ def load(config: ConfigSource, overrides: Overrides = None, scale: float = 1.0, 
 
 
 def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Overrides = None,
-          on_event: Callable[[Any], None] | None = None, **options: Any) -> SweepResult:
+          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> SweepResult:
     """Run a sweep as `loadtune sweep` does and return its result.
 
     `config` is a YAML path or a mapping of the same keys. `overrides` are `--set` assignments

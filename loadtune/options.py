@@ -9,10 +9,14 @@ import math
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypedDict, TypeVar, Union
 
 from loadtune.errors import ConfigError
 from loadtune.kinds import RankBy, Strategy, Word, choices
+
+if TYPE_CHECKING:
+    from loadtune.config import RunSpec
+    from loadtune.sweep_process.events import Event
 
 # The shorthand options and the config keys they set.
 MEASURE_KEYS = {"repeats": "measure.repeats", "batches": "measure.batches", "warmup": "measure.warmup_batches",
@@ -20,10 +24,37 @@ MEASURE_KEYS = {"repeats": "measure.repeats", "batches": "measure.batches", "war
 # Config keys whose values may be given as callables from importable modules (Python API).
 CALLABLE_KEYS = (("dataset", "factory"), ("step", "factory"), ("loader", "collate_fn"), ("loader", "worker_init_fn"))
 
-ConfigSource = Union[str, Path, Mapping[str, Any]]
+# A YAML path, or a mapping of the same keys.
+ConfigSource = Union[str, Path, Mapping[str, object]]
+# `--set` assignments: "KEY=VALUE" strings, or a mapping of dotted keys to values.
+Overrides = Union[Mapping[str, object], Sequence[str], None]
+
+W = TypeVar("W", bound=Word)
 
 
-def _member(kind: type[Word], value: Any, option: str) -> Any:
+class MeasureKeywords(TypedDict, total=False):
+    """The shorthands for measure keys (MEASURE_KEYS); None: as the config says."""
+
+    repeats: int | None
+    batches: int | None
+    warmup: int | None
+    tolerance: float | None
+    budget: float | None
+    device: str | None
+
+
+class SweepKeywords(MeasureKeywords, total=False):
+    """The keywords of loadtune.sweep(): SweepOptions' fields that say how to run (None: the default)."""
+
+    scale: float | None
+    strategy: Strategy | str | None
+    rank_by: RankBy | str | None
+    ranks: int | None
+    resume: bool | None
+    seed: int | None
+
+
+def _member(kind: type[W], value: object, option: str) -> W:
     try:
         return kind(value)
     except ValueError:
@@ -64,8 +95,7 @@ class SweepOptions:
             raise ConfigError(f"--scale {self.scale}: must be a number greater than 0")
 
     @classmethod
-    def of(cls, config: ConfigSource, overrides: Mapping[str, Any] | Sequence[str] | None = None,
-           **options: Any) -> "SweepOptions":
+    def of(cls, config: ConfigSource, overrides: Overrides = None, **options: Any) -> "SweepOptions":
         """Options from the Python API's keywords: `overrides` as "KEY=VALUE" strings or a mapping
         of dotted keys to values; an unknown keyword is a TypeError, as for any function."""
         known = {f.name for f in dataclasses.fields(cls)} - {"config", "sets", "torchrun"}
@@ -84,8 +114,8 @@ class SweepOptions:
                 out.append(f"{key}={json.dumps(value)}")
         return out
 
-    def spec(self) -> Any:
-        """The validated config (a config.RunSpec) these options ask for."""
+    def spec(self) -> RunSpec:
+        """The validated config these options ask for."""
         from loadtune.config import config_from_data, load_config
 
         if isinstance(self.config, Mapping):
@@ -94,11 +124,11 @@ class SweepOptions:
             spec = load_config(self.config, self.assignments(), self.scale)
         return dataclasses.replace(spec, ranks=self.ranks, torchrun=self.torchrun)
 
-    def out_path(self, spec: Any) -> Path:
+    def out_path(self, spec: RunSpec) -> Path:
         return self.out if self.out is not None else default_output(spec)
 
 
-def default_output(spec: Any) -> Path:
+def default_output(spec: RunSpec) -> Path:
     """docs/reference.md, "loadtune sweep": config `output`, else results/<name>-<host>-x<scale>.csv;
     with N > 1 ranks, -r<N> before the suffix of either."""
     ranks = f"-r{spec.ranks}" if spec.ranks > 1 else ""  # beside the one-rank file, not over it
@@ -110,7 +140,7 @@ def default_output(spec: Any) -> Path:
     return Path("results") / f"{spec.name}-{host}-x{spec.scale:g}{ranks}.csv"
 
 
-def _spec_of(value: Any, where: str) -> Any:
+def _spec_of(value: object, where: str) -> object:
     """A callable given in a config dict, as the "module:callable" spec trial processes import."""
     if isinstance(value, str) or not callable(value):
         return value
@@ -122,7 +152,7 @@ def _spec_of(value: Any, where: str) -> Any:
     return f"{module}:{name}"
 
 
-def _with_specs(data: Mapping[str, Any]) -> dict[str, Any]:
+def _with_specs(data: Mapping[str, object]) -> dict[str, object]:
     """The config mapping with callables given for factories and loader functions as specs."""
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in data.items()}
     for section, key in CALLABLE_KEYS:
@@ -132,7 +162,7 @@ def _with_specs(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _assignments(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[str]:
+def _assignments(overrides: Overrides) -> list[str]:
     if overrides is None:
         return []
     if isinstance(overrides, Mapping):
@@ -140,4 +170,4 @@ def _assignments(overrides: Mapping[str, Any] | Sequence[str] | None) -> list[st
     return list(overrides)
 
 
-OnEvent = Callable[[Any], None]
+OnEvent = Callable[["Event"], None]

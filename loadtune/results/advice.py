@@ -49,6 +49,7 @@ class Weighed:
         figures = (f"{self.setting} measured {self.throughput:.1f} [{self.throughput_lo:.1f}, "
                    f"{self.throughput_hi:.1f}] samples/s against {self.against_throughput:.1f} ({self.against})")
         if self.helped:
+            assert self.throughput is not None and self.against_throughput is not None  # weigh sets both
             return f"{figures}: {self.throughput / self.against_throughput:.2f}x"
         return f"{figures}: not shown to help here"
 

@@ -8,7 +8,7 @@ from loadtune.results.record import Record
 from loadtune.trials import cost_of
 
 
-def cost(record: Record) -> tuple:
+def cost(record: Record) -> tuple[float, ...]:
     """What a config costs to run (trials.cost_of); of two that cost the same, the faster first."""
     return (*cost_of(record.to_dict()), -(record.throughput or 0))
 

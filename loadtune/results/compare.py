@@ -61,6 +61,9 @@ CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
 VERDICT_HOLDS = "conclusion holds"
 VERDICT_CHANGED = "conclusion changed"
 
+# A file-level column's value (numbers are floats in a plain frame; several values joined by ',').
+FileValue = str | float | bool | None
+
 
 @dataclass(frozen=True, eq=False)
 class ResultSet:
@@ -77,7 +80,7 @@ class Comparison:
     paths: tuple[Path, ...]
     table: pd.DataFrame  # one row per trial: `trial`, `<metric>@<label>` per file, `flags`
     winners: dict[str, str | None]  # label -> trial (None: nothing ranked in that file)
-    differences: dict[str, dict[str, Any]]  # column -> label -> value, only columns that differ
+    differences: dict[str, dict[str, FileValue]]  # column -> label -> value, only columns that differ
     tau: dict[str, float | None]  # label -> Kendall tau-b against the first file's ranking
     flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
     verdict: str
@@ -120,10 +123,10 @@ def _read(path: Path) -> tuple[list[Record], pd.DataFrame]:
 
 def load_results(paths: Iterable[Path | str]) -> list[ResultSet]:
     """Read each CSV (ResultsError naming the file when unreadable or missing columns)."""
-    paths = [Path(p) for p in paths]
-    read = [_read(p) for p in paths]
+    files = [Path(p) for p in paths]
+    read = [_read(p) for p in files]
     return [ResultSet(p, label, frame, tuple(records))
-            for p, label, (records, frame) in zip(paths, _labels(paths), read)]
+            for p, label, (records, frame) in zip(files, _labels(files), read)]
 
 
 # --- statistics ------------------------------------------------------------------------------
@@ -159,10 +162,10 @@ def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float | None:
 # --- comparing ----------------------------------------------------------------------------
 
 
-def _value(frame: pd.DataFrame, column: str) -> Any:
+def _value(frame: pd.DataFrame, column: str) -> FileValue:
     """A file-level column's value: None when empty; several distinct values joined by ','."""
-    values = [v for v in dict.fromkeys(frame[column]) if v != "" and not (isinstance(v, float) and math.isnan(v))] \
-        if column in frame else []
+    values: list[FileValue] = [v for v in dict.fromkeys(frame[column])
+                               if v != "" and not (isinstance(v, float) and math.isnan(v))] if column in frame else []
     if not values:
         return None
     if len(values) == 1:
@@ -261,7 +264,7 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     trials = _trial_order(results)
 
     winners = {r.label: winner_of(r.frame) for r in results}
-    differences = {}
+    differences: dict[str, dict[str, FileValue]] = {}
     for column in DIFFERENCE_COLUMNS:
         values = {r.label: _value(r.frame, column) for r in results}
         if len(set(map(repr, values.values()))) > 1:
@@ -356,7 +359,7 @@ def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
 # --- output ---------------------------------------------------------------------------------
 
 
-def _csv_cell(value: Any) -> Any:
+def _csv_cell(value: object) -> object:
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None or value is pd.NA:

@@ -438,18 +438,21 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
     # torch ops use several threads; a worker's use one).
     with_fetch = [e for e in timed if e.workers] or timed
     calm = _uncontended(with_fetch) if with_fetch else []
-    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size for e in with_fetch)
-    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size for e in calm)
+    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
+                        for e in with_fetch if e.fetch_ms is not None)
+    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
+                         for e in calm if e.fetch_ms is not None)
     if not with_fetch:
         # No fetch was timed: the loop's own wait without workers is the fetch.
-        alone = [e for e in evidence if e.workers == 0 and e.wait_ratio is not None]
-        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in alone), 0.0)
-    workers = [e for e in evidence if e.workers > 0 and e.handover_ms is not None]
-    kept = [e for e in workers if e.settings["persistent_workers"]]
+        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
+                              if e.workers == 0 and e.wait_ratio is not None), 0.0)
+    # (per sample, persistent workers) of the trials with workers whose hand-over was timed
+    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
+                 if e.workers > 0 and e.handover_ms is not None]
+    kept = [ms for ms, persistent in handovers if persistent]
     # Without persistent workers the training thread's CPU in next() also holds each epoch's
     # worker start-up: the persistent trials show the hand-over alone, else the lowest.
-    handover = _median(e.handover_ms / e.batch_size for e in kept) if kept else \
-        min((e.handover_ms / e.batch_size for e in workers), default=0.0)
+    handover = _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
     steps = _uncontended([e for e in evidence if e.step_ms is not None] or list(evidence))
     step = _median((e.step_ms / e.batch_size for e in steps if e.step_ms is not None), 0.0)
     step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
@@ -458,17 +461,17 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
     h2d = _median(plain, _median(pinned))
     h2d_pinned = _median(pinned, h2d)
-    starts = [e for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
+    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
 
-    def start_up(e: Evidence) -> float:
-        """An epoch's wait for its first batch, less that batch's own fetch."""
+    def start_up(e: Evidence, waited_ms: float) -> float:
+        """An epoch's wait for its first batch (`waited_ms`), less that batch's own fetch."""
         first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
-        return e.epoch_start_ms - first
+        return waited_ms - first
 
-    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e)) for e in starts
+    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e, ms)) for e, ms in starts
                                if not e.settings["persistent_workers"]])
-    resume = max(0.0, _median((start_up(e) for e in starts if e.settings["persistent_workers"]), 0.0))
-    alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0]
+    resume = max(0.0, _median((start_up(e, ms) for e, ms in starts if e.settings["persistent_workers"]), 0.0))
+    alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0 and e.fetch_ms is not None]
     return PipelineModel(
         fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
         main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
@@ -557,10 +560,10 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
             scored = []
             for value in grid:
                 trial = {**params, name: value}
-                key = tuple(trial.values())
-                if key not in losses:
-                    losses[key] = loss(replace(model, **trial))
-                scored.append((losses[key], value))
+                point = tuple(trial.values())
+                if point not in losses:
+                    losses[point] = loss(_fitted(model, trial))
+                scored.append((losses[point], value))
             best = min(scored)[1]
             if best != params[name]:
                 params[name], moved = best, True
@@ -573,27 +576,33 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
     for name, grid in grids.items():
         for value in grid[:grid.index(params[name])]:
             trial = {**params, name: value}
-            key = tuple(trial.values())
-            if key not in losses:
-                losses[key] = loss(replace(model, **trial))
-            if losses[key] <= threshold:
+            point = tuple(trial.values())
+            if point not in losses:
+                losses[point] = loss(_fitted(model, trial))
+            if losses[point] <= threshold:
                 params[name] = value
                 break
-    model = replace(model, **params)
+    model = _fitted(model, params)
     # Unexplained settings: each value's measured effect against the mechanism's prediction.
     factors = []
     for key in sorted(k for k in base if k not in MECHANISM_KEYS):
         by_value: dict[str, list[float]] = {}
         for e in evidence:
-            value = format_value(e.settings.get(key))
-            if value != format_value(base.get(key)):
+            shown = format_value(e.settings.get(key))
+            if shown != format_value(base.get(key)):
                 core_guess = _core_prediction(model, e)
-                by_value.setdefault(value, []).append(e.throughput / core_guess.throughput)
+                by_value.setdefault(shown, []).append(e.throughput / core_guess.throughput)
         factors += [(key, value, statistics.median(ratios)) for value, ratios in sorted(by_value.items())]
     model = replace(model, factors=tuple(factors))
     residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
     spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
     return replace(model, residual_log_sd=spread)
+
+
+def _fitted(model: PipelineModel, figures: Mapping[str, float]) -> PipelineModel:
+    """The model with the fitted figures given (FITTED_GRIDS' names)."""
+    # Each is a float field; mypy checks the mapping's values against every field of the model.
+    return replace(model, **figures)  # type: ignore[arg-type]
 
 
 def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, TypeGuard
 
 import pandas as pd
 
@@ -18,6 +18,11 @@ from loadtune.kinds import Status
 from loadtune.results.record import load_records, plain_frame
 from loadtune.text import short
 from loadtune.trials import BASELINE, IDEAL
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 META = ("config_name", "scale", "host", "device")
 
@@ -40,6 +45,8 @@ PREDICTED_COLOR = "#212529"
 LEGEND_COLUMNS = 4  # handles per legend row: more would run off a narrow figure
 WAIT_LABEL_OUTSIDE_BELOW = 0.85
 LABEL_BOX = {"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.6}
+
+Row = dict[str, Any]  # a row of a plain frame, by column
 
 
 # --------------------------------------------------------------------------- reading
@@ -103,18 +110,23 @@ def trial_order(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[str]:
     return order
 
 
-def _rows_by_trial(df: pd.DataFrame) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
+def _rows_by_trial(df: pd.DataFrame) -> dict[str, Row]:
+    out: dict[str, Row] = {}
     for row in df.to_dict("records"):
         out.setdefault(_text(row.get("trial")), row)
     return out
 
 
-def _is_ok(row: dict[str, Any] | None, key: str = "throughput") -> bool:
+def _is_ok(row: Row | None, key: str = "throughput") -> TypeGuard[Row]:
     return row is not None and _text(row.get("status")) == Status.OK and _num(row.get(key)) is not None
 
 
-def _bar_color(row: dict[str, Any]) -> str:
+def _measured(row: Row, key: str) -> float:
+    """A row's figure where _is_ok found one (0.0 where there is none)."""
+    return _num(row.get(key)) or 0.0
+
+
+def _bar_color(row: Row) -> str:
     if _num(row.get("rank")) == 1 or _text(row.get("tied_with_best")).lower() == "true" \
             or row.get("tied_with_best") is True:
         return BEST_COLOR
@@ -123,10 +135,10 @@ def _bar_color(row: dict[str, Any]) -> str:
     return OTHER_COLOR
 
 
-def _errors(rows: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+def _errors(rows: list[Row], key: str) -> tuple[list[float], list[float]]:
     below, above = [], []
     for row in rows:
-        mean = _num(row[key])
+        mean = _measured(row, key)
         lo, hi = _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
         below.append(max(0.0, mean - lo) if lo is not None else 0.0)
         above.append(max(0.0, hi - mean) if hi is not None else 0.0)
@@ -170,25 +182,24 @@ def _titles(frames: Sequence[tuple[str, pd.DataFrame]]) -> tuple[str, list[str]]
     return title, columns
 
 
-def _throughput_right(rows: dict[str, dict[str, Any]], n_frames: int) -> float:
+def _throughput_right(rows: dict[str, Row], n_frames: int) -> float:
     """Where a throughput axis must end to show every bar, interval, line and label of a CSV
     (narrower panels, with more CSVs side by side, need more room for the value labels)."""
     ends = [1.0]
     for row in rows.values():
         if _is_ok(row):
-            ends.append(max(_num(row["throughput"]), _num(row.get("throughput_hi")) or 0.0,
+            ends.append(max(_measured(row, "throughput"), _num(row.get("throughput_hi")) or 0.0,
                             _num(row.get("predicted_throughput")) or 0.0))
     return max(ends) * (1.22 if n_frames == 1 else 1.3 if n_frames == 2 else 1.45)
 
 
-def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]], ideal: dict | None,
-                     right: float) -> None:
+def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Row | None, right: float) -> None:
     from matplotlib.transforms import blended_transform_factory
 
     ok = [(i, rows[name]) for i, name in enumerate(order) if _is_ok(rows.get(name))]
     ys = [i for i, _ in ok]
     data = [r for _, r in ok]
-    values = [_num(r["throughput"]) for r in data]
+    values = [_measured(r, "throughput") for r in data]
     below, above = _errors(data, "throughput")
     if ok:
         ax.barh(ys, values, xerr=[below, above], color=[_bar_color(r) for r in data], height=0.62,
@@ -205,10 +216,10 @@ def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]],
     ideal_value = _num(ideal["throughput"]) if _is_ok(ideal) else None
     ax.set_xlim(0, right)
 
-    for y, value, top, row in zip(ys, values, highs, data):
-        speedup = _num(row.get("speedup"))
+    for y, value, top, r in zip(ys, values, highs, data):
+        speedup = _num(r.get("speedup"))
         label = f"{value:,.0f}"
-        if speedup is not None and row["trial"] != BASELINE:
+        if speedup is not None and r["trial"] != BASELINE:
             label += f"  ({speedup:.2f}x)"
         ax.text(top + right * 0.01, y, label, va="center", ha="left", fontsize=8, color="#222222",
                 clip_on=True, zorder=3, bbox=LABEL_BOX)
@@ -241,11 +252,11 @@ def _draw_throughput(ax: Any, order: list[str], rows: dict[str, dict[str, Any]],
     ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
 
 
-def _draw_wait(ax: Any, order: list[str], rows: dict[str, dict[str, Any]], ideal: dict | None) -> None:
+def _draw_wait(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Row | None) -> None:
     ok = [(i, rows[name]) for i, name in enumerate(order) if _is_ok(rows.get(name), "wait_ratio")]
     ys = [i for i, _ in ok]
     data = [r for _, r in ok]
-    values = [_num(r["wait_ratio"]) for r in data]
+    values = [_measured(r, "wait_ratio") for r in data]
     below, above = _errors(data, "wait_ratio")
     if ok:
         ax.barh(ys, values, xerr=[below, above], color=WAIT_COLOR, height=0.62,
@@ -269,7 +280,7 @@ def _draw_wait(ax: Any, order: list[str], rows: dict[str, dict[str, Any]], ideal
     ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
 
 
-def _legend_handles(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[Any]:
+def _legend_handles(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[Artist]:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -286,7 +297,7 @@ def _legend_handles(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[Any]:
     return handles
 
 
-def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Any:
+def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Figure:
     """The chart as a matplotlib Figure (with an Agg canvas), one column of panels per CSV."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

@@ -15,11 +15,14 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar, overload
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.interval import Interval
+
+if TYPE_CHECKING:
+    import pandas
 
 FORMAT_VERSION = 3  # 1: before this column existed (migrated below); 2: before the predicted columns and rows
 INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
@@ -34,6 +37,7 @@ DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
 
 
 def _col(kind: str, digits: int | None = None) -> Any:
+    # Any, as dataclasses.field() is typed: each field has its annotation's type.
     return field(default=None, metadata={"kind": kind, "digits": digits})
 
 
@@ -230,7 +234,7 @@ def rank_file(path: Path | str) -> Path:
 # --- writing ---------------------------------------------------------------------------------
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -285,7 +289,7 @@ class _Bad(ValueError):
     pass
 
 
-def _parse(column: Column, text: str) -> Any:
+def _parse(column: Column, text: str) -> str | bool | float | int | None:
     text = text.strip()
     if text == "":
         return None
@@ -318,8 +322,18 @@ def _migrate(values: dict[str, Any], version: int) -> dict[str, Any]:
     return values
 
 
-def read_records(path: Path | str, kind: type[R] = Record, *, required: Sequence[str] | None = None,
-                 missing_ok: bool = True) -> list[R]:
+@overload
+def read_records(path: Path | str, *, required: Sequence[str] | None = None,
+                 missing_ok: bool = True) -> list[Record]: ...
+
+
+@overload
+def read_records(path: Path | str, kind: type[R], *, required: Sequence[str] | None = None,
+                 missing_ok: bool = True) -> list[R]: ...
+
+
+def read_records(path: Path | str, kind: type[_Table] = Record, *, required: Sequence[str] | None = None,
+                 missing_ok: bool = True) -> list[Any]:
     """The records of a results CSV, typed by the column table.
 
     A missing file gives none when `missing_ok` (resuming), else a ResultsError; so does a
@@ -353,7 +367,7 @@ def read_records(path: Path | str, kind: type[R] = Record, *, required: Sequence
     columns = {c.name: c for c in kind.columns()}
     known = [(i, columns[name]) for i, name in enumerate(header) if name in columns]
     version_at = header.index("format_version") if "format_version" in header else None
-    records = []
+    records: list[_Table] = []
     for line, cells in enumerate(rows[1:], start=2):
         if len(cells) != len(header) or not any(c.strip() for c in cells):
             continue  # cut short by a kill, or blank
@@ -388,7 +402,15 @@ def missing_columns(path: Path | str, names: Sequence[str]) -> list[str]:
     return [name for name in names if name not in header]
 
 
-def load_records(path: Path | str, kind: type[R] = Record) -> list[R]:
+@overload
+def load_records(path: Path | str) -> list[Record]: ...
+
+
+@overload
+def load_records(path: Path | str, kind: type[R]) -> list[R]: ...
+
+
+def load_records(path: Path | str, kind: type[_Table] = Record) -> list[Any]:
     """The records of a results CSV to show or compare: a missing, empty or foreign file, or a
     value that does not fit its column, is a ResultsError naming the file."""
     return read_records(path, kind, missing_ok=False)
@@ -397,7 +419,7 @@ def load_records(path: Path | str, kind: type[R] = Record) -> list[R]:
 PANDAS_DTYPES = {INT: "Int64", FLOAT: "float64", BOOL: "boolean", TEXT: "object"}
 
 
-def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
+def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> pandas.DataFrame:
     """Records as a pandas DataFrame, one column per field, typed by the column table."""
     import pandas as pd
 
@@ -409,7 +431,7 @@ def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
     return frame
 
 
-def plain_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> Any:
+def plain_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> pandas.DataFrame:
     """Records as a frame for tables and charts: numbers as floats (NaN when empty), text as
     str ('' when empty), booleans as True / False / None."""
     frame = to_frame(records, kind)

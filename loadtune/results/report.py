@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rich.table import Table
 from rich.text import Text
@@ -13,12 +13,15 @@ from rich.text import Text
 from loadtune.kinds import EndedBy, Status
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
-from loadtune.results.model import prediction_error
+from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import DATA_FLAGGED, Record
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
+
+if TYPE_CHECKING:
+    from loadtune.results.decision import Decision, ModelTie
 
 # Undecided contenders named in the summary, and unstable trials warned about one by one;
 # the rest are counted (the table lists them all).
@@ -153,7 +156,11 @@ BRIEF = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_h
 
 def brief(record: Record | None) -> dict[str, Any] | None:
     """A record's headline figures and settings, as --json gives them."""
-    return None if record is None else {k: getattr(record, k) for k in BRIEF}
+    return None if record is None else _brief(record)
+
+
+def _brief(record: Record) -> dict[str, Any]:
+    return {k: getattr(record, k) for k in BRIEF}
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,15 @@ class OneRank:
 
 
 @dataclass(frozen=True)
+class Travel:
+    """The pick for one common target, when it differs from the sweep's (transfer.travel)."""
+
+    label: str
+    config: str
+    share: float  # what the sweep's pick would run there, as a share of this config's prediction
+
+
+@dataclass(frozen=True)
 class Summary:
     """What a sweep concluded: the closing lines and --json."""
 
@@ -226,16 +242,16 @@ class Summary:
     out_given: bool = False  # the output path was given (so the one-rank sweep's is not known)
     torchrun: bool = False
     plot: str | None = None
-    decision: Any = None  # runner.Decision: how sure the pick is
+    decision: Decision | None = None  # how sure the pick is
     source: str = "dataset"  # what the dataset factory returned
     factory: str | None = None
     loader_kwargs: dict[str, Any] | None = None  # the recommended trial's settings
     change: dict[str, Any] | None = None  # those that differ from the baseline's
     data: DataFindings | None = None  # the data check
-    model: Any = None  # results.model.ModelReport: the pipeline model fitted to the measured trials
-    # results.transfer.Travel: the predicted pick on each common target where it is another config,
-    # and the targets where the pick holds
-    travel: tuple[Any, ...] = ()
+    model: ModelReport | None = None  # the pipeline model fitted to the measured trials
+    # The predicted pick on each common target where it is another config, and the targets where
+    # the pick holds.
+    travel: tuple[Travel, ...] = ()
     travel_same: tuple[str, ...] = ()
     notes: tuple[Finding | str, ...] = ()  # findings that ask nothing of the user: shown with --verbose
     # The recommendation's speedup over the baseline, as a 95% interval (None where the raw
@@ -252,7 +268,9 @@ class Summary:
             asker = by_name.get(r.asked_by) if r.asked_by else None
             if asker is not None:
                 usable = r.ran and not r.data_flagged  # a flagged trial fed other samples: no gain to speak of
-                gain = r.throughput / asker.throughput if usable and asker.ran and asker.throughput else None
+                gain = None
+                if usable and r.throughput is not None and asker.ran and asker.throughput:
+                    gain = r.throughput / asker.throughput
                 out.append({"trial": r.trial, "asked_by": r.asked_by, "status": r.status,
                             "throughput": r.throughput, "gain": gain, "data_check": r.data_check})
         return out
@@ -272,15 +290,15 @@ class Summary:
             "tolerance": self.decision.tolerance if self.decision is not None else None,
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
-            "expected_lost": getattr(self.decision, "expected", None),
+            "expected_lost": self.decision.expected if self.decision is not None else None,
             "advice_measured": self.advice_measured,
             "source": self.source,
             "loader_kwargs": self.loader_kwargs,
             "change": self.change,
-            "trials": [{**brief(r), "reason": r.reason or None} for r in self.trials],
+            "trials": [{**_brief(r), "reason": r.reason or None} for r in self.trials],
             "data_check": self.data.to_json() if self.data is not None else None,
             "model": self.model.to_json() if self.model is not None else None,
-            "ties": [dataclasses.asdict(t) for t in getattr(self.decision, "ties", ())],
+            "ties": [dataclasses.asdict(t) for t in (self.decision.ties if self.decision is not None else ())],
             "travel": [dataclasses.asdict(t) for t in self.travel],
             "travel_same": list(self.travel_same),
             "notes": [str(n) for n in self.notes],
@@ -362,6 +380,7 @@ def summary_lines(info: Summary) -> list[str]:
 
 
 def _recommended_line(info: Summary, chosen: Record, base: Record | None) -> str:
+    assert chosen.throughput is not None  # the recommendation ran
     figures = f"{chosen.throughput:.1f} samples/s"
     if base is not None and chosen.trial == base.trial:
         tol = f"{info.decision.tolerance:.0%}" if info.decision is not None else "the tolerance"
@@ -382,7 +401,7 @@ def _spread_words(spread: float | None) -> str:
     return f"; repeats here differ by ±{spread:.0%} from process to process" if spread is not None else ""
 
 
-def _settle(decision: Any) -> str:
+def _settle(decision: Decision) -> str:
     """The one rerun that would settle an undecided pick."""
     more = max(2 * (decision.repeats or 1), 5)
     if decision.ended_by == EndedBy.KEPT:
@@ -409,7 +428,7 @@ def _sure_line(info: Summary, chosen: Record) -> str:
         expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
         return (f"Not sure: {named} might still be up to {decision.gap:.0%} faster{expected}"
                 f"{_spread_words(decision.spread)}; to settle it, {_settle(decision)}.")
-    ties = getattr(decision, "ties", ())
+    ties = decision.ties
     if ties:
         named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
                           for t in ties[:NAMED_SHORT])
@@ -434,7 +453,7 @@ def detail_lines(info: Summary) -> list[str]:
         within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
         lines.append(f"{best.trial} measured fastest; the recommendation is shown within {within} of it and is "
                      "the cheapest such trial (fewest workers).")
-    lines.extend(_tie_lines(getattr(decision, "ties", ())))
+    lines.extend(_tie_lines(decision.ties if decision is not None else ()))
     if decision is not None and not decision.decided:
         named = "; ".join(decision.undecided[:NAMED_UNDECIDED])
         more = len(decision.undecided) - NAMED_UNDECIDED
@@ -465,7 +484,7 @@ def detail_lines(info: Summary) -> list[str]:
     return lines
 
 
-def _tie_lines(ties: Sequence[Any]) -> list[str]:
+def _tie_lines(ties: Sequence[ModelTie]) -> list[str]:
     """One sentence on the contenders the model and the data tied with the pick, with the figures."""
     if not ties:
         return []
@@ -482,7 +501,7 @@ def _tie_lines(ties: Sequence[Any]) -> list[str]:
 MODEL_ERROR_LARGE = 0.15
 
 
-def _model_lines(report: Any) -> list[str]:
+def _model_lines(report: ModelReport | None) -> list[str]:
     """One line on the pipeline model: how well it predicted the trials before they ran."""
     if report is None:
         return []

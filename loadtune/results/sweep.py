@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from loadtune.kinds import EndedBy
+from loadtune.results.decision import Decision, ModelTie
 from loadtune.results.findings import Finding
 from loadtune.results.record import Record, to_frame
 
@@ -16,45 +16,10 @@ if TYPE_CHECKING:
     import pandas
 
     from loadtune.results.report import Summary
+    from loadtune.trials import Trial
 
-
-@dataclass(frozen=True)
-class ModelTie:
-    """Two trials the pipeline model explains as equal whose measurements agree within the
-    spread between processes: tied, the cheaper picked, neither raced further."""
-
-    pick: str
-    other: str
-    predicted_ratio: float  # predicted throughput of other / pick
-    measured_ratio: float  # measured throughput of other / pick
-    spread: float  # the spread between processes it was judged against (log sd)
-    spread_source: str  # "processes" (repeats of the same trials) or "model" (the fit's residuals)
-
-    def facing(self, pick: str) -> "ModelTie":
-        """The tie as seen from `pick`: the other trial's predicted and measured ratios to it."""
-        if self.pick == pick:
-            return self
-        return ModelTie(pick, self.pick, 1 / self.predicted_ratio, 1 / self.measured_ratio, self.spread,
-                        self.spread_source)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """How sure the pick is: decided (shown as good as every other contender, within the
-    tolerance), or not, with the contenders still undecided and what may be left on the table."""
-
-    decided: bool
-    tolerance: float
-    pick: str | None = None  # the cheapest trial shown as good as the best: the recommendation
-    undecided: tuple[str, ...] = ()
-    gap: float = 0.0  # at most this share of throughput may be lost by the pick
-    why: str = ""  # what ended the racing when undecided, in words
-    expected: float | None = None  # the pick's largest expected shortfall against the undecided
-    remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
-    ties: tuple[ModelTie, ...] = ()  # contenders the model and the data tied with the pick
-    ended_by: EndedBy | None = None  # what ended the racing when undecided
-    spread: float | None = None  # the spread between processes (log sd of a repeat's throughput)
-    repeats: int = 0  # measure.repeats
+# Decision and ModelTie (results.decision) are also found here, beside the result that holds them.
+__all__ = ["Decision", "ModelTie", "SweepResult"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +30,7 @@ class SweepResult:
     out_path: Path
     records: tuple[Record, ...]
     summary: "Summary"
-    trials: Mapping[str, Any] = field(default_factory=dict)  # loadtune.trials.Trial by name
+    trials: Mapping[str, Trial] = field(default_factory=dict)  # by name
 
     @property
     def rows(self) -> tuple[Record, ...]:
@@ -91,8 +56,7 @@ class SweepResult:
 
     @property
     def decision(self) -> Decision | None:
-        decision: Decision | None = self.summary.decision
-        return decision
+        return self.summary.decision
 
     @property
     def device(self) -> str:
@@ -109,5 +73,4 @@ class SweepResult:
     @property
     def frame(self) -> "pandas.DataFrame":
         """The rows as a pandas DataFrame, typed by the results' column table."""
-        frame: pandas.DataFrame = to_frame(self.records)
-        return frame
+        return to_frame(self.records)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -27,7 +27,7 @@ class Column:
 
     header: str
     cells: tuple[Cell, ...]
-    justify: str = "right"
+    justify: JustifyMethod = "right"
     priority: int = 0
     wrap: bool = False  # free text that may wrap (notes, flags); figures never do
     names: bool = False  # names that may wrap at spaces where nothing else fits
@@ -67,7 +67,7 @@ def build(columns: Sequence[Column], title: str | None = None, row_styles: Seque
                   title_justify="left")
     for column in columns:
         table.add_column(column.header if flat else column.wrapped_header,
-                         justify=column.justify,  # type: ignore[arg-type]
+                         justify=column.justify,
                          min_width=column.min_width, no_wrap=not column.wrap, overflow="fold")
     rows = max((len(c.cells) for c in columns), default=0)
     for i in range(rows):
@@ -79,9 +79,10 @@ def build(columns: Sequence[Column], title: str | None = None, row_styles: Seque
 def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
     """The narrowest the table can be drawn with every figure whole: as drawn with room to
     spare, less what its free-text columns give up by wrapping down to their longest word."""
-    console = Console(width=10_000, file=io.StringIO(), color_system=None)
+    drawn = io.StringIO()
+    console = Console(width=10_000, file=drawn, color_system=None)
     console.print(build(columns, flat=flat))
-    natural = max((len(line.rstrip()) for line in console.file.getvalue().splitlines()), default=0)
+    natural = max((len(line.rstrip()) for line in drawn.getvalue().splitlines()), default=0)
 
     def widest(c: Column) -> int:
         header = c.header if flat else c.wrapped_header

@@ -24,7 +24,7 @@ from loadtune.kinds import TOLERANCE
 from loadtune.results.choice import recommended as measured_pick
 from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit, prediction_error
 from loadtune.results.record import Record, load_records, missing_columns
-from loadtune.results.report import dataloader_line, short_trial
+from loadtune.results.report import Travel, dataloader_line, short_trial
 from loadtune.results.table import Column, fitted_table
 from loadtune.text import fmt
 from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
@@ -61,6 +61,18 @@ class Target:
     ranks: int = 1  # ranks on it, each with its own DataLoader
     step_ms: float | None = None  # the training step per batch (of the source's batch size)
     scale: float | None = None  # data scale, for memory (the source's, when None)
+    ram_gb: float | None = None
+    shm_gb: float | None = None
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    """A Target with the source's figures where it gave none (resolve)."""
+
+    cores: float
+    ranks: int
+    step_ms: float
+    scale: float
     ram_gb: float | None = None
     shm_gb: float | None = None
 
@@ -110,7 +122,7 @@ class Forecast:
     """The space predicted for a target, best first, and the recommendation."""
 
     source: Source
-    target: Target  # resolved: every figure filled in
+    target: ResolvedTarget
     rows: tuple[TargetRow, ...]
     recommended: TargetRow | None
     extrapolated: tuple[str, ...]  # what lies beyond the measured range, and how far
@@ -200,12 +212,16 @@ def config_text(settings: Mapping[str, Any], keys: Sequence[str] = CONFIG_KEYS) 
     return ", ".join(f"{k}={format_value(s[k])}" for k in shown)
 
 
+# A config's identity: its settings as text, in CONFIG_KEYS order.
+SettingsKey = tuple[str, ...]
+
+
 def varying(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
     """The keys whose value differs between the configs."""
     return tuple(k for k in CONFIG_KEYS if len({format_value(c.get(k)) for c in configs}) > 1)
 
 
-def settings_key(settings: Mapping[str, Any]) -> tuple:
+def settings_key(settings: Mapping[str, Any]) -> SettingsKey:
     """A config's identity: its settings as text, in CONFIG_KEYS order."""
     return tuple(format_value(settings.get(k)) for k in CONFIG_KEYS)
 
@@ -218,7 +234,7 @@ def space(records: Sequence[Record]) -> list[dict[str, Any]]:
     # A setting that needs workers takes its values from the rows that had workers.
     values = {k: list({format_value(s[k]): s[k] for s in rows
                        if s["num_workers"] or k not in NEEDS_WORKERS}.values()) or [None] for k in CONFIG_KEYS}
-    seen: dict[tuple, dict[str, Any]] = {}
+    seen: dict[SettingsKey, dict[str, Any]] = {}
     for combo in itertools.product(*values.values()):
         settings = applied(dict(zip(CONFIG_KEYS, combo)))
         seen.setdefault(settings_key(settings), settings)
@@ -234,9 +250,14 @@ def _mode(values: Iterable[int]) -> int:
     return max(set(values), key=values.count)
 
 
+def _batch_size(rows: Sequence[Record]) -> int:
+    """The most common batch size of measured rows (each has one)."""
+    return _mode(int(r.batch_size) for r in rows if r.batch_size)
+
+
 def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
     rows = measured_rows(records)
-    batch = _mode(int(r.batch_size) for r in rows)
+    batch = _batch_size(rows)
     steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
     step = model.step_ms_per_sample * batch
     pick = measured_pick(records)
@@ -297,24 +318,32 @@ class MemoryModel:
 
 
 def memory_model(records: Sequence[Record]) -> MemoryModel:
-    rows = [r for r in measured_rows(records) if r.peak_pss_mb is not None]
-    ranks = {id(r): max(int(r.ranks or 1), 1) for r in rows}
-    workers = [r for r in rows if r.num_workers and r.worker_pss_mb is not None]
-    worker_mb = statistics.median(r.worker_pss_mb for r in workers) if workers else None
-    mains = [r.peak_pss_mb / ranks[id(r)] - (r.num_workers or 0) * (r.worker_pss_mb or 0.0) for r in rows]
+    mains: list[float] = []
+    worker_pss: list[float] = []
+    growths: list[float] = []
+    batch: list[float] = []
+    for r in measured_rows(records):
+        if r.peak_pss_mb is None:
+            continue
+        ranks = max(int(r.ranks or 1), 1)
+        mains.append(r.peak_pss_mb / ranks - (r.num_workers or 0) * (r.worker_pss_mb or 0.0))
+        if not r.num_workers or r.worker_pss_mb is None:
+            continue
+        worker_pss.append(r.worker_pss_mb)
+        if r.pss_growth_mb is not None and r.batches:
+            growths.append(max(0.0, r.pss_growth_mb) / (r.num_workers * ranks) / r.batches)
+        # shm_need_mb counts every rank's workers.
+        if r.shm_need_mb is not None and r.batch_size:
+            batch.append(r.shm_need_mb / (r.num_workers * ranks * ((r.prefetch_factor or 2) + 1) * r.batch_size))
+    worker_mb = statistics.median(worker_pss) if worker_pss else None
     main_mb = max(0.0, statistics.median(mains)) if mains else None
-    growths = [max(0.0, r.pss_growth_mb) / (r.num_workers * ranks[id(r)]) / r.batches for r in workers
-               if r.pss_growth_mb is not None and r.batches]
-    # shm_need_mb counts every rank's workers.
-    batch = [r.shm_need_mb / (r.num_workers * ranks[id(r)] * ((r.prefetch_factor or 2) + 1) * r.batch_size)
-             for r in workers if r.shm_need_mb is not None and r.batch_size]
     first = next(iter(measured_rows(records)), None)
     return MemoryModel(main_mb, worker_mb, statistics.median(growths) if growths else 0.0,
                        statistics.median(batch) if batch else 0.0, first.dataset_len if first else None,
                        float(first.scale or 1.0) if first else 1.0)
 
 
-def _memory(need: tuple[float | None, float], target: Target) -> Memory:
+def _memory(need: tuple[float | None, float], target: ResolvedTarget) -> Memory:
     ram, shm = need
     why = []
     if ram is not None and target.ram_gb is not None and ram > RAM_HEADROOM * target.ram_gb:
@@ -328,17 +357,17 @@ def _memory(need: tuple[float | None, float], target: Target) -> Memory:
 # --- predicting ---------------------------------------------------------------------------------
 
 
-def resolve(target: Target, source: Source) -> Target:
+def resolve(target: Target, source: Source) -> ResolvedTarget:
     """The target with the source's figures where it gives none."""
-    return replace(target, cores=float(target.cores if target.cores is not None else source.cores),
-                   ranks=max(int(target.ranks or 1), 1),
-                   step_ms=float(target.step_ms if target.step_ms is not None else source.step_ms),
-                   scale=float(target.scale if target.scale is not None else source.scale),
-                   ram_gb=target.ram_gb if target.ram_gb is not None else source.ram_gb,
-                   shm_gb=target.shm_gb if target.shm_gb is not None else source.shm_gb)
+    return ResolvedTarget(cores=float(target.cores if target.cores is not None else source.cores),
+                          ranks=max(int(target.ranks or 1), 1),
+                          step_ms=float(target.step_ms if target.step_ms is not None else source.step_ms),
+                          scale=float(target.scale if target.scale is not None else source.scale),
+                          ram_gb=target.ram_gb if target.ram_gb is not None else source.ram_gb,
+                          shm_gb=target.shm_gb if target.shm_gb is not None else source.shm_gb)
 
 
-def extrapolations(source: Source, target: Target, step_given: bool = True) -> list[str]:
+def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = True) -> list[str]:
     """What the target asks beyond what the source measured, and how far."""
     out = []
     if target.ranks > source.ranks and not step_given:
@@ -380,28 +409,29 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     model = model or fit_records(records, where)
     source = source_of(records, model)
     step_given = target.step_ms is not None
-    target = resolve(target, source)
-    for name, value in (("cores", target.cores), ("step_ms", target.step_ms if step_given else 1.0),
-                        ("scale", target.scale)):
+    resolved = resolve(target, source)
+    for name, value in (("cores", resolved.cores), ("step_ms", resolved.step_ms if step_given else 1.0),
+                        ("scale", resolved.scale)):
         if not (math.isfinite(value) and value > 0):
             raise ResultsError(f"the target's {name} must be above 0, got {value:g}")
     if not 0 <= tolerance < 1:
         raise ResultsError(f"the tolerance must be at least 0 and below 1, got {tolerance:g}")
-    if source.step_ms <= 0 and target.step_ms != source.step_ms:
+    if source.step_ms <= 0 and resolved.step_ms != source.step_ms:
         raise ResultsError(f"{where}: the measured step took no time, so another step time cannot be scaled from it")
-    step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
+    step_scale = resolved.step_ms / source.step_ms if source.step_ms > 0 else 1.0
     memory = memory_model(records)
-    measured: dict[tuple, float] = {}
+    measured: dict[SettingsKey, float] = {}
     for r in measured_rows(records):
-        measured.setdefault(settings_key(settings_of(r)), float(r.throughput))
+        if r.throughput is not None:  # each measured row has one
+            measured.setdefault(settings_key(settings_of(r)), float(r.throughput))
     rows = []
     configs = space(records)
     keys = varying(configs)
-    for settings, p in predict_space(model, configs, target.cores, target.ranks, step_scale):
-        rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / target.ranks,
+    for settings, p in predict_space(model, configs, resolved.cores, resolved.ranks, step_scale):
+        rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / resolved.ranks,
                               p.wait_ratio, p.cpu_bound,
-                              measured.get(settings_key(settings)) if _same_machine(source, target) else None,
-                              _memory(memory.need(settings, target.ranks, target.scale), target)))
+                              measured.get(settings_key(settings)) if _same_machine(source, resolved) else None,
+                              _memory(memory.need(settings, resolved.ranks, resolved.scale), resolved)))
     fitting = [i for i, r in enumerate(rows) if r.memory.fits]
     chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance)
     notes = []
@@ -413,11 +443,11 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     pick = next((r for r in rows if r.recommended), None)
     picked = settings_key(source.pick) if source.pick is not None else None
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
-    return Forecast(source, target, tuple(rows), pick, tuple(extrapolations(source, target, step_given)), model,
+    return Forecast(source, resolved, tuple(rows), pick, tuple(extrapolations(source, resolved, step_given)), model,
                     tolerance, source_pick, tuple(notes), prediction_error(records))
 
 
-def _same_machine(source: Source, target: Target) -> bool:
+def _same_machine(source: Source, target: ResolvedTarget) -> bool:
     return math.isclose(source.cores, target.cores) and source.ranks == target.ranks and \
         math.isclose(source.step_ms, target.step_ms, rel_tol=1e-6)
 
@@ -432,15 +462,6 @@ def forecast_file(path: Path | str, target: Target = Target(), tolerance: float 
 # --- the sweep's summary: does the pick travel? --------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Travel:
-    """The pick for one common target, when it differs from the sweep's."""
-
-    label: str
-    config: str
-    share: float  # what the sweep's pick would run there, as a share of this config's prediction
-
-
 def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance: float = TOLERANCE,
            model: PipelineModel | None = None) -> tuple[list[Travel], list[str]]:
     """For each of COMMON_TARGETS: `loadtune predict`'s pick there where it differs from `pick`
@@ -453,7 +474,7 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
         return [], []
     key = settings_key(applied(pick))
     cores, ranks = model.cores * model.ranks, model.ranks
-    step_ms = model.step_ms_per_sample * _mode(int(r.batch_size) for r in measured_rows(records))
+    step_ms = model.step_ms_per_sample * _batch_size(measured_rows(records))
     moved, same = [], []
     for label, core_factor, rank_factor, step_factor in COMMON_TARGETS:
         if cores * core_factor < 1:
@@ -478,7 +499,7 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
 # --- output -------------------------------------------------------------------------------------
 
 
-def target_text(target: Target) -> str:
+def target_text(target: ResolvedTarget) -> str:
     cores = f"{target.cores:g} usable core{'' if target.cores == 1 else 's'}"
     ranks = f"{target.ranks} rank{'' if target.ranks == 1 else 's'}"
     return f"{cores}, {ranks}, a {target.step_ms:.1f} ms step"
@@ -571,7 +592,7 @@ class TransferCheck:
     """What the model fitted to one file predicted for another file's machine, against what that
     file measured there."""
 
-    target: Target
+    target: ResolvedTarget
     predicted_pick: str  # the config the model recommended for B's machine
     pick_measured_share: float | None  # its measured throughput in B / B's measured best (None: B did not measure it)
     measured_best: str  # B's fastest measured config
@@ -596,7 +617,7 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
         return None  # no evidence to fit (a file from before the model), or nothing measured there
     cores_a, ranks_a, step_a = machine_of(a)
     cores_b, ranks_b, step_b = machine_of(b)
-    step_moved = step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS
+    step_moved = bool(step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS)
     if math.isclose(cores_a, cores_b) and ranks_a == ranks_b and not step_moved:
         return None
     try:
@@ -604,13 +625,15 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     except ResultsError:
         return None
     source = source_of(a, model)
-    target = resolve(Target(cores=cores_b, ranks=ranks_b,
-                            step_ms=source.step_ms * step_b / step_a if step_moved else None), source)
+    # B's step, scaled from the model's where it moved (step_moved: both files have one)
+    step_ms = source.step_ms * step_b / step_a if step_moved and step_a and step_b else None
+    target = resolve(Target(cores=cores_b, ranks=ranks_b, step_ms=step_ms), source)
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
-    there = measured_rows(b)
+    # B's measured rows, each with its throughput
+    there = [(r, r.throughput) for r in measured_rows(b) if r.throughput is not None]
     configs = space(a)
     known = {settings_key(s) for s in configs}
-    for r in there:
+    for r, _ in there:
         if settings_key(settings_of(r)) not in known:
             configs.append(settings_of(r))
             known.add(settings_key(settings_of(r)))
@@ -620,10 +643,10 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
         return None
     keys = varying(configs)
     pick = scored[chosen][0]
-    best = max(there, key=lambda r: r.throughput)
+    best, best_throughput = max(there, key=lambda measured: measured[1])
     predicted = {settings_key(s): p.throughput for s, p in scored}
-    for_trial = {str(r.trial): predicted[settings_key(settings_of(r))] for r in there}
-    errors = [abs(for_trial[str(r.trial)] / r.throughput - 1) for r in there]
-    got = [r.throughput for r in there if settings_key(settings_of(r)) == settings_key(pick)]
-    return TransferCheck(target, config_text(pick, keys), max(got) / best.throughput if got else None,
+    for_trial = {str(r.trial): predicted[settings_key(settings_of(r))] for r, _ in there}
+    errors = [abs(for_trial[str(r.trial)] / throughput - 1) for r, throughput in there]
+    got = [throughput for r, throughput in there if settings_key(settings_of(r)) == settings_key(pick)]
+    return TransferCheck(target, config_text(pick, keys), max(got) / best_throughput if got else None,
                          config_text(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from loadtune.kinds import RankBy
 from loadtune.results.interval import Interval
@@ -28,6 +29,13 @@ ONE_SIDED_TAIL_PCT = 5.0
 # called decided: one process's windows alone do not show how much processes differ.
 MIN_REPEATS_TO_DECIDE = 2
 
+# A figure's bootstrap draws, one per resample.
+Draws = npt.NDArray[np.float64]
+# What a config costs to run (trials.cost_of), compared in order: the lower, the cheaper.
+Cost = tuple[float, ...]
+# A setting change, as (key, value) pairs (verdict.suggestions, as diagnose gives them).
+Change = tuple[tuple[str, object], ...]
+
 
 @dataclass(frozen=True)
 class Scored:
@@ -37,36 +45,57 @@ class Scored:
     name: str
     throughput: Interval | None  # None: the trial did not run
     wait_ratio: Interval | None
-    throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
-    wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
+    throughput_draws: Draws | None = field(default=None, compare=False, repr=False)
+    wait_ratio_draws: Draws | None = field(default=None, compare=False, repr=False)
     repeats: int = 0
-    cost: tuple = ()  # what the config costs to run (trials.cost_of): the cheaper of two ties is picked
-    suggests: tuple = ()  # settings its verdict's advice names, as change tuples (verdict.suggestions)
+    cost: Cost = ()  # what the config costs to run (trials.cost_of): the cheaper of two ties is picked
+    suggests: tuple[Change, ...] = ()  # settings its verdict's advice names, as change tuples (verdict.suggestions)
 
     @property
     def ran(self) -> bool:
         return self.throughput is not None and self.wait_ratio is not None
 
+    @property
+    def measured_throughput(self) -> Interval:
+        """The throughput interval of a trial that ran (the decisions below are given only those)."""
+        return _ran(self.name, self.throughput)
 
-def _paired(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    return a is not None and b is not None and len(a) == len(b) and len(a) > 0
+    @property
+    def measured_wait_ratio(self) -> Interval:
+        """The wait ratio interval of a trial that ran."""
+        return _ran(self.name, self.wait_ratio)
 
 
-def _throughput_ratios(a: Scored, b: Scored) -> np.ndarray | None:
+def _ran(name: str, interval: Interval | None) -> Interval:
+    if interval is None:
+        raise ValueError(f"{name}: the trial did not run, so it has no figures to decide on")
+    return interval
+
+
+def _paired(a: Draws | None, b: Draws | None) -> tuple[Draws, Draws] | None:
+    """The two trials' draws, where both have them, as many of each."""
+    if a is None or b is None or len(a) != len(b) or len(a) == 0:
+        return None
+    return a, b
+
+
+def _throughput_ratios(a: Scored, b: Scored) -> Draws | None:
     """throughput(a) / throughput(b) over the two trials' bootstrap draws (independent resamples
     of independent runs), where both have them."""
-    if not _paired(a.throughput_draws, b.throughput_draws):
+    paired = _paired(a.throughput_draws, b.throughput_draws)
+    if paired is None:
         return None
-    ratios = a.throughput_draws / b.throughput_draws
+    ratios = paired[0] / paired[1]
     ratios = ratios[np.isfinite(ratios)]
     return ratios if ratios.size else None
 
 
-def _wait_ratio_excesses(a: Scored, b: Scored) -> np.ndarray | None:
+def _wait_ratio_excesses(a: Scored, b: Scored) -> Draws | None:
     """wait_ratio(a) - wait_ratio(b) over the two trials' draws, where both have them."""
-    if not _paired(a.wait_ratio_draws, b.wait_ratio_draws):
+    paired = _paired(a.wait_ratio_draws, b.wait_ratio_draws)
+    if paired is None:
         return None
-    diff = a.wait_ratio_draws - b.wait_ratio_draws
+    diff = paired[0] - paired[1]
     diff = diff[np.isfinite(diff)]
     return diff if diff.size else None
 
@@ -78,10 +107,11 @@ def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     if a.name == b.name:
         return 1.0
     ratios = _throughput_ratios(a, b)
+    at, bt = a.measured_throughput, b.measured_throughput
     if ratios is not None:
         bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
-        return min(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
-    return a.throughput.lo / b.throughput.hi if b.throughput.hi > 0 else 0.0
+        return min(bound, at.mean / bt.mean) if bt.mean else bound
+    return at.lo / bt.hi if bt.hi > 0 else 0.0
 
 
 def throughput_ratio_interval(a: Scored, b: Scored, level: float = 0.95) -> tuple[float, float] | None:
@@ -100,10 +130,11 @@ def throughput_ratio_upper(a: Scored, b: Scored) -> float:
     if a.name == b.name:
         return 1.0
     ratios = _throughput_ratios(a, b)
+    at, bt = a.measured_throughput, b.measured_throughput
     if ratios is not None:
         bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
-        return max(bound, a.throughput.mean / b.throughput.mean) if b.throughput.mean else bound
-    return a.throughput.hi / b.throughput.lo if b.throughput.lo > 0 else math.inf
+        return max(bound, at.mean / bt.mean) if bt.mean else bound
+    return at.hi / bt.lo if bt.lo > 0 else math.inf
 
 
 def wait_ratio_excess_upper(a: Scored, b: Scored) -> float:
@@ -111,9 +142,10 @@ def wait_ratio_excess_upper(a: Scored, b: Scored) -> float:
     if a.name == b.name:
         return 0.0
     diff = _wait_ratio_excesses(a, b)
+    aw, bw = a.measured_wait_ratio, b.measured_wait_ratio
     if diff is not None:
-        return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
-    return a.wait_ratio.hi - b.wait_ratio.lo
+        return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), aw.mean - bw.mean)
+    return aw.hi - bw.lo
 
 
 def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
@@ -121,9 +153,10 @@ def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
     if a.name == b.name:
         return 0.0
     diff = _wait_ratio_excesses(a, b)
+    aw, bw = a.measured_wait_ratio, b.measured_wait_ratio
     if diff is not None:
-        return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), a.wait_ratio.mean - b.wait_ratio.mean)
-    return a.wait_ratio.lo - b.wait_ratio.hi
+        return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), aw.mean - bw.mean)
+    return aw.lo - bw.hi
 
 
 def expected_shortfall(a: Scored, b: Scored, by: RankBy = RankBy.THROUGHPUT) -> float | None:
@@ -140,7 +173,7 @@ def expected_shortfall(a: Scored, b: Scored, by: RankBy = RankBy.THROUGHPUT) -> 
 
 # Pairs of trials (as frozensets of two names) the pipeline model and the data tie: the model
 # explains them as equal and their measurements agree within the spread between processes.
-Ties = frozenset
+Ties = frozenset[frozenset[str]]
 
 
 def tied(a: Scored, b: Scored, ties: Ties = frozenset()) -> bool:
@@ -171,8 +204,8 @@ def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Score
     """Items that ran, best first: highest throughput, or lowest wait ratio then highest throughput."""
     ran = [i for i in items if i.ran]
     if by == RankBy.THROUGHPUT:
-        return sorted(ran, key=lambda i: -i.throughput.mean)
-    return sorted(ran, key=lambda i: (i.wait_ratio.mean, -i.throughput.mean))
+        return sorted(ran, key=lambda i: -i.measured_throughput.mean)
+    return sorted(ran, key=lambda i: (i.measured_wait_ratio.mean, -i.measured_throughput.mean))
 
 
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
@@ -232,8 +265,8 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
     # at several percent of noise between processes, showing a tie within 3% takes dozens of
     # repeats, and each further repeat then buys less than the tolerance on average. Only once
     # the intervals show the noise between processes (may_stop): before, they are too narrow.
-    shortfalls = [expected_shortfall(chosen, i, by) for i in undecided]
-    expected = None if not shortfalls or None in shortfalls else max(shortfalls)
+    shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
+    expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None  # None: any unknown
     settled = bool(undecided) and may_stop and expected is not None and expected <= tolerance
     if settled:
         again = []

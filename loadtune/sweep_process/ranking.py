@@ -14,7 +14,7 @@ from loadtune.trials import cost_of
 
 def scored_from_record(record: Record) -> Scored:
     """The score of a trial measured earlier, as its record keeps it (no raw samples now)."""
-    return Scored(record.trial, record.throughput_interval, record.wait_ratio_interval,
+    return Scored(record.trial or "", record.throughput_interval, record.wait_ratio_interval,
                   cost=cost_of(record.to_dict()))
 
 

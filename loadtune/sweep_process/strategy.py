@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import TOLERANCE, RankBy, Strategy
@@ -24,6 +24,9 @@ from loadtune.sweep_process.plan import (
 from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 
+if TYPE_CHECKING:
+    from loadtune.results.model import PipelineModel
+
 # The model strategy measures at most this many follow-up rounds after the first.
 MAX_MODEL_ROUNDS = 6
 # Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
@@ -37,13 +40,15 @@ FAR_BEHIND = 0.75
 
 # Measure these trials (round number given) and return the score of each, by trial name.
 Measure = Callable[[Sequence[Trial], int], Mapping[str, Scored]]
+# Settings as (key, value) pairs (config_key: sorted, as DataLoader applies them).
+Settings = tuple[tuple[str, object], ...]
 
 
 class Modeler(Protocol):
     """What the model strategy needs of the runner: the pipeline model fitted to every trial
     measured so far, and how well it predicts a trial it was not fitted to."""
 
-    def fit(self) -> Any: ...  # results.model.PipelineModel, or None with too few trials
+    def fit(self) -> PipelineModel | None: ...  # None with too few trials
     def held_out_error(self) -> float | None: ...
     def fell_back(self, error: float | None) -> None: ...  # told when the sweep measures as ofat instead
 
@@ -76,15 +81,15 @@ def _far_behind(members: Mapping[str, str], scores: Mapping[str, Scored]) -> set
     ran = {value: scores[name] for value, name in members.items() if name in scores and scores[name].ran}
     if not ran:
         return set()
-    best = max(s.throughput.mean for s in ran.values())
-    return {value for value, s in ran.items() if s.throughput.mean < FAR_BEHIND * best}
+    best = max(s.measured_throughput.mean for s in ran.values())
+    return {value for value, s in ran.items() if s.measured_throughput.mean < FAR_BEHIND * best}
 
 
 def _needs_workers(trial: Trial) -> bool:
     return trial.skipped and "num_workers=0" in (trial.skip_reason or "")
 
 
-def _others(trial: Trial, key: str, config: Config) -> tuple:
+def _others(trial: Trial, key: str, config: Config) -> tuple[tuple[str, str], ...]:
     """The trial's changes from the baseline, all but `key`: what a sweep of `key` sits on."""
     return tuple(sorted((k, repr(v)) for k, v in changes_from_baseline(config, trial).items() if k != key))
 
@@ -201,8 +206,8 @@ def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: d
 def _gains(new: Scored, old: Scored, by: RankBy, tolerance: float) -> bool:
     """Whether a round's winner is better than the last by more than the tolerance."""
     if by == RankBy.THROUGHPUT:
-        return new.throughput.mean > (1 + tolerance) * old.throughput.mean
-    return new.wait_ratio.mean < old.wait_ratio.mean - tolerance
+        return new.measured_throughput.mean > (1 + tolerance) * old.measured_throughput.mean
+    return new.measured_wait_ratio.mean < old.measured_wait_ratio.mean - tolerance
 
 
 def run_grid(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
@@ -223,7 +228,7 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy =
     current = baseline_trial(config)
     scores = dict(measure([current], 1))
     visits = [Visit(current, 1)]
-    swept_with: dict[str, tuple] = {}  # key -> the other settings when it was last swept
+    swept_with: dict[str, Settings] = {}  # key -> the other settings when it was last swept
     for round_no in range(1, MAX_GREEDY_ROUNDS + 1):
         moved = False
         for key in config.sweep:
@@ -252,18 +257,18 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy =
                                   max(v.round for v in visits))
 
 
-def config_key(trial: Trial) -> tuple:
+def config_key(trial: Trial) -> Settings:
     """A config as DataLoader applies it: two trials with the same key measure the same thing."""
     return tuple(sorted({**dict(trial.settings), **effective_settings(trial.loader_kwargs)}.items()))
 
 
-def _ruled_in(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str]) -> bool:
+def _ruled_in(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[Settings, str]) -> bool:
     """A config that can still be picked: not measured yet, or measured and it ran."""
     name = measured.get(config_key(trial))
     return name is None or (name in scores and scores[name].ran)
 
 
-def _score(model: Any, trial: Trial, by: RankBy) -> float:
+def _score(model: PipelineModel, trial: Trial, by: RankBy) -> float:
     """The model's figure for a config, higher better (the wait ratio negated)."""
     predicted = model.predict(trial.loader_kwargs)
     return predicted.throughput if by == RankBy.THROUGHPUT else -predicted.wait_ratio
@@ -273,8 +278,8 @@ def _within(score: float, best: float, by: RankBy, tolerance: float) -> bool:
     return score >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else score >= best - tolerance
 
 
-def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any,
-                  by: RankBy, tolerance: float) -> list[Trial]:
+def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[Settings, str],
+                  model: PipelineModel, by: RankBy, tolerance: float) -> list[Trial]:
     """What the model cannot rule out, not measured yet. On the model's own scale (measured
     configs predicted too: the fit has seen them, and a prediction set against a measurement
     would chase each process's luck): the cheapest config predicted within the tolerance of the
@@ -337,8 +342,8 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = 
                                                                                tolerance, space))
 
 
-def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[tuple, str], model: Any, by: RankBy,
-               tolerance: float, space: Sequence[Trial]) -> bool:
+def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[Settings, str], model: PipelineModel,
+               by: RankBy, tolerance: float, space: Sequence[Trial]) -> bool:
     """Whether the model predicts a config outside the space (a verdict's advice) ahead of the
     best it predicts in the space by more than the tolerance: only then is it worth measuring.
     Advice the model has no evidence on (a setting never measured) predicts no gain."""
