@@ -217,6 +217,7 @@ class RunSpec:
     ranks: int = 1  # data-parallel ranks each trial runs on at once (--ranks, or torchrun's world size)
     torchrun: bool = False  # this sweep runs under torchrun, as its rank 0
     source: str = "dataset"  # what the dataset factory returned: a dataset, a DataLoader, a data module
+    samples_sha: str = ""  # the sha without measure.repeats: raw samples kept by --resume match it
 
     @property
     def base_dir(self) -> Path:
@@ -228,11 +229,13 @@ class RunSpec:
 
 
 
-def config_sha(config: Config) -> str:
+def config_sha(config: Config, *, repeats: bool = True) -> str:
     """Hash of a config without its output path and how long it is measured for
     (MEASURE_PROCEDURE_KEYS). Taken before --scale, so sweeps of one config at several scales
-    (or on several machines) share it and can be compared."""
-    exclude: dict[str, Any] = {"output": True, "measure": set(MEASURE_PROCEDURE_KEYS)}
+    (or on several machines) share it and can be compared. Without `repeats`, measure.repeats
+    is left out too: what --resume matches raw samples by, so kept trials can get more repeats."""
+    procedure = set(MEASURE_PROCEDURE_KEYS) if repeats else {*MEASURE_PROCEDURE_KEYS, "repeats"}
+    exclude: dict[str, Any] = {"output": True, "measure": procedure}
     # Keys added since the first results format change no hash while left at their default.
     exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
     at_default = {"warmup_batches_per_worker": WARMUP_BATCHES_PER_WORKER,
@@ -403,10 +406,10 @@ def config_from_data(data: dict, path: Path, overrides: list[str] | tuple[str, .
         raise ConfigError(f"{path}: {_format_validation(exc)}") from None
     except RecursionError:
         raise ConfigError(f"{path}: nested too deeply") from None
-    sha = config_sha(config)
+    sha, samples_sha = config_sha(config), config_sha(config, repeats=False)
     if scale != 1.0:
         config = _scaled(config, path, scale)
-    return RunSpec(config=config, path=path.resolve(), scale=scale, sha=sha)
+    return RunSpec(config=config, path=path.resolve(), scale=scale, sha=sha, samples_sha=samples_sha)
 
 
 def _scaled(config: Config, path: Path, scale: float) -> Config:

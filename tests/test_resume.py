@@ -87,13 +87,15 @@ def test_an_interrupted_sweep_resumed_ends_as_one_that_was_not_interrupted(write
 def test_a_kept_trial_is_raced_further_with_more_repeats(write_config, tmp_path):
     config = write_config(CONFIG)
     first = SameMeasurements()
-    result = sweep(config, tmp_path / "out.csv", first)
+    result = sweep(config, tmp_path / "out.csv", first, repeats=2)
     assert result.decision.ended_by == EndedBy.SHORTFALL, "racing ended on a small expected shortfall"
     before = {r.trial: r for r in result.records}
+    assert {r.repeats for r in before.values() if r.ran} == {1, 2}, "the ideal once, the rest at repeats=2"
     more = SameMeasurements()
     more.calls = dict(first.calls)  # the same machine: the next repeat is the third
-    # Racing ended on a small expected shortfall; a smaller tolerance races the close call on.
-    resumed = sweep(config, tmp_path / "out.csv", more, resume=True, tolerance=0.002)
+    # Racing ended on a small expected shortfall; more repeats and a smaller tolerance race it on.
+    resumed = sweep(config, tmp_path / "out.csv", more, resume=True, repeats=4, tolerance=0.002)
+    assert resumed.decision.repeats == 4
     after = {r.trial: r for r in resumed.records}
     raced = [name for name, r in after.items() if r.ran and before[name].ran and r.repeats > before[name].repeats]
     assert raced, "racing gave kept contenders more repeats"

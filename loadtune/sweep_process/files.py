@@ -63,7 +63,7 @@ class SweepFiles:
         except ResultsError:  # unreadable: resumed from the CSV alone
             return []
         if stored is None or (stored.config_sha, stored.host, stored.scale, stored.ranks) != \
-                (self.spec.sha, self.host, self.spec.scale, self.spec.ranks):
+                (self.spec.samples_sha, self.host, self.spec.scale, self.spec.ranks):
             return []
         return stored.trials.values()
 
@@ -87,7 +87,8 @@ class SweepFiles:
 
     def store(self, samples: Sequence[TrialSamples]) -> None:
         """The raw samples file rewritten (only new measurements are compressed again)."""
-        self.samples.write(self.spec.sha, self.host, self.spec.scale, self.spec.ranks, samples)
+        # Matched by the config without measure.repeats: a resumed sweep may ask for more.
+        self.samples.write(self.spec.samples_sha, self.host, self.spec.scale, self.spec.ranks, samples)
 
 
 def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
