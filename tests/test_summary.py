@@ -75,14 +75,14 @@ def test_the_answer_when_not_decided():
                         "wait ratio 0.500 -> 0.500, 40% of the ideal.")
     assert lines[1] == ("Not sure: num_workers=2 or num_workers=3 (and 1 more) might still be up to 12% faster "
                         "(2.8% expected); repeats here differ by ±11% from process to process; to settle it, "
-                        "rerun with --tolerance 0.01 --repeats 6.")
+                        "rerun with --tolerance 0.01 --repeats 6 --resume.")
     assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
     assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
     assert len(lines) == 4
 
 
 @pytest.mark.parametrize("ended_by, settle", [
-    ("repeats", "rerun with --repeats 6"), ("budget", "rerun with a larger --budget"),
+    ("repeats", "rerun with --repeats 6 --resume"), ("budget", "rerun with a larger --budget and --resume"),
     ("kept", "rerun without --resume (racing measures no trial kept from the file again)")])
 def test_the_one_thing_that_settles_it(ended_by, settle):
     from dataclasses import replace

@@ -409,10 +409,11 @@ def _settle(decision: Decision) -> str:
     if decision.ended_by == EndedBy.SHORTFALL:
         # Racing stopped because the expected loss was already within the tolerance: a smaller
         # one races on, with room for the repeats that takes.
-        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g} --repeats {more}"
+        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g} --repeats {more} --resume"
     if decision.ended_by == EndedBy.BUDGET:
-        return "rerun with a larger --budget"
-    return f"rerun with --repeats {more}"
+        return "rerun with a larger --budget and --resume"
+    # --resume keeps every repeat measured (its raw samples) and races the kept trials further.
+    return f"rerun with --repeats {more} --resume"
 
 
 def _sure_line(info: Summary, chosen: Record) -> str:
