@@ -184,3 +184,24 @@ def test_a_last_line_cut_short_is_left_out(tmp_path):
 def test_records_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Record(trial="a").rank = 1  # type: ignore[misc]
+
+
+def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
+    from loadtune.results.record import FIGURES, Figures, Measured
+    from loadtune.sweep_process.records import stats_columns
+    from loadtune.sweep_process.stats import summarize
+    from tests.test_resume import fake_measurement
+
+    shared = {c.name: c for c in Figures.columns()} if hasattr(Figures, "columns") else None
+    assert shared is None, "Figures is a block of columns, not a table"
+    for kind in (Record, RankRecord):
+        columns = {c.name: (c.kind, c.digits) for c in kind.columns()}
+        assert set(FIGURES) <= set(columns)
+        assert [n for n in kind.names() if n in FIGURES][:12] == list(FIGURES[:12]), "one block, in order"
+    assert [Record.columns()[Record.names().index(n)] for n in FIGURES] == \
+        [RankRecord.columns()[RankRecord.names().index(n)] for n in FIGURES], "the same kind and digits"
+    assert set(stats_columns(summarize(fake_measurement(100.0, 1)))) == set(FIGURES)
+    ran = Record.rounded(trial="a", status="ok", **stats_columns(summarize(fake_measurement(100.0, 1))))
+    assert isinstance(ran.measured, Measured) and ran.measured.throughput.mean == ran.throughput
+    assert Record(trial="b", status="failed", reason="boom").measured is None
+    assert Record(trial="c", status="predicted", predicted_throughput=90.0).measured is None

@@ -9,7 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from loadtune.results.record import Record
+from loadtune.results.record import Measured, Record
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,9 @@ class Weighed:
         return f"{figures}: not shown to help here"
 
 
-def _usable(record: Record | None) -> bool:
-    return record is not None and record.ran and not record.data_flagged and record.throughput is not None \
-        and record.throughput_lo is not None and record.throughput_hi is not None
+def _usable(record: Record | None) -> Measured | None:
+    """The row's figures when it ran and fed the baseline's samples."""
+    return record.measured if record is not None and not record.data_flagged else None
 
 
 def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance: float) -> Weighed:
@@ -64,12 +64,11 @@ def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance
     else alone against the baseline. Shown to help: faster by more than the tolerance, by
     the point estimate (the ranking's own figure; the interval is cited beside it)."""
     for trial, against in ((advised.exact, asker), (advised.alone, advised.baseline)):
-        t, a = by_name.get(trial), by_name.get(against)
-        if trial != against and _usable(t) and _usable(a):
-            assert t is not None and a is not None and t.throughput is not None and a.throughput is not None
-            helped = t.throughput > (1 + tolerance) * a.throughput
-            return Weighed(advised.setting, trial, against, t.throughput, t.throughput_lo, t.throughput_hi,
-                           a.throughput, helped)
+        t, a = _usable(by_name.get(trial)), _usable(by_name.get(against))
+        if trial != against and t is not None and a is not None:
+            helped = t.throughput.mean > (1 + tolerance) * a.throughput.mean
+            return Weighed(advised.setting, trial, against, t.throughput.mean, t.throughput.lo, t.throughput.hi,
+                           a.throughput.mean, helped)
     exact, base = by_name.get(advised.exact), by_name.get(asker)
     ratio = None
     if exact is not None and exact.predicted_only and exact.predicted_throughput and base is not None \

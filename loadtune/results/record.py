@@ -15,7 +15,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence, TypeVar, overload
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
@@ -49,16 +49,69 @@ class Column:
 
 
 @dataclass(frozen=True)
-class _Table:
-    """Helpers shared by the record types: the column table and rounding."""
+class Figures:
+    """The figures a trial's measurements give (or one rank's): defined here once, the columns
+    both record types share, in this order."""
+
+    wait_ratio: float | None = _col(FLOAT, 4)
+    wait_ratio_lo: float | None = _col(FLOAT, 4)
+    wait_ratio_hi: float | None = _col(FLOAT, 4)
+    throughput: float | None = _col(FLOAT, 2)
+    throughput_lo: float | None = _col(FLOAT, 2)
+    throughput_hi: float | None = _col(FLOAT, 2)
+    wait_ms: float | None = _col(FLOAT, 3)
+    wait_p95_ms: float | None = _col(FLOAT, 3)
+    h2d_ms: float | None = _col(FLOAT, 3)
+    step_ms: float | None = _col(FLOAT, 3)
+    first_batch_s: float | None = _col(FLOAT, 3)
+    epoch_start_ms: float | None = _col(FLOAT, 3)
+    h2d_gb_per_s: float | None = _col(FLOAT, 3)
+
+    @property
+    def throughput_interval(self) -> Interval | None:
+        return _interval(self.throughput, self.throughput_lo, self.throughput_hi)
+
+    @property
+    def wait_ratio_interval(self) -> Interval | None:
+        return _interval(self.wait_ratio, self.wait_ratio_lo, self.wait_ratio_hi)
+
+
+FIGURES = tuple(f.name for f in dataclasses.fields(Figures))
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A row that ran, as a type: its two figures, each with its interval, never missing."""
+
+    trial: str
+    throughput: Interval
+    wait_ratio: Interval
+
+
+@dataclass(frozen=True)
+class _Table(Figures):
+    """Helpers shared by the record types: the column table and rounding. The shared figures
+    (Figures) sit in the columns where FIGURES_AT says, `h2d_gb_per_s` where H2D_AT says."""
+
+    FIGURES_AT: ClassVar[str] = ""  # the column the figures follow
+    H2D_AT: ClassVar[str] = ""  # the column h2d_gb_per_s follows
 
     @classmethod
     def columns(cls) -> tuple[Column, ...]:
-        return tuple(Column(f.name, f.metadata["kind"], f.metadata["digits"]) for f in dataclasses.fields(cls))
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        own = [name for name in fields if name not in FIGURES]
+        order: list[str] = []
+        for name in own:
+            order.append(name)
+            if name == cls.FIGURES_AT:
+                order.extend(n for n in FIGURES if n != "h2d_gb_per_s")
+            if name == cls.H2D_AT:
+                order.append("h2d_gb_per_s")
+        return tuple(Column(n, fields[n].metadata["kind"], fields[n].metadata["digits"]) for n in order)
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+        return tuple(c.name for c in cls.columns())
 
     @classmethod
     def rounded(cls: type[R], **values: Any) -> R:
@@ -72,7 +125,8 @@ class _Table:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The values in column order."""
+        return {name: getattr(self, name) for name in self.names()}
 
 
 R = TypeVar("R", bound=_Table)
@@ -81,6 +135,9 @@ R = TypeVar("R", bound=_Table)
 @dataclass(frozen=True)
 class Record(_Table):
     """One trial of a sweep: the settings, the figures, the diagnosis, its placing and the run."""
+
+    FIGURES_AT: ClassVar[str] = "batch_size"
+    H2D_AT: ClassVar[str] = "wait_ratio_max_rank"
 
     rank: int | None = _col(INT)  # 1 = best; ties share the lowest rank of their group
     trial: str | None = _col(TEXT)
@@ -93,18 +150,6 @@ class Record(_Table):
     persistent_workers: bool | None = _col(BOOL)
     pin_memory: bool | None = _col(BOOL)
     batch_size: int | None = _col(INT)
-    wait_ratio: float | None = _col(FLOAT, 4)
-    wait_ratio_lo: float | None = _col(FLOAT, 4)
-    wait_ratio_hi: float | None = _col(FLOAT, 4)
-    throughput: float | None = _col(FLOAT, 2)
-    throughput_lo: float | None = _col(FLOAT, 2)
-    throughput_hi: float | None = _col(FLOAT, 2)
-    wait_ms: float | None = _col(FLOAT, 3)
-    wait_p95_ms: float | None = _col(FLOAT, 3)
-    h2d_ms: float | None = _col(FLOAT, 3)
-    step_ms: float | None = _col(FLOAT, 3)
-    first_batch_s: float | None = _col(FLOAT, 3)
-    epoch_start_ms: float | None = _col(FLOAT, 3)
     speedup: float | None = _col(FLOAT, 3)
     tied_with_best: bool | None = _col(BOOL)
     repeats: int | None = _col(INT)
@@ -146,7 +191,6 @@ class Record(_Table):
     start_method: str | None = _col(TEXT)
     ranks: int | None = _col(INT)
     wait_ratio_max_rank: float | None = _col(FLOAT, 4)
-    h2d_gb_per_s: float | None = _col(FLOAT, 3)
     stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
     fetch_ms: float | None = _col(FLOAT, 3)  # wall time per batch fetched in the loading processes
     fetch_cpu_share: float | None = _col(FLOAT, 3)  # CPU / wall inside those fetches
@@ -179,34 +223,25 @@ class Record(_Table):
         return self.data_check in DATA_FLAGGED
 
     @property
-    def throughput_interval(self) -> Interval | None:
-        return _interval(self.throughput, self.throughput_lo, self.throughput_hi)
-
-    @property
-    def wait_ratio_interval(self) -> Interval | None:
-        return _interval(self.wait_ratio, self.wait_ratio_lo, self.wait_ratio_hi)
+    def measured(self) -> Measured | None:
+        """The row's figures when it ran (status ok, both figures there), else None: a failed,
+        skipped or predicted row has none, and the type says so."""
+        throughput, wait_ratio = self.throughput_interval, self.wait_ratio_interval
+        if self.status != Status.OK or throughput is None or wait_ratio is None:
+            return None
+        return Measured(self.trial or "", throughput, wait_ratio)
 
 
 @dataclass(frozen=True)
 class RankRecord(_Table):
     """One rank of a trial that ran on several (the NAME.ranks.csv beside a sweep's CSV)."""
 
+    FIGURES_AT: ClassVar[str] = "dist_rank"
+    H2D_AT: ClassVar[str] = "pinned"
+
     trial: str | None = _col(TEXT)
     dist_rank: int | None = _col(INT)
-    wait_ratio: float | None = _col(FLOAT, 4)
-    wait_ratio_lo: float | None = _col(FLOAT, 4)
-    wait_ratio_hi: float | None = _col(FLOAT, 4)
-    throughput: float | None = _col(FLOAT, 2)
-    throughput_lo: float | None = _col(FLOAT, 2)
-    throughput_hi: float | None = _col(FLOAT, 2)
-    wait_ms: float | None = _col(FLOAT, 3)
-    wait_p95_ms: float | None = _col(FLOAT, 3)
-    h2d_ms: float | None = _col(FLOAT, 3)
-    step_ms: float | None = _col(FLOAT, 3)
-    first_batch_s: float | None = _col(FLOAT, 3)
-    epoch_start_ms: float | None = _col(FLOAT, 3)
     pinned: bool | None = _col(BOOL)
-    h2d_gb_per_s: float | None = _col(FLOAT, 3)
     config_name: str | None = _col(TEXT)
     config_sha: str | None = _col(TEXT)
     started_at: str | None = _col(TEXT)
@@ -245,7 +280,7 @@ def _cell(value: object) -> str:
 
 
 def _cells(record: _Table) -> list[str]:
-    values = dataclasses.asdict(record)
+    values = record.to_dict()
     if "format_version" in values:
         values["format_version"] = FORMAT_VERSION
     return [_cell(v) for v in values.values()]
