@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -25,6 +25,10 @@ from rich.progress import (
 )
 
 from loadtune.errors import LoadtuneError
+
+if TYPE_CHECKING:
+    from loadtune.options import SweepOptions
+    from loadtune.results.sweep import SweepResult
 from loadtune.kinds import RankBy, Status, Strategy
 
 EXIT_USER_ERROR = 1
@@ -151,38 +155,37 @@ def sweep(
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.options import SweepOptions
-    from loadtune.results.report import (
-        detail_lines,
-        flagged_lines,
-        not_run_lines,
-        predicted_lines,
-        results_table,
-        summary_lines,
-    )
+
+    options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
+                           strategy, rank_by, ranks, resume, out=out)
+    result = _run_sweep(options, debug)
+    if result is not None:  # None: a torchrun follower, which prints nothing
+        _print_sweep(result, plot, as_json, verbose, debug)
+
+
+def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
+    """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
+    a closed terminal stop it with the rows so far kept."""
+    from loadtune.sweep_process import torchrun
     from loadtune.sweep_process.pipeline import run_sweep
 
-    out_console = err if as_json else _console()
     view = _ProgressView(err)
-    out_path = out
+    out_path = options.out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     cluster = None
     try:
-        from loadtune.sweep_process import torchrun
-
-        torchrun.refuse_nested_ranks(ranks)
+        torchrun.refuse_nested_ranks(options.ranks)
         if torchrun.launched():
             cluster = torchrun.Cluster()
-            ranks = cluster.world_size
             if not cluster.leader:
                 cluster.follow()  # rank 0 plans, prints and writes the CSV
-                return
-        options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
-                               strategy, rank_by, ranks, resume, out=out, torchrun=cluster is not None)
+                return None
+            options = dataclasses.replace(options, ranks=cluster.world_size, torchrun=True)
         spec = options.spec()
         out_path = options.out_path(spec)
-        result = run_sweep(options, spec=spec, on_event=view,
-                           **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
+        return run_sweep(options, spec=spec, on_event=view,
+                         **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
     except LoadtuneError as exc:
         view.stop()
         _fail(str(exc), debug)
@@ -197,28 +200,36 @@ def sweep(
             cluster.close()
         signal.signal(signal.SIGTERM, previous)
         signal.signal(signal.SIGHUP, previous_hup)
+    return None
+
+
+def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbose: bool, debug: bool) -> None:
+    """The table, the warnings, the short answer (with --verbose the details first), the files;
+    with --json the summary on stdout and the rest on stderr."""
+    from loadtune.results.report import (
+        detail_lines,
+        flagged_lines,
+        not_run_lines,
+        predicted_lines,
+        results_table,
+        summary_lines,
+    )
+
+    console = err if as_json else _console()
     info = result.summary
-    on_ranks = f", {spec.ranks} ranks" if spec.ranks > 1 else ""
-    out_console.print(results_table(result.records, title=f"{spec.name} (scale x{spec.scale:g}, {result.device}"
-                                                           f"{on_ranks}, {strategy}, ranked by {rank_by})",
-                                    width=out_console.width), crop=False)
-    plain = dict(highlight=False, soft_wrap=True, markup=False)
-    for line in not_run_lines(result.records, skipped=verbose):
-        out_console.print(f"  not run: {line}", **plain)
+    on_ranks = f", {info.ranks} ranks" if info.ranks > 1 else ""
+    title = f"{info.config} (scale x{info.scale:g}, {info.device}{on_ranks}, {info.strategy}, ranked by {info.rank_by})"
+    console.print(results_table(result.records, title=title, width=console.width), crop=False)
+    lines = [f"  not run: {line}" for line in not_run_lines(result.records, skipped=verbose)]
     if verbose:
-        for line in predicted_lines(result.records):
-            out_console.print(f"  {line}", **plain)
-        for line in flagged_lines(result.records):
-            out_console.print(f"  not ranked: {line}", **plain)
-        for line in detail_lines(info):
-            out_console.print(line, **plain)
+        lines += [f"  {line}" for line in predicted_lines(result.records)]
+        lines += [f"  not ranked: {line}" for line in flagged_lines(result.records)]
+        lines += detail_lines(info)
+    _print_lines(console, lines)
     for warning in result.warnings:
         err.print(f"[yellow]Warning:[/] {escape(str(warning))}", highlight=False, soft_wrap=True)
-    for line in summary_lines(info):
-        out_console.print(line, **plain)
-    files = [f"{result.out_path} (CSV)"]
-    if info.per_rank_csv:
-        files.append(f"{info.per_rank_csv} (per rank)")
+    _print_lines(console, summary_lines(info))
+    files = [f"{result.out_path} (CSV)"] + ([f"{info.per_rank_csv} (per rank)"] if info.per_rank_csv else [])
     if plot is not None:
         try:
             from loadtune.results.plot import draw_csvs
@@ -228,9 +239,14 @@ def sweep(
         except LoadtuneError as exc:
             _fail(str(exc), debug)
     more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
-    out_console.print(f"Files: {', '.join(files)}{more}", **plain)
+    _print_lines(console, [f"Files: {', '.join(files)}{more}"])
     if as_json:
         sys.stdout.write(json.dumps(info.to_json(), indent=2, default=str) + "\n")
+
+
+def _print_lines(console: Console, lines: list[str]) -> None:
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
 
 
 @app.command()
