@@ -4,9 +4,8 @@ and the pipeline model derive every figure again from what was measured rather t
 CSV's rounded figures (as pyperf keeps every raw value in its JSON file).
 
 The file is gzip-compressed JSON: {"format_version", "config_sha", "host", "scale", "ranks",
-"trials": [TrialSamples, ...]}. Values are stored generically, so this module imports neither the
-process machinery nor torch (reading a file that holds process-tree samples imports the module
-their classes live in, loadtune.sweep_process.resources, and never torch):
+"trials": [TrialSamples, ...]}. Values are stored generically; every type they hold lives in
+loadtune.measurement, so reading the file imports neither the process machinery nor torch:
 
 - a dataclass listed in TYPES: {"type": its short name, field: value, ...};
 - a tuple or list: a list (read back as a tuple);
@@ -57,9 +56,9 @@ TYPES: dict[str, str] = {
     "CpuWindow": "loadtune.measurement:CpuWindow",
     "LoaderUse": "loadtune.measurement:LoaderUse",
     "SamplerEpoch": "loadtune.measurement:SamplerEpoch",
-    "ResourceSamples": "loadtune.sweep_process.resources:ResourceSamples",
-    "Sample": "loadtune.sweep_process.resources:Sample",
-    "ProcessSample": "loadtune.sweep_process.resources:ProcessSample",
+    "ResourceSamples": "loadtune.measurement:ResourceSamples",
+    "Sample": "loadtune.measurement:Sample",
+    "ProcessSample": "loadtune.measurement:ProcessSample",
 }
 # Array dtypes stored: booleans, integers and floats, whose tolist() JSON writes.
 _ARRAY_KINDS = "biuf"

@@ -23,18 +23,12 @@ from typing import Callable, Mapping
 
 import psutil
 
+from loadtune.measurement import MEMORY_CPU_BUDGET, ProcessSample, ResourceSamples, Sample
 from loadtune.trials import DEFAULT_PREFETCH
 
 Clock = Callable[[], float]
 
 DEFAULT_INTERVAL_S = 0.2
-# Reading PSS makes the kernel walk a process's page tables: about 10 ms for a process that
-# has imported torch, against 0.1 ms for its CPU, threads and reads. So memory is read at
-# start(), at stop(), and in between only as often as keeps that reading under this share
-# of one core (3 processes that imported torch: about every 15 s). Reading a process's
-# memory map also holds its mmap lock for those milliseconds, which delays the shared-memory
-# hand-over of a batch: so rarely, and growth is taken from the first and last readings.
-MEMORY_CPU_BUDGET = 0.002
 BYTES_PER_MB = 1024**2
 # /dev/shm needed must fit this many times over in the free space: batch sizes vary,
 # collate makes intermediate copies, and other processes use /dev/shm too.
@@ -46,55 +40,6 @@ IO_READ_BYTES = "read_bytes"  # bytes that came from storage (page-cache hits ex
 IO_READ_CHARS = "read_chars"  # bytes returned by read() calls, whatever their source
 
 _PROC = "/proc"
-
-
-@dataclass(frozen=True)
-class ProcessSample:
-    """One process at one moment. `pid` and `started` (its create_time) identify it."""
-
-    pid: int
-    ppid: int
-    started: float
-    cpu_s: float  # user + system of the process itself, cumulative
-    children_cpu_s: float  # user + system of its children that it has reaped, cumulative
-    pss_bytes: int | None  # PSS, or USS where memory_metric says so; None: not read this time, unreadable, zombie
-    num_threads: int | None  # None for a zombie
-    read_bytes: int | None  # cumulative, reaped children included (ResourceSamples.io_metric); None: unavailable
-    pss_file_bytes: int | None = None  # the file-backed part of pss_bytes (libraries, mmap'd files); None: unknown
-
-    @property
-    def key(self) -> tuple[int, float]:
-        return (self.pid, self.started)
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The tree at one moment: the root first, then its descendants."""
-
-    t_s: float
-    processes: tuple[ProcessSample, ...]
-    memory: bool = True  # whether memory was read at this sample (the sampler's: never the first, always the last)
-
-
-@dataclass(frozen=True)
-class ResourceSamples:
-    """Raw samples of one window, as the sampler took them."""
-
-    root_pid: int
-    samples: tuple[Sample, ...]
-    memory_metric: str  # MEMORY_PSS or MEMORY_USS
-    io_metric: str | None  # IO_READ_BYTES, IO_READ_CHARS, or None when reads cannot be counted
-    interval_s: float
-    sampler_cpu_s: float  # CPU the sampling itself used (all samples, the first and last included)
-    memory_cpu_budget: float = MEMORY_CPU_BUDGET
-    in_root: bool = True  # the sampler ran as a thread of the root process (its CPU counted there)
-    # Processes that count as main processes besides the root: data-parallel ranks, each a
-    # training loop (the root then only launched them). Their descendants are workers.
-    main_pids: tuple[int, ...] = ()
-
-    @property
-    def mains(self) -> frozenset[int]:
-        return frozenset((self.root_pid, *self.main_pids))
 
 
 @dataclass(frozen=True)
