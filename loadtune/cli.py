@@ -336,7 +336,8 @@ def report(
     csvs: list[Path] = typer.Argument(..., help="One or more results CSVs."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw them as a chart (PNG), side by side."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every trial's bottleneck, not only the "
-                                 "baseline's and the recommendation's."),
+                                 "baseline's and the recommendation's, and each repeat's figure from the raw "
+                                 "samples beside the CSV."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Show results CSVs as ranked tables with what limits each trial, and draw them."""
@@ -348,6 +349,7 @@ def report(
         noise_warnings,
         not_run_lines,
         predicted_lines,
+        repeat_lines,
         report_title,
         results_table,
     )
@@ -369,8 +371,9 @@ def report(
             console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
         for line in flagged_lines(rows):
             console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
-        for line in finding_lines(rows, every_trial=verbose):
-            console.print(line, highlight=False, soft_wrap=True, markup=False)
+        _print_lines(console, finding_lines(rows, every_trial=verbose))
+        if verbose:
+            _print_lines(console, repeat_lines(path, rows))
         for line in noise_warnings(rows):
             console.print(f"[yellow]Warning:[/] {escape(str(line))}", highlight=False, soft_wrap=True)
     for line in LEGEND:

@@ -114,3 +114,20 @@ def test_a_csv_without_its_samples_file_resumes_with_rows_as_recorded(write_conf
     for name, row in before.items():
         if row.ran:
             assert (after[name].throughput, after[name].repeats) == (row.throughput, row.repeats)
+
+
+def test_report_verbose_shows_each_repeat_from_the_raw_samples(write_config, tmp_path):
+    from loadtune.results.record import load_records
+    from loadtune.results.report import repeat_lines
+
+    config = write_config(CONFIG)
+    result = sweep(config, tmp_path / "out.csv", SameMeasurements())
+    rows = load_records(tmp_path / "out.csv")
+    lines = repeat_lines(tmp_path / "out.csv", rows)
+    assert lines[0] == "Each repeat's samples/s (out.samples.json.gz):"
+    baseline = next(r for r in result.records if r.trial == "baseline")
+    shown = next(line for line in lines if line.startswith("  baseline: "))
+    figures = [float(x) for x in shown.split(": ")[1].split(", ")]
+    assert len(figures) == baseline.repeats and min(figures) < baseline.throughput < max(figures)
+    samples_file(tmp_path / "out.csv").unlink()
+    assert repeat_lines(tmp_path / "out.csv", rows) == [], "a file from before the samples were kept"

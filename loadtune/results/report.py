@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from rich.table import Table
@@ -594,6 +595,24 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
         lines.append(f"Measured at scale x{first.scale:g}: the bottleneck moves with data, ranks and machine; "
                      "rerun with --scale, or on the target machine (loadtune predict says what to expect there).")
     return lines
+
+
+def repeat_lines(csv_path: Path, records: Sequence[Record]) -> list[str]:
+    """Each trial's repeats as measured (samples/s, each repeat a process of its own), from the
+    raw samples beside the CSV; nothing where there are none (a file from before they were kept)."""
+    from loadtune.results.samples import read_samples, repeat_throughputs, samples_file
+
+    stored = read_samples(samples_file(csv_path))
+    if stored is None:
+        return []
+    lines = []
+    for r in records:
+        kept = stored.trials.get(r.trial or "")
+        if kept is None or not r.ran or len(kept.measurements) != r.repeats:
+            continue
+        figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept))
+        lines.append(f"  {r.trial}: {figures}")
+    return [f"Each repeat's samples/s ({samples_file(csv_path).name}):", *lines] if lines else []
 
 
 def report_title(records: Sequence[Record], source: str) -> str:

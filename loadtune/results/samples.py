@@ -387,3 +387,13 @@ def _stored(path: Path, version: int, top: dict[str, object]) -> StoredSamples:
             raise ResultsError(f"{path}: holds a trial that is not a TrialSamples: {type(trial).__name__}")
         by_name[trial.trial] = trial
     return StoredSamples(version, config_sha, host, float(scale), ranks, by_name)
+
+
+def repeat_throughputs(samples: TrialSamples) -> list[float]:
+    """Each repeat's samples per second over its counted batches, from its raw samples."""
+    out = []
+    for measurement in samples.measurements:
+        for window in measurement.windows:
+            period_s = sum(window.wait_s) + sum(window.h2d_s) + sum(window.step_s)
+            out.append(sum(window.samples) / period_s if period_s > 0 else math.nan)
+    return out
