@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -159,16 +159,39 @@ def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
     return aw.lo - bw.hi
 
 
+@dataclass(frozen=True)
+class Loss:
+    """What a loses to b by one ranking metric, as a share to hold against the tolerance:
+    1 - throughput(a) / throughput(b), or wait_ratio(a) - wait_ratio(b); each bound one-sided
+    at 95%, and its mean over the two trials' draws."""
+
+    upper: Callable[[Scored, Scored], float]  # a loses at most this much
+    lower: Callable[[Scored, Scored], float]  # a loses at least this much
+    draws: Callable[[Scored, Scored], Draws | None]  # the loss over the draws
+    sort_key: Callable[[Scored], tuple[float, ...]]  # best first
+
+
+def _throughput_losses(a: Scored, b: Scored) -> Draws | None:
+    ratios = _throughput_ratios(a, b)
+    return 1 - ratios if ratios is not None else None
+
+
+LOSSES = {
+    RankBy.THROUGHPUT: Loss(lambda a, b: 1 - throughput_ratio_lower(a, b),
+                            lambda a, b: 1 - throughput_ratio_upper(a, b), _throughput_losses,
+                            lambda i: (-i.measured_throughput.mean,)),
+    RankBy.WAIT_RATIO: Loss(wait_ratio_excess_upper, wait_ratio_excess_lower, _wait_ratio_excesses,
+                            lambda i: (i.measured_wait_ratio.mean, -i.measured_throughput.mean)),
+}
+
+
 def expected_shortfall(a: Scored, b: Scored, by: RankBy = RankBy.THROUGHPUT) -> float | None:
     """What a loses to b on average over the two trials' draws: the mean of max(0, 1 - a/b) of
     their throughputs, or of max(0, wait_ratio(a) - wait_ratio(b)); None without draws."""
     if a.name == b.name:
         return 0.0
-    if by == RankBy.THROUGHPUT:
-        ratios = _throughput_ratios(a, b)
-        return float(np.mean(np.maximum(0.0, 1 - ratios))) if ratios is not None else None
-    diff = _wait_ratio_excesses(a, b)
-    return float(np.mean(np.maximum(0.0, diff))) if diff is not None else None
+    losses = LOSSES[by].draws(a, b)
+    return float(np.mean(np.maximum(0.0, losses))) if losses is not None else None
 
 
 # Pairs of trials (as frozensets of two names) the pipeline model and the data tie: the model
@@ -185,9 +208,7 @@ def as_good(a: Scored, b: Scored, tolerance: float, by: RankBy = RankBy.THROUGHP
     or a wait ratio at most `tolerance` above b's; or tied with it by the model and the data."""
     if ties and tied(a, b, ties):
         return True
-    if by == RankBy.THROUGHPUT:
-        return throughput_ratio_lower(a, b) >= 1 - tolerance
-    return wait_ratio_excess_upper(a, b) <= tolerance
+    return LOSSES[by].upper(a, b) <= tolerance
 
 
 def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
@@ -195,17 +216,12 @@ def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: RankBy = Ran
     throughput over the leader's below 1 - tolerance (from both trials' draws; without them,
     a's optimistic bound below the leader's pessimistic one), or its wait ratio's lower excess
     above the tolerance."""
-    if by == RankBy.THROUGHPUT:
-        return throughput_ratio_upper(a, leader) < 1 - tolerance
-    return wait_ratio_excess_lower(a, leader) > tolerance
+    return LOSSES[by].lower(a, leader) > tolerance
 
 
 def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Scored]:
     """Items that ran, best first: highest throughput, or lowest wait ratio then highest throughput."""
-    ran = [i for i in items if i.ran]
-    if by == RankBy.THROUGHPUT:
-        return sorted(ran, key=lambda i: -i.measured_throughput.mean)
-    return sorted(ran, key=lambda i: (i.measured_wait_ratio.mean, -i.measured_throughput.mean))
+    return sorted((i for i in items if i.ran), key=LOSSES[by].sort_key)
 
 
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
@@ -277,6 +293,4 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
 def _shortfall(chosen: Scored, other: Scored, by: RankBy) -> float:
     """How far behind `other` the pick may be at most: 1 - the lower bound of their throughput
     ratio (or the wait ratio's upper excess)."""
-    if by == RankBy.THROUGHPUT:
-        return max(0.0, 1 - throughput_ratio_lower(chosen, other))
-    return max(0.0, wait_ratio_excess_upper(chosen, other))
+    return max(0.0, LOSSES[by].upper(chosen, other))
