@@ -22,6 +22,7 @@ from loadtune import synthetic
 from loadtune.config import load_config
 from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
+from loadtune.results.findings import RepeatingSampler
 from loadtune.results.record import read_records
 from loadtune.sweep_process.conclude import ranked
 from loadtune.sweep_process.datacheck import (
@@ -480,9 +481,10 @@ def test_the_runner_checks_a_map_style_dataset_by_its_samplers_indices(tmp_path,
     assert {r.data_check for r in written} == {"same"}, "keys could not tell, the indices do"
     notes = runner.data.findings().notes
     if repeating:
-        assert notes == ("the sampler hands out some indices twice within an epoch in every trial (1 of 16 in the "
-                         "trial that repeats least), so trials were compared with each other: give each index "
-                         "once per epoch, unless that is by design (oversampling)",)
+        assert notes == (RepeatingSampler(1, 16),)
+        assert str(notes[0]) == ("the sampler hands out some indices twice within an epoch in every trial (1 of 16 "
+                                 "in the trial that repeats least), so trials were compared with each other: give "
+                                 "each index once per epoch, unless that is by design (oversampling)")
     else:
         assert notes == ()
 

@@ -107,3 +107,37 @@ class Disagreement(Finding):
     def words(self) -> str:
         return (f"wait ratio and throughput disagree: {self.lean} waits least but is not among the fastest; its "
                 "workers probably slow the step itself (CPU contention). Throughput is what training feels")
+
+
+@dataclass(frozen=True)
+class NotChecked(Finding):
+    """The data check could not compare some trials."""
+
+    count: int
+    total: int
+    reason: str
+
+    def words(self) -> str:
+        return f"not checked for {self.count} of {self.total} trials: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ComparedByLabels(Finding):
+    """The samples' bytes change per read, so trials were compared by labels or indices."""
+
+    def words(self) -> str:
+        return ("the samples' bytes change from one read to the next (random augmentation?): trials were compared "
+                "by their labels or indices instead")
+
+
+@dataclass(frozen=True)
+class RepeatingSampler(Finding):
+    """Every trial's sampler hands out some indices twice in an epoch."""
+
+    repeated: int  # in the trial that repeats least
+    samples: int
+
+    def words(self) -> str:
+        return (f"the sampler hands out some indices twice within an epoch in every trial ({self.repeated} of "
+                f"{self.samples} in the trial that repeats least), so trials were compared with each other: give "
+                "each index once per epoch, unless that is by design (oversampling)")

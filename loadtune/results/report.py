@@ -179,7 +179,7 @@ class DataFindings:
     """What the data check found over a sweep: the trials flagged, and why some were not checked."""
 
     flagged: tuple[Flagged, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Finding, ...] = ()
 
     def lines(self) -> list[str]:
         lines = []
@@ -198,7 +198,7 @@ class DataFindings:
         return f"Not ranked: {named}. {fix}".rstrip()
 
     def to_json(self) -> dict[str, Any]:
-        return {"flagged": [dataclasses.asdict(f) for f in self.flagged], "notes": list(self.notes)}
+        return {"flagged": [dataclasses.asdict(f) for f in self.flagged], "notes": [str(n) for n in self.notes]}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import dataclasses
 from typing import Callable, Mapping
 
 from loadtune.kinds import Status
+from loadtune.results.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
 from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep_process.datacheck import (
     CONTENT,
@@ -92,17 +93,13 @@ class DataCheck:
         flagged += tuple(Flagged(name, run.record.data_check, run.record.reason or "", ())
                          for name, run in self.runs.items() if run.check is None and run.flagged)
         checks = [run.check for run in self.runs.values() if run.check is not None]
-        notes = []
+        notes: list[Finding] = []
         unchecked = [c for c in checks if c.verdict is None]
         if unchecked:
-            notes.append(f"not checked for {len(unchecked)} of {len(checks)} trials: {unchecked[0].reason}")
+            notes.append(NotChecked(len(unchecked), len(checks), unchecked[0].reason))
         if self.key_kind == LABEL and not self.by_indices and len(unchecked) < len(checks):
-            notes.append("the samples' bytes change from one read to the next (random augmentation?): trials "
-                         "were compared by their labels or indices instead")
+            notes.append(ComparedByLabels())
         if self.repeating_sampler is not None:
-            least = self.repeating_sampler
-            notes.append(f"the sampler hands out some indices twice within an epoch in every trial ({least.repeated} "
-                         f"of {least.samples} in the trial that repeats least), so trials were compared with each "
-                         "other: give each index once per epoch, unless that is by design (oversampling)")
+            notes.append(RepeatingSampler(self.repeating_sampler.repeated, self.repeating_sampler.samples))
         return DataFindings(flagged, tuple(notes))
 
