@@ -217,68 +217,26 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
     (to the same worker). The loop takes batches in order: it waits for batch j's worker, takes
     `handover_ms` to receive it, then steps for `step_ms`. Without persistent workers each
     epoch's workers start `start_ms` after its iterator is made (with them, that is the resume).
-    With `cut`, epochs end before the dataset does (measure.epoch_batches): the batches already
-    sent out past the end are fetched for nothing, and the next iterator waits for them (all of
-    them with persistent workers, which drain the old queue; the one each worker is on without).
+    With `cut`, epochs end before the dataset does (measure.epoch_batches): see _drain.
     """
     n = int(min(epoch_batches, SIM_EPOCH_BATCHES)) if math.isfinite(epoch_batches) else SIM_EPOCH_BATCHES
     n = max(n, 1)
-    mult = _draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4))
-    draw = 0
-    t = 0.0  # the loop's clock: when it is free to ask for the next batch
+    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms, cut)
+    run = _Run(_draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4)), fetch_ms)
     epoch_t: list[float] = []
-    waits: list[float] = []
-    busy = 0.0
-    mid = (0.0, 0.0)
+    mid = (0.0, 0.0)  # the last epoch's middle half: (its time, its batches)
     for e in range(SIM_EPOCHS):
-        start = t
-        received = [0.0] * n
+        start = run.t
         if e == 1:
-            busy = 0.0
-        if workers == 0:
-            for j in range(n):
-                took = fetch_ms * mult[draw]
-                draw += 1
-                waits.append(took)
-                received[j] = t + took
-                t += took + step_ms
-        else:
-            free = [start + start_ms] * workers
-            depth = prefetch * workers
-            for j in range(n):
-                k = j % workers
-                sent = start if j < depth else received[j - depth]
-                took = fetch_ms * mult[draw]
-                draw += 1
-                busy += took
-                done = max(sent, free[k]) + took
-                free[k] = done
-                got = max(done, t) + handover_ms
-                waits.append(got - t)
-                received[j] = got
-                t = got + step_ms
-            if cut:
-                # Batches already sent out past the epoch's end are fetched for nothing.
-                last = [0.0] * workers
-                for j in range(n, n + depth):
-                    k = j % workers
-                    sent = start if j < depth else received[j - depth]
-                    began = max(sent, free[k])
-                    took = fetch_ms * mult[draw]
-                    draw += 1
-                    if persistent or began <= t:
-                        busy += took
-                        free[k] = began + took
-                        last[k] = free[k]
-                # The next iterator waits for them: all with persistent workers, else the one each is on.
-                t = max([t, *(free if persistent else last)])
-        epoch_t.append(t - start)
+            run.busy = 0.0
+        received = _epoch_with_workers(run, queue, n) if workers else _epoch_in_process(run, step_ms, n)
+        epoch_t.append(run.t - start)
         if e == SIM_EPOCHS - 1 and n >= 8:
             lo, hi = n // 4, (3 * n) // 4
             mid = (received[hi] - received[lo], float(hi - lo))
     kept = SIM_EPOCHS - 1
     total = sum(epoch_t[1:])
-    share = busy / (workers * total) if workers and total > 0 else 0.0
+    share = run.busy / (workers * total) if workers and total > 0 else 0.0
     if not math.isfinite(epoch_batches) or epoch_batches > n:
         # A steady state from the middle of an epoch, and each epoch's extra cost spread over its
         # real length.
@@ -286,7 +244,89 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
         extra = max(0.0, total / kept - n * steady)
         per_epoch = extra / epoch_batches if math.isfinite(epoch_batches) else 0.0
         return Simulated(steady + per_epoch, max(0.0, steady - step_ms) + per_epoch, min(1.0, share))
-    return Simulated(total / (kept * n), sum(waits[n:]) / (kept * n), min(1.0, share))
+    return Simulated(total / (kept * n), sum(run.waits[n:]) / (kept * n), min(1.0, share))
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """The simulated DataLoader's settings and the loop's fixed costs, in ms (see simulate)."""
+
+    workers: int
+    prefetch: int
+    persistent: bool
+    handover_ms: float
+    step_ms: float
+    start_ms: float
+    cut: bool
+
+
+@dataclass
+class _Run:
+    """The simulation as it goes: the loop's clock, its waits, and the workers' busy time."""
+
+    draws: tuple[float, ...]
+    fetch_ms: float
+    draw: int = 0
+    t: float = 0.0  # the loop's clock: when it is free to ask for the next batch
+    busy: float = 0.0
+    waits: list[float] = field(default_factory=list)
+
+    def fetch(self) -> float:
+        """The next fetch's time, with its variation."""
+        took = self.fetch_ms * self.draws[self.draw]
+        self.draw += 1
+        return took
+
+
+def _epoch_in_process(run: _Run, step_ms: float, n: int) -> list[float]:
+    """An epoch of `n` batches fetched by the loop itself; when each was received."""
+    received = [0.0] * n
+    for j in range(n):
+        took = run.fetch()
+        run.waits.append(took)
+        received[j] = run.t + took
+        run.t += took + step_ms
+    return received
+
+
+def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
+    """An epoch of `n` batches from the workers; when each was received."""
+    start = run.t
+    received = [0.0] * n
+    free = [start + queue.start_ms] * queue.workers
+    depth = queue.prefetch * queue.workers
+    for j in range(n):
+        k = j % queue.workers
+        sent = start if j < depth else received[j - depth]
+        took = run.fetch()
+        run.busy += took
+        done = max(sent, free[k]) + took
+        free[k] = done
+        got = max(done, run.t) + queue.handover_ms
+        run.waits.append(got - run.t)
+        received[j] = got
+        run.t = got + queue.step_ms
+    if queue.cut:
+        _drain(run, queue, n, start, received, free)
+    return received
+
+
+def _drain(run: _Run, queue: _Queue, n: int, start: float, received: list[float], free: list[float]) -> None:
+    """An epoch cut before the dataset's end: the batches already sent out past it are fetched
+    for nothing, and the next iterator waits for them (all of them with persistent workers,
+    which drain the old queue; the one each worker is on without)."""
+    depth = queue.prefetch * queue.workers
+    last = [0.0] * queue.workers
+    for j in range(n, n + depth):
+        k = j % queue.workers
+        sent = start if j < depth else received[j - depth]
+        began = max(sent, free[k])
+        took = run.fetch()
+        if queue.persistent or began <= run.t:
+            run.busy += took
+            free[k] = began + took
+            last[k] = free[k]
+    run.t = max([run.t, *(free if queue.persistent else last)])
 
 
 def _binomial(count: int, share: float) -> np.ndarray:
