@@ -23,7 +23,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -374,79 +374,129 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
              cores: float, step_scale: float = 1.0, usable_cores: float | None = None) -> Prediction:
     """One rank's prediction on `cores` working cores of its own (see _rank_cores); its usable
     cores (default: `cores`) set how many workers start at once."""
-    cv, kappa, put = model.fetch_cv, model.oversubscription, model.worker_put_ms
-    fetch_cpu = model.fetch_cpu_ms_per_sample * batch
-    fetch_wait = model.fetch_wait_ms_per_sample * batch
     step = model.step_ms_per_sample * batch * step_scale
-    step_cpu = min(model.step_cpu_ms_per_sample * batch * step_scale, step)
-    handover = model.handover_ms_per_sample * batch if workers else 0.0
-    epoch = model.epoch_length(batch)
+    case = _Case(
+        batch=batch, workers=workers, prefetch=prefetch, persistent=persistent, cores=cores,
+        fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
+        step=step, step_cpu=min(model.step_cpu_ms_per_sample * batch * step_scale, step),
+        handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
+        epoch=model.epoch_length(batch))
     if workers == 0:
-        alone = model.main_fetch_ms_per_sample * batch if model.main_fetch_ms_per_sample is not None \
-            else fetch_cpu + fetch_wait
-        if cores < 1:
-            # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
-            # process's CPU phases, its fetch's and its step's, take that much longer.
-            share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
-            alone += alone * share * (1 / cores - 1)
-            step += step_cpu * (1 / cores - 1)
-        sim = simulate(0, 0, False, alone, cv, 0.0, step + h2d_ms, 0.0, epoch)
-        period = max(sim.period_ms, MIN_PERIOD_MS)
-        return Prediction(1e3 * batch / period, min(1.0, (sim.wait_ms + h2d_ms) / period), period, False)
-    fetch_cpu += put  # with workers, each batch is also put into shared memory for the loop
-    start = model.persistent_resume_ms if persistent else \
-        model.worker_start_ms + model.worker_start_per_worker_ms * _starting(workers, usable_cores or cores)
-    # Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
-    # (fixed point: the stretch slows the pace, which changes how busy each thread is), and
-    # each busy thread beyond the cores costs `oversubscription` more CPU (switches, caches).
-    worker_stretch = main_stretch = 1.0
-    period = 0.0
-    wasted = 1.0  # work per useful batch, with the batches an epoch's cut throws away
-    cut = model.epoch_cut(batch)
-    starts_ms = start / epoch if math.isfinite(epoch) else 0.0  # per batch
+        return _predict_in_process(model, case)
+    return _predict_with_workers(model, case, usable_cores or cores)
 
-    def cap() -> float:
+
+@dataclass(frozen=True)
+class _Case:
+    """One config on one rank: its settings, its working cores, and its costs per batch in ms
+    before any crowding."""
+
+    batch: int
+    workers: int
+    prefetch: int
+    persistent: bool
+    cores: float
+    fetch_cpu: float
+    fetch_wait: float
+    step: float
+    step_cpu: float
+    handover: float
+    h2d: float
+    epoch: float  # batches per epoch (inf: no epoch starts)
+
+
+def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
+    """num_workers=0: the loop fetches each batch itself, then copies and steps."""
+    fetch_cpu, fetch_wait, step = case.fetch_cpu, case.fetch_wait, case.step
+    alone = model.main_fetch_ms_per_sample * case.batch if model.main_fetch_ms_per_sample is not None \
+        else fetch_cpu + fetch_wait
+    if case.cores < 1:
+        # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
+        # process's CPU phases, its fetch's and its step's, take that much longer.
+        share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
+        alone += alone * share * (1 / case.cores - 1)
+        step += case.step_cpu * (1 / case.cores - 1)
+    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch)
+    period = max(sim.period_ms, MIN_PERIOD_MS)
+    return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False)
+
+
+def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float) -> Prediction:
+    """With workers: the queue simulated at the pace crowding sets (see _settle), capped by the
+    cores."""
+    case = replace(case, fetch_cpu=case.fetch_cpu + model.worker_put_ms)  # each batch is also put into shared memory
+    start = model.persistent_resume_ms if case.persistent else \
+        model.worker_start_ms + model.worker_start_per_worker_ms * _starting(case.workers, usable_cores)
+    starts_ms = start / case.epoch if math.isfinite(case.epoch) else 0.0  # per batch
+
+    def cap(wasted: float) -> float:
         # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part), and
         # each epoch's start, which nothing overlaps (the workers start, or resume, once the last
         # epoch has ended), spread over the epoch.
-        return (fetch_cpu * wasted + step_cpu + handover) / cores + starts_ms
+        return (case.fetch_cpu * wasted + case.step_cpu + case.handover) / case.cores + starts_ms
 
-    saturated = False
-    for attempt in range(4):
-        fetch = fetch_wait + fetch_cpu * worker_stretch
-        main_cpu = (step_cpu + handover) * main_stretch
-        main_wall = step - step_cpu + h2d_ms + main_cpu
-        sim = simulate(workers, max(prefetch, 1), persistent, fetch, cv, handover * main_stretch,
-                       main_wall - handover * main_stretch, start, epoch, cut)
-        period = sim.period_ms
-        useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
-        wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
-        if attempt == 0:
-            saturated = cap() >= period  # the cores are short even with no crowding
-        worker_busy = min(1.0, sim.worker_share * fetch_cpu * worker_stretch / fetch) if fetch > 0 else 0.0
-        main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
-        ws, ms = _contention(workers, worker_busy, main_busy, cores)
-        excess = max(0.0, workers * worker_busy + main_busy - cores)
-        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
-        if abs(ws - worker_stretch) < 1e-3 and abs(ms - main_stretch) < 1e-3:
-            break
-        worker_stretch, main_stretch = ws, ms
-    capped = cap()
-    cpu_bound = saturated or capped > period
-    if saturated:
+    pace = _settle(model, case, start, cap)
+    period, capped = pace.period, cap(pace.wasted)
+    cpu_bound = pace.saturated or capped > period
+    if pace.saturated:
         # Between two bounds: the cores' cap (never idle) and the crowding (runnable threads
         # counted as independent, which overshoots where they never block); the cap weighs in
         # with the share of the fetch that is CPU work (threads that wait in their fetch leave
         # the cores idle at times, so the crowding holds for them).
+        fetch_cpu, fetch_wait = case.fetch_cpu, case.fetch_wait
         cpu_share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 1.0
         weight = SATURATED_CAP_WEIGHT * cpu_share
         period = weight * capped + (1 - weight) * max(period, capped)
     period = max(period, capped, MIN_PERIOD_MS)
-    step_wall = step + (main_stretch - 1) * step_cpu
+    step_wall = case.step + (pace.main_stretch - 1) * case.step_cpu
     wait_ratio = max(0.0, 1 - step_wall / period)
-    crowded = cpu_bound or worker_stretch > CROWDED_STRETCH or main_stretch > CROWDED_STRETCH
-    hidden = not crowded and fetch / workers <= main_wall
-    return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, crowded, hidden)
+    crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH
+    hidden = not crowded and pace.fetch / case.workers <= pace.main_wall
+    return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden)
+
+
+@dataclass
+class _Pace:
+    """The pace with workers, as the crowding's fixed point settles (see _settle)."""
+
+    worker_stretch: float = 1.0  # how much a worker's CPU phases stretch
+    main_stretch: float = 1.0  # and the training thread's
+    period: float = 0.0  # per batch, simulated
+    wasted: float = 1.0  # work per useful batch, with the batches an epoch's cut throws away
+    fetch: float = 0.0  # a fetch's wall time, stretched
+    main_wall: float = 0.0  # the loop's own time per batch (step, copy, hand-over)
+    saturated: bool = False  # the cores are short even with no crowding
+
+
+def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[float], float]) -> _Pace:
+    """Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
+    (a fixed point, at most 4 rounds: the stretch slows the pace, which changes how busy each
+    thread is), and each busy thread beyond the cores costs `oversubscription` more CPU
+    (switches, caches)."""
+    pace = _Pace()
+    workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
+    cut = model.epoch_cut(case.batch)
+    for attempt in range(4):
+        fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
+        main_cpu = (case.step_cpu + handover) * pace.main_stretch
+        main_wall = case.step - case.step_cpu + case.h2d + main_cpu
+        sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
+                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch, cut)
+        period = sim.period_ms
+        useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
+        pace.wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
+        pace.period, pace.fetch, pace.main_wall = period, fetch, main_wall
+        if attempt == 0:
+            pace.saturated = cap(pace.wasted) >= period
+        worker_busy = min(1.0, sim.worker_share * fetch_cpu * pace.worker_stretch / fetch) if fetch > 0 else 0.0
+        main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
+        ws, ms = _contention(workers, worker_busy, main_busy, case.cores)
+        excess = max(0.0, workers * worker_busy + main_busy - case.cores)
+        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
+        if abs(ws - pace.worker_stretch) < 1e-3 and abs(ms - pace.main_stretch) < 1e-3:
+            break
+        pace.worker_stretch, pace.main_stretch = ws, ms
+    return pace
 
 
 # --- fitting -------------------------------------------------------------------------------
