@@ -623,57 +623,75 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
         return None
     if dataset_len is None:
         dataset_len = next((r.dataset_len for r in records if r.dataset_len), None)
+    base = _factor_baseline(evidence, baseline)
+    model = base_figures(evidence, dataset_len, epoch_batches)
+    # The fitted figures from the trials the mechanism alone should explain.
+    model = _fitted(model, _search(model, [e for e in evidence if _explained(e, base)] or evidence))
+    model = replace(model, factors=_factors(model, evidence, base))
+    residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
+    spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
+    return replace(model, residual_log_sd=spread)
+
+
+def _factor_baseline(evidence: Sequence[Evidence], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`baseline`, each setting it lacks at its most common value among the trials (the first
+    trial's spelling of it)."""
     base = dict(baseline or {})
     for key in evidence[0].settings:
         if key not in base:
             values = [format_value(e.settings.get(key)) for e in evidence]
             common = max(set(values), key=values.count)
             base[key] = next(e.settings.get(key) for e in evidence if format_value(e.settings.get(key)) == common)
-    base = effective_settings(base)
-    model = base_figures(evidence, dataset_len, epoch_batches)
-    core = [e for e in evidence if _explained(e, base)] or evidence
+    return effective_settings(base)
+
+
+def _search(model: PipelineModel, core: Sequence[Evidence]) -> dict[str, float]:
+    """The figures of FITTED_GRIDS the trials can show, by a coordinate search over their grids
+    from the middles, then each as near its neutral value (the first of its grid) as explains
+    the trials all but as well: a handful of trials cannot tell a figure from its neighbours, and
+    a figure pushed to an extreme to explain one more trial moves every prediction for another
+    machine."""
     logs = np.log([e.throughput for e in core])
-
-    def loss(candidate: PipelineModel) -> float:
-        # Huber's loss on the log errors: squared while small, linear beyond HUBER_LOG_ERROR,
-        # so one process far off (a busy moment of the machine) pulls the fit no more than that.
-        error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
-        return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
-                                     HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
-
     grids = {name: grid for name, grid in FITTED_GRIDS.items() if _can_show(name, model, core)}
     params = {name: grid[len(grid) // 2] for name, grid in grids.items()}
     losses: dict[tuple[float, ...], float] = {}
+
+    def loss_at(figures: dict[str, float]) -> float:
+        point = tuple(figures.values())
+        if point not in losses:
+            losses[point] = _loss(_fitted(model, figures), core, logs)
+        return losses[point]
+
     for _ in range(FIT_PASSES):
         moved = False
         for name, grid in grids.items():
-            scored = []
-            for value in grid:
-                trial = {**params, name: value}
-                point = tuple(trial.values())
-                if point not in losses:
-                    losses[point] = loss(_fitted(model, trial))
-                scored.append((losses[point], value))
-            best = min(scored)[1]
+            best = min((loss_at({**params, name: value}), value) for value in grid)[1]
             if best != params[name]:
                 params[name], moved = best, True
         if not moved:
             break
-    # Each fitted figure as near its neutral value (the first of its grid) as explains the trials
-    # all but as well: a handful of trials cannot tell a figure from its neighbours, and a figure
-    # pushed to an extreme to explain one more trial moves every prediction for another machine.
     threshold = min(losses.values(), default=0.0) * (1 + FIT_PARSIMONY) + FIT_PARSIMONY_FLOOR
     for name, grid in grids.items():
         for value in grid[:grid.index(params[name])]:
-            trial = {**params, name: value}
-            point = tuple(trial.values())
-            if point not in losses:
-                losses[point] = loss(_fitted(model, trial))
-            if losses[point] <= threshold:
+            if loss_at({**params, name: value}) <= threshold:
                 params[name] = value
                 break
-    model = _fitted(model, params)
-    # Unexplained settings: each value's measured effect against the mechanism's prediction.
+    return params
+
+
+def _loss(candidate: PipelineModel, core: Sequence[Evidence], logs: np.ndarray) -> float:
+    """Huber's loss on the log errors of the throughputs: squared while small, linear beyond
+    HUBER_LOG_ERROR, so one process far off (a busy moment of the machine) pulls the fit no
+    more than that."""
+    error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
+    return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
+                                 HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
+
+
+def _factors(model: PipelineModel, evidence: Sequence[Evidence],
+             base: Mapping[str, Any]) -> tuple[tuple[str, str, float], ...]:
+    """Unexplained settings: each value's measured effect against the mechanism's prediction
+    (the median ratio over the trials with it)."""
     factors = []
     for key in sorted(k for k in base if k not in MECHANISM_KEYS):
         by_value: dict[str, list[float]] = {}
@@ -683,10 +701,7 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
                 core_guess = _core_prediction(model, e)
                 by_value.setdefault(shown, []).append(e.throughput / core_guess.throughput)
         factors += [(key, value, statistics.median(ratios)) for value, ratios in sorted(by_value.items())]
-    model = replace(model, factors=tuple(factors))
-    residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
-    spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
-    return replace(model, residual_log_sd=spread)
+    return tuple(factors)
 
 
 def _fitted(model: PipelineModel, figures: Mapping[str, float]) -> PipelineModel:
