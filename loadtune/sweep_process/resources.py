@@ -478,10 +478,8 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
         raise ValueError("summarize_resources needs at least two samples over a positive time span")
     if usable_cores <= 0:
         raise ValueError(f"usable_cores must be positive, not {usable_cores!r}")
-    root = samples.root_pid
     wall_s = taken[-1].t_s - taken[0].t_s
-    mains = samples.mains
-    main_cpu_s, workers_cpu_s, read = _cumulative_use(taken, root, mains)
+    main_cpu_s, workers_cpu_s, read = _cumulative_use(taken, samples.root_pid, samples.mains)
     if samples.in_root:
         main_cpu_s = max(0.0, main_cpu_s - samples.sampler_cpu_s)  # the sampler is a thread of the root
 
@@ -491,24 +489,7 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
     with_memory_read = [s for s in taken if s.memory] or [taken[0], taken[-1]]
     tree_pss = [sum(p.pss_bytes or 0 for p in s.processes) for s in with_memory_read]
     tree_growing = [sum(_growing(p) or 0 for p in s.processes) for s in with_memory_read]
-    workers_memory: dict[tuple[int, float], list[int]] = {}
-    threads: list[int] = []
-    seen_workers: set[tuple[int, float]] = set()
-    peak_workers = 0
-    last_worker_pss: list[int] = []
-    for s in taken:
-        workers = [p for p in s.processes if p.pid not in mains]
-        seen_workers.update(p.key for p in workers)
-        peak_workers = max(peak_workers, sum(1 for p in workers if p.num_threads is not None))
-        threads.extend(p.num_threads for p in workers if p.num_threads is not None)
-        if not s.memory:
-            continue
-        with_memory = [p for p in workers if p.pss_bytes is not None]
-        for p in with_memory:
-            workers_memory.setdefault(p.key, []).append(_growing(p))  # type: ignore[arg-type]
-        if with_memory:
-            last_worker_pss = [p.pss_bytes for p in with_memory]  # type: ignore[misc]
-    growths = [m[-1] - m[0] for m in workers_memory.values() if len(m) >= 2]
+    workers = _Workers.of(taken, samples.mains)
     return ResourceFigures(
         wall_s=wall_s,
         cpu_util=util(main_cpu_s + workers_cpu_s),
@@ -519,15 +500,52 @@ def summarize_resources(samples: ResourceSamples, usable_cores: float) -> Resour
         peak_pss_mb=max(tree_pss) / BYTES_PER_MB,
         memory_metric=samples.memory_metric,
         pss_growth_mb=(tree_growing[-1] - tree_growing[0]) / BYTES_PER_MB,
-        worker_pss_mb=sum(last_worker_pss) / len(last_worker_pss) / BYTES_PER_MB if last_worker_pss else None,
-        worker_pss_growth_mb=sum(growths) / len(growths) / BYTES_PER_MB if growths else None,
+        worker_pss_mb=_mean(workers.last_pss) / BYTES_PER_MB if workers.last_pss else None,
+        worker_pss_growth_mb=_mean(workers.growths) / BYTES_PER_MB if workers.growths else None,
         read_mb=read / BYTES_PER_MB if read is not None and samples.io_metric is not None else None,
         io_metric=samples.io_metric,
-        threads_per_worker=sum(threads) / len(threads) if threads else None,
-        workers=len(seen_workers),
-        peak_workers=peak_workers,
+        threads_per_worker=_mean(workers.threads) if workers.threads else None,
+        workers=workers.seen,
+        peak_workers=workers.peak,
         sampler_load=samples.sampler_cpu_s / wall_s,
     )
+
+
+def _mean(values: list[int]) -> float:
+    return sum(values) / len(values)
+
+
+@dataclass(frozen=True)
+class _Workers:
+    """What the samples show of the workers (every process but the main ones)."""
+
+    seen: int  # distinct worker processes (restarted workers count again)
+    peak: int  # most alive at one sample
+    threads: list[int]  # num_threads of each worker at each sample
+    last_pss: list[int]  # each worker's memory at the last memory sample that has workers
+    growths: list[int]  # each worker's growing memory, between its first and last memory sample
+
+    @classmethod
+    def of(cls, taken: tuple[Sample, ...], mains: frozenset[int]) -> _Workers:
+        memory: dict[tuple[int, float], list[int]] = {}
+        threads: list[int] = []
+        seen: set[tuple[int, float]] = set()
+        peak = 0
+        last_pss: list[int] = []
+        for s in taken:
+            workers = [p for p in s.processes if p.pid not in mains]
+            seen.update(p.key for p in workers)
+            peak = max(peak, sum(1 for p in workers if p.num_threads is not None))
+            threads.extend(p.num_threads for p in workers if p.num_threads is not None)
+            if not s.memory:
+                continue
+            with_memory = [p for p in workers if p.pss_bytes is not None]
+            for p in with_memory:
+                memory.setdefault(p.key, []).append(_growing(p))  # type: ignore[arg-type]
+            if with_memory:
+                last_pss = [p.pss_bytes for p in with_memory]  # type: ignore[misc]
+        growths = [m[-1] - m[0] for m in memory.values() if len(m) >= 2]
+        return cls(len(seen), peak, threads, last_pss, growths)
 
 
 # --- batches and /dev/shm ----------------------------------------------------------------
