@@ -523,26 +523,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
                  epoch_batches: int | None) -> PipelineModel:
     """The figures each trial shows directly, combined over the trials (medians: one odd process
     moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
-    timed = [e for e in evidence if e.fetch_ms is not None]
-    # Workers' fetches, where there are any: the training process may fetch differently (its
-    # torch ops use several threads; a worker's use one).
-    with_fetch = [e for e in timed if e.workers] or timed
-    calm = _uncontended(with_fetch) if with_fetch else []
-    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
-                        for e in with_fetch if e.fetch_ms is not None)
-    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
-                         for e in calm if e.fetch_ms is not None)
-    if not with_fetch:
-        # No fetch was timed: the loop's own wait without workers is the fetch.
-        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
-                              if e.workers == 0 and e.wait_ratio is not None), 0.0)
-    # (per sample, persistent workers) of the trials with workers whose hand-over was timed
-    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
-                 if e.workers > 0 and e.handover_ms is not None]
-    kept = [ms for ms, persistent in handovers if persistent]
-    # Without persistent workers the training thread's CPU in next() also holds each epoch's
-    # worker start-up: the persistent trials show the hand-over alone, else the lowest.
-    handover = _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
+    fetch_cpu, fetch_wait = _fetch_figures(evidence)
+    handover = _handover_figure(evidence)
     steps = _uncontended([e for e in evidence if e.step_ms is not None] or list(evidence))
     step = _median((e.step_ms / e.batch_size for e in steps if e.step_ms is not None), 0.0)
     step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
@@ -551,17 +533,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
     h2d = _median(plain, _median(pinned))
     h2d_pinned = _median(pinned, h2d)
-    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
-
-    def start_up(e: Evidence, waited_ms: float) -> float:
-        """An epoch's wait for its first batch (`waited_ms`), less that batch's own fetch."""
-        first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
-        return waited_ms - first
-
-    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e, ms)) for e, ms in starts
-                               if not e.settings["persistent_workers"]])
-    resume = max(0.0, _median((start_up(e, ms) for e, ms in starts if e.settings["persistent_workers"]), 0.0))
-    alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0 and e.fetch_ms is not None]
+    start0, start_per, resume = _start_figures(evidence, fetch_cpu, fetch_wait)
+    alone = [e.fetch_ms / e.batch_size for e in evidence if e.fetch_ms is not None and e.workers == 0]
     return PipelineModel(
         fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
         main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
@@ -569,6 +542,50 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
         cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
         dataset_len=dataset_len, epoch_batches=epoch_batches, ranks=evidence[0].ranks, trials=len(evidence))
+
+
+def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
+    """A fetch's CPU and its waiting, in ms per sample: the workers' fetches where there are any
+    (the training process may fetch differently: its torch ops use several threads; a worker's
+    use one), its waiting from the uncontended trials; without a timed fetch, the loop's own
+    wait without workers is the fetch."""
+    timed = [e for e in evidence if e.fetch_ms is not None]
+    with_fetch = [e for e in timed if e.workers] or timed
+    calm = _uncontended(with_fetch) if with_fetch else []
+    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
+                        for e in with_fetch if e.fetch_ms is not None)
+    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
+                         for e in calm if e.fetch_ms is not None)
+    if not with_fetch:
+        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
+                              if e.workers == 0 and e.wait_ratio is not None), 0.0)
+    return fetch_cpu, fetch_wait
+
+
+def _handover_figure(evidence: Sequence[Evidence]) -> float:
+    """The training thread's CPU per sample to receive a batch from a worker. Without persistent
+    workers its CPU in next() also holds each epoch's worker start-up: the persistent trials
+    show the hand-over alone, else the lowest."""
+    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
+                 if e.workers > 0 and e.handover_ms is not None]
+    kept = [ms for ms, persistent in handovers if persistent]
+    return _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
+
+
+def _start_figures(evidence: Sequence[Evidence], fetch_cpu: float, fetch_wait: float) -> tuple[float, float, float]:
+    """An epoch's start without persistent workers (fixed part, and per worker started in
+    turn: see _starting), and with them (the resume), in ms: each epoch's wait for its first
+    batch less that batch's own fetch."""
+    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
+
+    def start_up(e: Evidence, waited_ms: float) -> float:
+        first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
+        return waited_ms - first
+
+    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e, ms)) for e, ms in starts
+                               if not e.settings["persistent_workers"]])
+    resume = max(0.0, _median((start_up(e, ms) for e, ms in starts if e.settings["persistent_workers"]), 0.0))
+    return start0, start_per, resume
 
 
 def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
