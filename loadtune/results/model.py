@@ -1,20 +1,12 @@
 """The pipeline model (docs/model.md): what every DataLoader config of a sweep's space would do,
 fitted to the evidence of the trials measured so far.
 
-A DataLoader is a small queueing system, and the trials already say what its parts cost: the
-CPU and the waiting in each batch's fetch (`fetch_ms`, `fetch_cpu_share`), the training
-thread's hand-over per batch (`handover_ms`), the step's wall time and the CPU it uses
-(`step_ms`, `main_cpu_util`), the copy (`h2d_ms`), worker start-up at each epoch
-(`epoch_start_ms`) and the usable cores. `fit` reads those once, over all measured trials
-together, then fits the two figures no single column shows (how much fetches vary from batch
-to batch, and what each busy thread beyond the cores costs) by how well the whole model
-explains the measured throughputs. `PipelineModel.predict` then runs the DataLoader's own
-protocol for any config: round-robin workers, `prefetch_factor` batches in flight per worker,
-in-order hand-over, the drain at each epoch's end and the start-up after it, over fetch times
-drawn with the fitted variation, capped by what the cores can do.
-
-The thread settings, which the mechanism does not cover, get a factor: their measured effect as
-a single change, applied on top. Offline (numpy only): the readers use it without torch.
+`fit` reads the costs each trial shows (fetch CPU and waiting, hand-over, step, copy, epoch
+start-up, usable cores) over all measured trials together, then fits the figures no single
+column shows by how well the whole model explains the measured throughputs.
+`PipelineModel.predict` simulates the DataLoader's own protocol for any config (see simulate),
+capped by what the cores can do. Settings the mechanism does not cover (the thread settings)
+get a measured factor. Offline (numpy only): the readers use it without torch.
 """
 
 from __future__ import annotations
