@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtune.config import RunSpec
+from loadtune.config import Config, RunSpec
 from loadtune.errors import LoadtuneError
+from loadtune.measurement import Measurement
 from loadtune.trial_process.measure import PARTS
+from loadtune.trials import Trial
 
 TABLE_ROWS = 25
 # Kineto (the profiler's C++ side) logs its stages and, without a GPU, a harmless
@@ -140,59 +142,28 @@ def profile_run(
 ) -> ProfileResult:
     """Profile `batches` batches of the baseline loader of `spec` feeding its step on `device`.
 
-    `device` may be "auto" (resolved here). Warm-up batches (default: the config's
-    measure.warmup_batches and warmup_batches_per_worker for each worker, as in a sweep; at
-    least 1) run before the profiler starts. A new iterator is made
-    when the loader is exhausted, or every measure.epoch_batches batches as in a sweep.
-    Raises LoadtuneError for anything the user can fix (factories, settings, a dataset that
-    fails while loading), with the cause chained.
+    `device` may be "auto" (resolved here). The warm-up (default: a sweep's, workers' share
+    included; at least 1 batch) runs before the profiler starts; a new iterator is made when
+    the loader is exhausted, or every measure.epoch_batches batches, as in a sweep. Raises
+    LoadtuneError for anything the user can fix, with the cause chained.
     """
     import torch
-    from torch.utils.data import DataLoader
 
-    from loadtune.config import adopt_loader
-    from loadtune.results.report import dataloader_line
-    from loadtune.sweep_process.plan import baseline_trial
     from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.trial_process.factory import build_source
     from loadtune.trial_process.failures import describe
-    from loadtune.trial_process.loader import epoch_length, loader_kwargs
     from loadtune.trial_process.measure import measure_loop
     from loadtune.trial_process.steps import build_step
 
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")
-    config = spec.config
     device = resolve_device(device)
     base_dir = str(spec.base_dir)
     trace = Path(trace_path) if trace_path is not None else None
-
-    # As a sweep builds its baseline: a factory's DataLoader (or data module's) gives the
-    # settings the loader block completes, and its sampler, collate_fn and the rest.
-    source = build_source(config.dataset.factory, config.dataset.kwargs, base_dir)
-    dataset = source.dataset
-    config = config.model_copy(update={"loader": adopt_loader(config.loader, source.settings, f"{spec.path}: loader")})
-    trial = baseline_trial(config)
-    try:
-        kwargs = loader_kwargs(trial, base_dir, parts=source.parts)
-        loader = DataLoader(dataset, **kwargs)
-    except LoadtuneError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - DataLoader refusing the user's settings
-        raise LoadtuneError(f"{spec.path}: loader: DataLoader refused the baseline: {describe(exc)}") from exc
-    warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
-    warmup = max(int(warmup), 1)
-    # A sweep's warm-up for the workers too, unless a warm-up is given.
-    extra = 0 if warmup_batches is not None else config.measure.extra_warmup_for(
-        kwargs.get("num_workers") or 0, bool(kwargs.get("persistent_workers")),
-        epoch_length(loader, config.measure.epoch_batches), batches)
+    config, trial, loader, kwargs = _baseline_loader(spec)
+    warmup, extra = _warmup(config, kwargs, loader, batches, warmup_batches)
     step = make_synced_step(build_step(config.step, base_dir, device), device)
     transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
-
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.startswith("cuda"):
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    prof = torch.profiler.profile(activities=activities)
+    prof = _profiler(device)
     window = _ProfiledWindow(prof)
     # The same measured loop as a sweep's, with each part in a region of the profiler.
     try:
@@ -210,15 +181,77 @@ def profile_run(
     finally:
         window.end()
         del loader  # shut workers down now, not at interpreter exit
-    counted = measurement.windows[0]
-
     table = prof.key_averages().table(sort_by="cpu_time_total", row_limit=TABLE_ROWS)
-    if trace is not None:
-        try:
-            trace.parent.mkdir(parents=True, exist_ok=True)
-            prof.export_chrome_trace(str(trace))
-        except OSError as exc:
-            raise LoadtuneError(f"{trace}: cannot write the trace: {exc.strerror or exc}") from None
+    _write_trace(prof, trace)
+    return _result(device, trial, measurement, batches, table, trace)
+
+
+def _baseline_loader(spec: RunSpec) -> tuple[Config, Trial, Any, dict[str, Any]]:
+    """The config (its loader block completed), baseline trial, DataLoader and its kwargs, built
+    as a sweep builds its baseline: a factory's DataLoader (or data module's) gives the settings
+    the loader block completes, and its sampler, collate_fn and the rest."""
+    from torch.utils.data import DataLoader
+
+    from loadtune.config import adopt_loader
+    from loadtune.sweep_process.plan import baseline_trial
+    from loadtune.trial_process.factory import build_source
+    from loadtune.trial_process.failures import describe
+    from loadtune.trial_process.loader import loader_kwargs
+
+    config, base_dir = spec.config, str(spec.base_dir)
+    source = build_source(config.dataset.factory, config.dataset.kwargs, base_dir)
+    config = config.model_copy(update={"loader": adopt_loader(config.loader, source.settings, f"{spec.path}: loader")})
+    trial = baseline_trial(config)
+    try:
+        kwargs = loader_kwargs(trial, base_dir, parts=source.parts)
+        loader = DataLoader(source.dataset, **kwargs)
+    except LoadtuneError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - DataLoader refusing the user's settings
+        raise LoadtuneError(f"{spec.path}: loader: DataLoader refused the baseline: {describe(exc)}") from exc
+    return config, trial, loader, kwargs
+
+
+def _warmup(config: Config, kwargs: dict[str, Any], loader: Any, batches: int,
+            warmup_batches: int | None) -> tuple[int, int]:
+    """The warm-up batches (at least 1) and the extra ones for the workers: a sweep's, unless
+    `warmup_batches` is given (then no extra)."""
+    from loadtune.trial_process.loader import epoch_length
+
+    warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
+    extra = 0 if warmup_batches is not None else config.measure.extra_warmup_for(
+        kwargs.get("num_workers") or 0, bool(kwargs.get("persistent_workers")),
+        epoch_length(loader, config.measure.epoch_batches), batches)
+    return max(int(warmup), 1), extra
+
+
+def _profiler(device: str) -> Any:
+    """A torch profiler of the CPU, and of CUDA on a CUDA device."""
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities)
+
+
+def _write_trace(prof: Any, trace: Path | None) -> None:
+    """Export the Chrome trace to `trace`, when one was asked for."""
+    if trace is None:
+        return
+    try:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+    except OSError as exc:
+        raise LoadtuneError(f"{trace}: cannot write the trace: {exc.strerror or exc}") from None
+
+
+def _result(device: str, trial: Trial, measurement: Measurement, batches: int, table: str,
+            trace: Path | None) -> ProfileResult:
+    """The ProfileResult of the profiled (only) window."""
+    from loadtune.results.report import dataloader_line
+
+    counted = measurement.windows[0]
     return ProfileResult(
         device=device,
         dataloader=dataloader_line(trial.loader_kwargs),

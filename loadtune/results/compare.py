@@ -260,25 +260,61 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     if not force:
         _check_same_config(results)
     labels = [r.label for r in results]
-    first = results[0]
     trials = _trial_order(results)
-
     winners = {r.label: winner_of(r.frame) for r in results}
+    table = _aligned(results, trials)
+    # Each trial's flags, in the order the checks run; the reasons the conclusion changed.
+    flags: dict[str, list[str]] = {t: [] for t in trials}
+    reasons: list[str] = []
+    _flag_winners(results, winners, flags, reasons)
+    _flag_sides(results, trials, flags, reasons)
+    _flag_statuses(table, labels, trials, flags)
+    changed = bool(reasons)
+    verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}" if changed else VERDICT_HOLDS
+    transfers = _transfers(results)
+    for label, check in transfers.items():
+        table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
+    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
+    return Comparison(
+        labels=tuple(labels),
+        paths=tuple(r.path for r in results),
+        table=table,
+        winners=winners,
+        differences=_differences(results),
+        tau=_taus(results),
+        flags={t: f for t, f in flags.items() if f},
+        verdict=verdict,
+        changed=changed,
+        transfers=transfers,
+    )
+
+
+def _differences(results: Sequence[ResultSet]) -> dict[str, dict[str, FileValue]]:
+    """Each of DIFFERENCE_COLUMNS whose value is not the same in every file, by file."""
     differences: dict[str, dict[str, FileValue]] = {}
     for column in DIFFERENCE_COLUMNS:
         values = {r.label: _value(r.frame, column) for r in results}
         if len(set(map(repr, values.values()))) > 1:
             differences[column] = values
+    return differences
 
-    first_ranks = _ranked(first.frame).set_index("trial")["rank"]
+
+def _taus(results: Sequence[ResultSet]) -> dict[str, float | None]:
+    """Kendall's tau-b of each file's ranking against the first's, over the trials both ranked."""
+    first_ranks = _ranked(results[0].frame).set_index("trial")["rank"]
     tau: dict[str, float | None] = {}
     for result in results:
         ranks = _ranked(result.frame).set_index("trial")["rank"]
         common = [t for t in first_ranks.index if t in ranks.index]
         tau[result.label] = kendall_tau_b(first_ranks[common].to_numpy(), ranks[common].to_numpy())
+    return tau
 
-    flags: dict[str, list[str]] = {t: [] for t in trials}
-    reasons: list[str] = []
+
+def _flag_winners(results: Sequence[ResultSet], winners: Mapping[str, str | None],
+                  flags: dict[str, list[str]], reasons: list[str]) -> None:
+    """Flag each later file's winner where it is not the first file's, and say why that changes
+    the conclusion, unless the two winners are within noise of each other in both files."""
+    first = results[0]
     first_winner = winners[first.label]
     for result in results[1:]:
         new = winners[result.label]
@@ -295,20 +331,29 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
             reasons.append(f"winner is {new} in {result.label} but "
                            f"{first_winner if first_winner is not None else 'none'} in {first.label}")
 
+
+def _flag_sides(results: Sequence[ResultSet], trials: Sequence[str],
+                flags: dict[str, list[str]], reasons: list[str]) -> None:
+    """Flag (and give as a reason) each trial that helps beyond its interval in one file and
+    hurts beyond it in another."""
     sides = [_speedup_sides(r.frame) for r in results]
     for trial in trials:
-        seen = [(label, s[trial]) for label, s in zip(labels, sides) if trial in s]
-        if len({side for _, side in seen}) > 1:
-            start_label, start = seen[0]
-            end_label = next(label for label, side in seen if side != start)
-            if start > 0:
-                flags[trial].append(HELPS_TO_HURTS)
-                reasons.append(f"{trial} helps in {start_label} but hurts in {end_label}")
-            else:
-                flags[trial].append(HURTS_TO_HELPS)
-                reasons.append(f"{trial} hurts in {start_label} but helps in {end_label}")
+        seen = [(r.label, s[trial]) for r, s in zip(results, sides) if trial in s]
+        if len({side for _, side in seen}) <= 1:
+            continue
+        start_label, start = seen[0]
+        end_label = next(label for label, side in seen if side != start)
+        if start > 0:
+            flags[trial].append(HELPS_TO_HURTS)
+            reasons.append(f"{trial} helps in {start_label} but hurts in {end_label}")
+        else:
+            flags[trial].append(HURTS_TO_HELPS)
+            reasons.append(f"{trial} hurts in {start_label} but helps in {end_label}")
 
-    table = _aligned(results, trials)
+
+def _flag_statuses(table: pd.DataFrame, labels: Sequence[str], trials: Sequence[str],
+                   flags: dict[str, list[str]]) -> None:
+    """Flag (only) each trial whose status, or tie with the best among the files it ran in, differs."""
     for i, trial in enumerate(trials):
         # A config one file measured and another only predicted has not changed its status.
         statuses = {table.at[i, f"status{LABEL_SEPARATOR}{label}"] for label in labels} - {Status.PREDICTED}
@@ -319,28 +364,6 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
         ties.discard(None)
         if len(ties) > 1:
             flags[trial].append(TIE_GROUP_CHANGED)
-
-    changed = bool(reasons)
-    if changed:
-        verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}"
-    else:
-        verdict = VERDICT_HOLDS
-    transfers = _transfers(results)
-    for label, check in transfers.items():
-        table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
-    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
-    return Comparison(
-        labels=tuple(labels),
-        paths=tuple(r.path for r in results),
-        table=table,
-        winners=winners,
-        differences=differences,
-        tau=tau,
-        flags={t: f for t, f in flags.items() if f},
-        verdict=verdict,
-        changed=changed,
-        transfers=transfers,
-    )
 
 
 def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:

@@ -1,20 +1,12 @@
 """The pipeline model (docs/model.md): what every DataLoader config of a sweep's space would do,
 fitted to the evidence of the trials measured so far.
 
-A DataLoader is a small queueing system, and the trials already say what its parts cost: the
-CPU and the waiting in each batch's fetch (`fetch_ms`, `fetch_cpu_share`), the training
-thread's hand-over per batch (`handover_ms`), the step's wall time and the CPU it uses
-(`step_ms`, `main_cpu_util`), the copy (`h2d_ms`), worker start-up at each epoch
-(`epoch_start_ms`) and the usable cores. `fit` reads those once, over all measured trials
-together, then fits the two figures no single column shows (how much fetches vary from batch
-to batch, and what each busy thread beyond the cores costs) by how well the whole model
-explains the measured throughputs. `PipelineModel.predict` then runs the DataLoader's own
-protocol for any config: round-robin workers, `prefetch_factor` batches in flight per worker,
-in-order hand-over, the drain at each epoch's end and the start-up after it, over fetch times
-drawn with the fitted variation, capped by what the cores can do.
-
-The thread settings, which the mechanism does not cover, get a factor: their measured effect as
-a single change, applied on top. Offline (numpy only): the readers use it without torch.
+`fit` reads the costs each trial shows (fetch CPU and waiting, hand-over, step, copy, epoch
+start-up, usable cores) over all measured trials together, then fits the figures no single
+column shows by how well the whole model explains the measured throughputs.
+`PipelineModel.predict` simulates the DataLoader's own protocol for any config (see simulate),
+capped by what the cores can do. Settings the mechanism does not cover (the thread settings)
+get a measured factor. Offline (numpy only): the readers use it without torch.
 """
 
 from __future__ import annotations
@@ -23,7 +15,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -217,68 +209,26 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
     (to the same worker). The loop takes batches in order: it waits for batch j's worker, takes
     `handover_ms` to receive it, then steps for `step_ms`. Without persistent workers each
     epoch's workers start `start_ms` after its iterator is made (with them, that is the resume).
-    With `cut`, epochs end before the dataset does (measure.epoch_batches): the batches already
-    sent out past the end are fetched for nothing, and the next iterator waits for them (all of
-    them with persistent workers, which drain the old queue; the one each worker is on without).
+    With `cut`, epochs end before the dataset does (measure.epoch_batches): see _drain.
     """
     n = int(min(epoch_batches, SIM_EPOCH_BATCHES)) if math.isfinite(epoch_batches) else SIM_EPOCH_BATCHES
     n = max(n, 1)
-    mult = _draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4))
-    draw = 0
-    t = 0.0  # the loop's clock: when it is free to ask for the next batch
+    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms, cut)
+    run = _Run(_draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4)), fetch_ms)
     epoch_t: list[float] = []
-    waits: list[float] = []
-    busy = 0.0
-    mid = (0.0, 0.0)
+    mid = (0.0, 0.0)  # the last epoch's middle half: (its time, its batches)
     for e in range(SIM_EPOCHS):
-        start = t
-        received = [0.0] * n
+        start = run.t
         if e == 1:
-            busy = 0.0
-        if workers == 0:
-            for j in range(n):
-                took = fetch_ms * mult[draw]
-                draw += 1
-                waits.append(took)
-                received[j] = t + took
-                t += took + step_ms
-        else:
-            free = [start + start_ms] * workers
-            depth = prefetch * workers
-            for j in range(n):
-                k = j % workers
-                sent = start if j < depth else received[j - depth]
-                took = fetch_ms * mult[draw]
-                draw += 1
-                busy += took
-                done = max(sent, free[k]) + took
-                free[k] = done
-                got = max(done, t) + handover_ms
-                waits.append(got - t)
-                received[j] = got
-                t = got + step_ms
-            if cut:
-                # Batches already sent out past the epoch's end are fetched for nothing.
-                last = [0.0] * workers
-                for j in range(n, n + depth):
-                    k = j % workers
-                    sent = start if j < depth else received[j - depth]
-                    began = max(sent, free[k])
-                    took = fetch_ms * mult[draw]
-                    draw += 1
-                    if persistent or began <= t:
-                        busy += took
-                        free[k] = began + took
-                        last[k] = free[k]
-                # The next iterator waits for them: all with persistent workers, else the one each is on.
-                t = max([t, *(free if persistent else last)])
-        epoch_t.append(t - start)
+            run.busy = 0.0
+        received = _epoch_with_workers(run, queue, n) if workers else _epoch_in_process(run, step_ms, n)
+        epoch_t.append(run.t - start)
         if e == SIM_EPOCHS - 1 and n >= 8:
             lo, hi = n // 4, (3 * n) // 4
             mid = (received[hi] - received[lo], float(hi - lo))
     kept = SIM_EPOCHS - 1
     total = sum(epoch_t[1:])
-    share = busy / (workers * total) if workers and total > 0 else 0.0
+    share = run.busy / (workers * total) if workers and total > 0 else 0.0
     if not math.isfinite(epoch_batches) or epoch_batches > n:
         # A steady state from the middle of an epoch, and each epoch's extra cost spread over its
         # real length.
@@ -286,7 +236,89 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
         extra = max(0.0, total / kept - n * steady)
         per_epoch = extra / epoch_batches if math.isfinite(epoch_batches) else 0.0
         return Simulated(steady + per_epoch, max(0.0, steady - step_ms) + per_epoch, min(1.0, share))
-    return Simulated(total / (kept * n), sum(waits[n:]) / (kept * n), min(1.0, share))
+    return Simulated(total / (kept * n), sum(run.waits[n:]) / (kept * n), min(1.0, share))
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """The simulated DataLoader's settings and the loop's fixed costs, in ms (see simulate)."""
+
+    workers: int
+    prefetch: int
+    persistent: bool
+    handover_ms: float
+    step_ms: float
+    start_ms: float
+    cut: bool
+
+
+@dataclass
+class _Run:
+    """The simulation as it goes: the loop's clock, its waits, and the workers' busy time."""
+
+    draws: tuple[float, ...]
+    fetch_ms: float
+    draw: int = 0
+    t: float = 0.0  # the loop's clock: when it is free to ask for the next batch
+    busy: float = 0.0
+    waits: list[float] = field(default_factory=list)
+
+    def fetch(self) -> float:
+        """The next fetch's time, with its variation."""
+        took = self.fetch_ms * self.draws[self.draw]
+        self.draw += 1
+        return took
+
+
+def _epoch_in_process(run: _Run, step_ms: float, n: int) -> list[float]:
+    """An epoch of `n` batches fetched by the loop itself; when each was received."""
+    received = [0.0] * n
+    for j in range(n):
+        took = run.fetch()
+        run.waits.append(took)
+        received[j] = run.t + took
+        run.t += took + step_ms
+    return received
+
+
+def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
+    """An epoch of `n` batches from the workers; when each was received."""
+    start = run.t
+    received = [0.0] * n
+    free = [start + queue.start_ms] * queue.workers
+    depth = queue.prefetch * queue.workers
+    for j in range(n):
+        k = j % queue.workers
+        sent = start if j < depth else received[j - depth]
+        took = run.fetch()
+        run.busy += took
+        done = max(sent, free[k]) + took
+        free[k] = done
+        got = max(done, run.t) + queue.handover_ms
+        run.waits.append(got - run.t)
+        received[j] = got
+        run.t = got + queue.step_ms
+    if queue.cut:
+        _drain(run, queue, n, start, received, free)
+    return received
+
+
+def _drain(run: _Run, queue: _Queue, n: int, start: float, received: list[float], free: list[float]) -> None:
+    """An epoch cut before the dataset's end: the batches already sent out past it are fetched
+    for nothing, and the next iterator waits for them (all of them with persistent workers,
+    which drain the old queue; the one each worker is on without)."""
+    depth = queue.prefetch * queue.workers
+    last = [0.0] * queue.workers
+    for j in range(n, n + depth):
+        k = j % queue.workers
+        sent = start if j < depth else received[j - depth]
+        began = max(sent, free[k])
+        took = run.fetch()
+        if queue.persistent or began <= run.t:
+            run.busy += took
+            free[k] = began + took
+            last[k] = free[k]
+    run.t = max([run.t, *(free if queue.persistent else last)])
 
 
 def _binomial(count: int, share: float) -> np.ndarray:
@@ -334,79 +366,129 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
              cores: float, step_scale: float = 1.0, usable_cores: float | None = None) -> Prediction:
     """One rank's prediction on `cores` working cores of its own (see _rank_cores); its usable
     cores (default: `cores`) set how many workers start at once."""
-    cv, kappa, put = model.fetch_cv, model.oversubscription, model.worker_put_ms
-    fetch_cpu = model.fetch_cpu_ms_per_sample * batch
-    fetch_wait = model.fetch_wait_ms_per_sample * batch
     step = model.step_ms_per_sample * batch * step_scale
-    step_cpu = min(model.step_cpu_ms_per_sample * batch * step_scale, step)
-    handover = model.handover_ms_per_sample * batch if workers else 0.0
-    epoch = model.epoch_length(batch)
+    case = _Case(
+        batch=batch, workers=workers, prefetch=prefetch, persistent=persistent, cores=cores,
+        fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
+        step=step, step_cpu=min(model.step_cpu_ms_per_sample * batch * step_scale, step),
+        handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
+        epoch=model.epoch_length(batch))
     if workers == 0:
-        alone = model.main_fetch_ms_per_sample * batch if model.main_fetch_ms_per_sample is not None \
-            else fetch_cpu + fetch_wait
-        if cores < 1:
-            # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
-            # process's CPU phases, its fetch's and its step's, take that much longer.
-            share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
-            alone += alone * share * (1 / cores - 1)
-            step += step_cpu * (1 / cores - 1)
-        sim = simulate(0, 0, False, alone, cv, 0.0, step + h2d_ms, 0.0, epoch)
-        period = max(sim.period_ms, MIN_PERIOD_MS)
-        return Prediction(1e3 * batch / period, min(1.0, (sim.wait_ms + h2d_ms) / period), period, False)
-    fetch_cpu += put  # with workers, each batch is also put into shared memory for the loop
-    start = model.persistent_resume_ms if persistent else \
-        model.worker_start_ms + model.worker_start_per_worker_ms * _starting(workers, usable_cores or cores)
-    # Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
-    # (fixed point: the stretch slows the pace, which changes how busy each thread is), and
-    # each busy thread beyond the cores costs `oversubscription` more CPU (switches, caches).
-    worker_stretch = main_stretch = 1.0
-    period = 0.0
-    wasted = 1.0  # work per useful batch, with the batches an epoch's cut throws away
-    cut = model.epoch_cut(batch)
-    starts_ms = start / epoch if math.isfinite(epoch) else 0.0  # per batch
+        return _predict_in_process(model, case)
+    return _predict_with_workers(model, case, usable_cores or cores)
 
-    def cap() -> float:
+
+@dataclass(frozen=True)
+class _Case:
+    """One config on one rank: its settings, its working cores, and its costs per batch in ms
+    before any crowding."""
+
+    batch: int
+    workers: int
+    prefetch: int
+    persistent: bool
+    cores: float
+    fetch_cpu: float
+    fetch_wait: float
+    step: float
+    step_cpu: float
+    handover: float
+    h2d: float
+    epoch: float  # batches per epoch (inf: no epoch starts)
+
+
+def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
+    """num_workers=0: the loop fetches each batch itself, then copies and steps."""
+    fetch_cpu, fetch_wait, step = case.fetch_cpu, case.fetch_wait, case.step
+    alone = model.main_fetch_ms_per_sample * case.batch if model.main_fetch_ms_per_sample is not None \
+        else fetch_cpu + fetch_wait
+    if case.cores < 1:
+        # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
+        # process's CPU phases, its fetch's and its step's, take that much longer.
+        share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
+        alone += alone * share * (1 / case.cores - 1)
+        step += case.step_cpu * (1 / case.cores - 1)
+    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch)
+    period = max(sim.period_ms, MIN_PERIOD_MS)
+    return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False)
+
+
+def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float) -> Prediction:
+    """With workers: the queue simulated at the pace crowding sets (see _settle), capped by the
+    cores."""
+    case = replace(case, fetch_cpu=case.fetch_cpu + model.worker_put_ms)  # each batch is also put into shared memory
+    start = model.persistent_resume_ms if case.persistent else \
+        model.worker_start_ms + model.worker_start_per_worker_ms * _starting(case.workers, usable_cores)
+    starts_ms = start / case.epoch if math.isfinite(case.epoch) else 0.0  # per batch
+
+    def cap(wasted: float) -> float:
         # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part), and
         # each epoch's start, which nothing overlaps (the workers start, or resume, once the last
         # epoch has ended), spread over the epoch.
-        return (fetch_cpu * wasted + step_cpu + handover) / cores + starts_ms
+        return (case.fetch_cpu * wasted + case.step_cpu + case.handover) / case.cores + starts_ms
 
-    saturated = False
-    for attempt in range(4):
-        fetch = fetch_wait + fetch_cpu * worker_stretch
-        main_cpu = (step_cpu + handover) * main_stretch
-        main_wall = step - step_cpu + h2d_ms + main_cpu
-        sim = simulate(workers, max(prefetch, 1), persistent, fetch, cv, handover * main_stretch,
-                       main_wall - handover * main_stretch, start, epoch, cut)
-        period = sim.period_ms
-        useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
-        wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
-        if attempt == 0:
-            saturated = cap() >= period  # the cores are short even with no crowding
-        worker_busy = min(1.0, sim.worker_share * fetch_cpu * worker_stretch / fetch) if fetch > 0 else 0.0
-        main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
-        ws, ms = _contention(workers, worker_busy, main_busy, cores)
-        excess = max(0.0, workers * worker_busy + main_busy - cores)
-        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
-        if abs(ws - worker_stretch) < 1e-3 and abs(ms - main_stretch) < 1e-3:
-            break
-        worker_stretch, main_stretch = ws, ms
-    capped = cap()
-    cpu_bound = saturated or capped > period
-    if saturated:
+    pace = _settle(model, case, start, cap)
+    period, capped = pace.period, cap(pace.wasted)
+    cpu_bound = pace.saturated or capped > period
+    if pace.saturated:
         # Between two bounds: the cores' cap (never idle) and the crowding (runnable threads
         # counted as independent, which overshoots where they never block); the cap weighs in
         # with the share of the fetch that is CPU work (threads that wait in their fetch leave
         # the cores idle at times, so the crowding holds for them).
+        fetch_cpu, fetch_wait = case.fetch_cpu, case.fetch_wait
         cpu_share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 1.0
         weight = SATURATED_CAP_WEIGHT * cpu_share
         period = weight * capped + (1 - weight) * max(period, capped)
     period = max(period, capped, MIN_PERIOD_MS)
-    step_wall = step + (main_stretch - 1) * step_cpu
+    step_wall = case.step + (pace.main_stretch - 1) * case.step_cpu
     wait_ratio = max(0.0, 1 - step_wall / period)
-    crowded = cpu_bound or worker_stretch > CROWDED_STRETCH or main_stretch > CROWDED_STRETCH
-    hidden = not crowded and fetch / workers <= main_wall
-    return Prediction(1e3 * batch / period, min(1.0, wait_ratio), period, crowded, hidden)
+    crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH
+    hidden = not crowded and pace.fetch / case.workers <= pace.main_wall
+    return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden)
+
+
+@dataclass
+class _Pace:
+    """The pace with workers, as the crowding's fixed point settles (see _settle)."""
+
+    worker_stretch: float = 1.0  # how much a worker's CPU phases stretch
+    main_stretch: float = 1.0  # and the training thread's
+    period: float = 0.0  # per batch, simulated
+    wasted: float = 1.0  # work per useful batch, with the batches an epoch's cut throws away
+    fetch: float = 0.0  # a fetch's wall time, stretched
+    main_wall: float = 0.0  # the loop's own time per batch (step, copy, hand-over)
+    saturated: bool = False  # the cores are short even with no crowding
+
+
+def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[float], float]) -> _Pace:
+    """Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
+    (a fixed point, at most 4 rounds: the stretch slows the pace, which changes how busy each
+    thread is), and each busy thread beyond the cores costs `oversubscription` more CPU
+    (switches, caches)."""
+    pace = _Pace()
+    workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
+    cut = model.epoch_cut(case.batch)
+    for attempt in range(4):
+        fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
+        main_cpu = (case.step_cpu + handover) * pace.main_stretch
+        main_wall = case.step - case.step_cpu + case.h2d + main_cpu
+        sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
+                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch, cut)
+        period = sim.period_ms
+        useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
+        pace.wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
+        pace.period, pace.fetch, pace.main_wall = period, fetch, main_wall
+        if attempt == 0:
+            pace.saturated = cap(pace.wasted) >= period
+        worker_busy = min(1.0, sim.worker_share * fetch_cpu * pace.worker_stretch / fetch) if fetch > 0 else 0.0
+        main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
+        ws, ms = _contention(workers, worker_busy, main_busy, case.cores)
+        excess = max(0.0, workers * worker_busy + main_busy - case.cores)
+        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
+        if abs(ws - pace.worker_stretch) < 1e-3 and abs(ms - pace.main_stretch) < 1e-3:
+            break
+        pace.worker_stretch, pace.main_stretch = ws, ms
+    return pace
 
 
 # --- fitting -------------------------------------------------------------------------------
@@ -433,26 +515,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
                  epoch_batches: int | None) -> PipelineModel:
     """The figures each trial shows directly, combined over the trials (medians: one odd process
     moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
-    timed = [e for e in evidence if e.fetch_ms is not None]
-    # Workers' fetches, where there are any: the training process may fetch differently (its
-    # torch ops use several threads; a worker's use one).
-    with_fetch = [e for e in timed if e.workers] or timed
-    calm = _uncontended(with_fetch) if with_fetch else []
-    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
-                        for e in with_fetch if e.fetch_ms is not None)
-    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
-                         for e in calm if e.fetch_ms is not None)
-    if not with_fetch:
-        # No fetch was timed: the loop's own wait without workers is the fetch.
-        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
-                              if e.workers == 0 and e.wait_ratio is not None), 0.0)
-    # (per sample, persistent workers) of the trials with workers whose hand-over was timed
-    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
-                 if e.workers > 0 and e.handover_ms is not None]
-    kept = [ms for ms, persistent in handovers if persistent]
-    # Without persistent workers the training thread's CPU in next() also holds each epoch's
-    # worker start-up: the persistent trials show the hand-over alone, else the lowest.
-    handover = _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
+    fetch_cpu, fetch_wait = _fetch_figures(evidence)
+    handover = _handover_figure(evidence)
     steps = _uncontended([e for e in evidence if e.step_ms is not None] or list(evidence))
     step = _median((e.step_ms / e.batch_size for e in steps if e.step_ms is not None), 0.0)
     step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
@@ -461,17 +525,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
     h2d = _median(plain, _median(pinned))
     h2d_pinned = _median(pinned, h2d)
-    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
-
-    def start_up(e: Evidence, waited_ms: float) -> float:
-        """An epoch's wait for its first batch (`waited_ms`), less that batch's own fetch."""
-        first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
-        return waited_ms - first
-
-    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e, ms)) for e, ms in starts
-                               if not e.settings["persistent_workers"]])
-    resume = max(0.0, _median((start_up(e, ms) for e, ms in starts if e.settings["persistent_workers"]), 0.0))
-    alone = [e.fetch_ms / e.batch_size for e in timed if e.workers == 0 and e.fetch_ms is not None]
+    start0, start_per, resume = _start_figures(evidence, fetch_cpu, fetch_wait)
+    alone = [e.fetch_ms / e.batch_size for e in evidence if e.fetch_ms is not None and e.workers == 0]
     return PipelineModel(
         fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
         main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
@@ -479,6 +534,50 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
         cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
         dataset_len=dataset_len, epoch_batches=epoch_batches, ranks=evidence[0].ranks, trials=len(evidence))
+
+
+def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
+    """A fetch's CPU and its waiting, in ms per sample: the workers' fetches where there are any
+    (the training process may fetch differently: its torch ops use several threads; a worker's
+    use one), its waiting from the uncontended trials; without a timed fetch, the loop's own
+    wait without workers is the fetch."""
+    timed = [e for e in evidence if e.fetch_ms is not None]
+    with_fetch = [e for e in timed if e.workers] or timed
+    calm = _uncontended(with_fetch) if with_fetch else []
+    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
+                        for e in with_fetch if e.fetch_ms is not None)
+    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
+                         for e in calm if e.fetch_ms is not None)
+    if not with_fetch:
+        fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
+                              if e.workers == 0 and e.wait_ratio is not None), 0.0)
+    return fetch_cpu, fetch_wait
+
+
+def _handover_figure(evidence: Sequence[Evidence]) -> float:
+    """The training thread's CPU per sample to receive a batch from a worker. Without persistent
+    workers its CPU in next() also holds each epoch's worker start-up: the persistent trials
+    show the hand-over alone, else the lowest."""
+    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
+                 if e.workers > 0 and e.handover_ms is not None]
+    kept = [ms for ms, persistent in handovers if persistent]
+    return _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
+
+
+def _start_figures(evidence: Sequence[Evidence], fetch_cpu: float, fetch_wait: float) -> tuple[float, float, float]:
+    """An epoch's start without persistent workers (fixed part, and per worker started in
+    turn: see _starting), and with them (the resume), in ms: each epoch's wait for its first
+    batch less that batch's own fetch."""
+    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
+
+    def start_up(e: Evidence, waited_ms: float) -> float:
+        first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
+        return waited_ms - first
+
+    start0, start_per = _line([(_starting(e.workers, e.cores), start_up(e, ms)) for e, ms in starts
+                               if not e.settings["persistent_workers"]])
+    resume = max(0.0, _median((start_up(e, ms) for e, ms in starts if e.settings["persistent_workers"]), 0.0))
+    return start0, start_per, resume
 
 
 def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
@@ -533,57 +632,75 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
         return None
     if dataset_len is None:
         dataset_len = next((r.dataset_len for r in records if r.dataset_len), None)
+    base = _factor_baseline(evidence, baseline)
+    model = base_figures(evidence, dataset_len, epoch_batches)
+    # The fitted figures from the trials the mechanism alone should explain.
+    model = _fitted(model, _search(model, [e for e in evidence if _explained(e, base)] or evidence))
+    model = replace(model, factors=_factors(model, evidence, base))
+    residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
+    spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
+    return replace(model, residual_log_sd=spread)
+
+
+def _factor_baseline(evidence: Sequence[Evidence], baseline: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`baseline`, each setting it lacks at its most common value among the trials (the first
+    trial's spelling of it)."""
     base = dict(baseline or {})
     for key in evidence[0].settings:
         if key not in base:
             values = [format_value(e.settings.get(key)) for e in evidence]
             common = max(set(values), key=values.count)
             base[key] = next(e.settings.get(key) for e in evidence if format_value(e.settings.get(key)) == common)
-    base = effective_settings(base)
-    model = base_figures(evidence, dataset_len, epoch_batches)
-    core = [e for e in evidence if _explained(e, base)] or evidence
+    return effective_settings(base)
+
+
+def _search(model: PipelineModel, core: Sequence[Evidence]) -> dict[str, float]:
+    """The figures of FITTED_GRIDS the trials can show, by a coordinate search over their grids
+    from the middles, then each as near its neutral value (the first of its grid) as explains
+    the trials all but as well: a handful of trials cannot tell a figure from its neighbours, and
+    a figure pushed to an extreme to explain one more trial moves every prediction for another
+    machine."""
     logs = np.log([e.throughput for e in core])
-
-    def loss(candidate: PipelineModel) -> float:
-        # Huber's loss on the log errors: squared while small, linear beyond HUBER_LOG_ERROR,
-        # so one process far off (a busy moment of the machine) pulls the fit no more than that.
-        error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
-        return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
-                                     HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
-
     grids = {name: grid for name, grid in FITTED_GRIDS.items() if _can_show(name, model, core)}
     params = {name: grid[len(grid) // 2] for name, grid in grids.items()}
     losses: dict[tuple[float, ...], float] = {}
+
+    def loss_at(figures: dict[str, float]) -> float:
+        point = tuple(figures.values())
+        if point not in losses:
+            losses[point] = _loss(_fitted(model, figures), core, logs)
+        return losses[point]
+
     for _ in range(FIT_PASSES):
         moved = False
         for name, grid in grids.items():
-            scored = []
-            for value in grid:
-                trial = {**params, name: value}
-                point = tuple(trial.values())
-                if point not in losses:
-                    losses[point] = loss(_fitted(model, trial))
-                scored.append((losses[point], value))
-            best = min(scored)[1]
+            best = min((loss_at({**params, name: value}), value) for value in grid)[1]
             if best != params[name]:
                 params[name], moved = best, True
         if not moved:
             break
-    # Each fitted figure as near its neutral value (the first of its grid) as explains the trials
-    # all but as well: a handful of trials cannot tell a figure from its neighbours, and a figure
-    # pushed to an extreme to explain one more trial moves every prediction for another machine.
     threshold = min(losses.values(), default=0.0) * (1 + FIT_PARSIMONY) + FIT_PARSIMONY_FLOOR
     for name, grid in grids.items():
         for value in grid[:grid.index(params[name])]:
-            trial = {**params, name: value}
-            point = tuple(trial.values())
-            if point not in losses:
-                losses[point] = loss(_fitted(model, trial))
-            if losses[point] <= threshold:
+            if loss_at({**params, name: value}) <= threshold:
                 params[name] = value
                 break
-    model = _fitted(model, params)
-    # Unexplained settings: each value's measured effect against the mechanism's prediction.
+    return params
+
+
+def _loss(candidate: PipelineModel, core: Sequence[Evidence], logs: np.ndarray) -> float:
+    """Huber's loss on the log errors of the throughputs: squared while small, linear beyond
+    HUBER_LOG_ERROR, so one process far off (a busy moment of the machine) pulls the fit no
+    more than that."""
+    error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
+    return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
+                                 HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
+
+
+def _factors(model: PipelineModel, evidence: Sequence[Evidence],
+             base: Mapping[str, Any]) -> tuple[tuple[str, str, float], ...]:
+    """Unexplained settings: each value's measured effect against the mechanism's prediction
+    (the median ratio over the trials with it)."""
     factors = []
     for key in sorted(k for k in base if k not in MECHANISM_KEYS):
         by_value: dict[str, list[float]] = {}
@@ -593,10 +710,7 @@ def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches
                 core_guess = _core_prediction(model, e)
                 by_value.setdefault(shown, []).append(e.throughput / core_guess.throughput)
         factors += [(key, value, statistics.median(ratios)) for value, ratios in sorted(by_value.items())]
-    model = replace(model, factors=tuple(factors))
-    residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
-    spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
-    return replace(model, residual_log_sd=spread)
+    return tuple(factors)
 
 
 def _fitted(model: PipelineModel, figures: Mapping[str, float]) -> PipelineModel:

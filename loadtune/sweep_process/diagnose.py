@@ -119,63 +119,102 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
     With ranks, each runs its own workers: the figures are of all of them together. CPU comes
     from inside the trial, at the edges of each counted window; memory, threads and reads from
     the sweep's sampler of the trial's tree."""
-    figures = resource_figures(measurement, usable_cores)
-    per_rank = kwargs.get("num_workers", 0)
-    workers = per_rank * ranks
-    prefetch = kwargs.get("prefetch_factor")
-    need_mb = shm_need_mb(measurement.batch_bytes, workers, prefetch) if measurement.batch_bytes else None
-    inside = window_evidence(measurement, usable_cores, workers)
+    workers = kwargs.get("num_workers", 0) * ranks
+    need_mb = shm_need_mb(measurement.batch_bytes, workers, kwargs.get("prefetch_factor")) \
+        if measurement.batch_bytes else None
+    trial = _Trial(kwargs, measurement, stats, usable_cores, ranks, resource_figures(measurement, usable_cores),
+                   window_evidence(measurement, usable_cores, workers), need_mb)
+    inside, figures = trial.inside, trial.figures
     columns: dict[str, Any] = {c: None for c in COLUMNS}
     columns.update(shm_need_mb=need_mb, fetch_ms=inside.fetch_ms, fetch_cpu_share=inside.fetch_cpu_share,
                    worker_idle_share=inside.worker_idle_share, handover_ms=inside.handover_ms,
                    outside_cpu=inside.outside_cpu)
     if inside.cpu_util is None and not figures:
         return Diagnosis(columns)
-    cpu_util = inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu_util for f in figures)
-    main_util = inside.main_cpu_util if inside.main_cpu_util is not None else \
-        statistics.fmean(f.main_cpu_util for f in figures)
-    workers_util = inside.workers_cpu_util if inside.workers_cpu_util is not None else \
-        statistics.fmean(f.workers_cpu_util for f in figures)
-    threads = _mean([f.threads_per_worker for f in figures])
-    # Share of one core each loading process used: the workers' mean, or the main process.
-    loader_busy = workers_util * usable_cores / workers if workers else main_util * usable_cores / ranks
+    use = _Use.of(inside, figures)
     columns.update(
-        cpu_util=cpu_util,
-        main_cpu_util=main_util,
-        workers_cpu_util=workers_util,
+        cpu_util=use.cpu_util,
+        main_cpu_util=use.main_cpu_util,
+        workers_cpu_util=use.workers_cpu_util,
         peak_pss_mb=_max([f.peak_pss_mb for f in figures]),
         worker_pss_mb=_mean([f.worker_pss_mb for f in figures]),
         pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
         read_mb=_mean([f.read_mb for f in figures]),
-        threads_per_worker=threads,
+        threads_per_worker=use.threads_per_worker,
         memory_metric=figures[0].memory_metric if figures else None,
     )
-    evidence = Evidence(
-        # With ranks, the most starved rank sets the pace of all (each step ends together).
-        wait_ratio=stats.wait_ratio_max_rank if stats.wait_ratio_max_rank is not None else stats.wait_ratio.mean,
-        cpu_util=cpu_util,
-        usable_cores=usable_cores,
-        num_workers=per_rank,
-        wait_ms=stats.wait_ms,
-        epoch_start_ms=stats.epoch_start_ms,
-        epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms, epoch_starts_per_batch(measurement)),
-        worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
-        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
-        threads_per_worker=threads,
-        persistent_workers=kwargs.get("persistent_workers"),
-        inflight_mb_per_worker=(need_mb / workers) if need_mb and workers else 0.0,
-        loader_busy=loader_busy,
-        ranks=ranks,
-        machine_busy=inside.machine_busy,
-        outside_cpu=inside.outside_cpu,
-        fetch_cpu_share=inside.fetch_cpu_share,
-        worker_idle_share=inside.worker_idle_share,
-        handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
-        and stats.wait_ms > 0 else None,
-        prefetch_factor=prefetch,
-        in_order=kwargs.get("in_order", True),
-    )
+    evidence = trial.evidence(use)
     columns["verdict"], columns["advice"] = verdict(evidence)
-    warning = oversubscription_warning(workers, threads, usable_cores, name)
+    warning = oversubscription_warning(workers, use.threads_per_worker, usable_cores, name)
     suggested = tuple(tuple(sorted(change.items())) for change in suggestions(evidence))
     return Diagnosis(columns, (warning,) if warning else (), suggested)
+
+
+@dataclass(frozen=True)
+class _Use:
+    """What a trial's tree used: CPU as shares of the usable cores (from inside its windows,
+    else the sampler's mean over its repeats) and threads per worker."""
+
+    cpu_util: float
+    main_cpu_util: float
+    workers_cpu_util: float
+    threads_per_worker: float | None
+
+    @classmethod
+    def of(cls, inside: WindowEvidence, figures: Sequence[ResourceFigures]) -> _Use:
+        return cls(
+            inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu_util for f in figures),
+            inside.main_cpu_util if inside.main_cpu_util is not None else
+            statistics.fmean(f.main_cpu_util for f in figures),
+            inside.workers_cpu_util if inside.workers_cpu_util is not None else
+            statistics.fmean(f.workers_cpu_util for f in figures),
+            _mean([f.threads_per_worker for f in figures]))
+
+
+@dataclass(frozen=True)
+class _Trial:
+    """One trial being diagnosed: its settings and figures, from inside it and from the sampler."""
+
+    kwargs: dict[str, Any]
+    measurement: Measurement
+    stats: TrialStats
+    usable_cores: float
+    ranks: int
+    figures: list[ResourceFigures]  # one per repeat the sampler read
+    inside: WindowEvidence
+    need_mb: float | None  # shared memory the batches in flight need
+
+    def evidence(self, use: _Use) -> Evidence:
+        """What the verdict is drawn from."""
+        stats, inside, figures = self.stats, self.inside, self.figures
+        per_rank = self.kwargs.get("num_workers", 0)
+        workers = per_rank * self.ranks
+        # Share of one core each loading process used: the workers' mean, or the main process.
+        loader_busy = use.workers_cpu_util * self.usable_cores / workers if workers else \
+            use.main_cpu_util * self.usable_cores / self.ranks
+        return Evidence(
+            # With ranks, the most starved rank sets the pace of all (each step ends together).
+            wait_ratio=stats.wait_ratio_max_rank if stats.wait_ratio_max_rank is not None else stats.wait_ratio.mean,
+            cpu_util=use.cpu_util,
+            usable_cores=self.usable_cores,
+            num_workers=per_rank,
+            wait_ms=stats.wait_ms,
+            epoch_start_ms=stats.epoch_start_ms,
+            epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms,
+                                              epoch_starts_per_batch(self.measurement)),
+            worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
+            pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+            threads_per_worker=use.threads_per_worker,
+            persistent_workers=self.kwargs.get("persistent_workers"),
+            inflight_mb_per_worker=(self.need_mb / workers) if self.need_mb and workers else 0.0,
+            loader_busy=loader_busy,
+            ranks=self.ranks,
+            machine_busy=inside.machine_busy,
+            outside_cpu=inside.outside_cpu,
+            fetch_cpu_share=inside.fetch_cpu_share,
+            worker_idle_share=inside.worker_idle_share,
+            handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
+            and stats.wait_ms > 0 else None,
+            prefetch_factor=self.kwargs.get("prefetch_factor"),
+            in_order=self.kwargs.get("in_order", True),
+        )

@@ -191,19 +191,17 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
     """Run `job` in a new process (and process group) and wait at most `timeout_s` for it.
 
     While the trial runs its counted windows, this process samples the trial's process tree
-    (CPU, memory, reads): from outside, so the sampling takes nothing from the measured loop.
-    The trial says when its warm-up starts (answered once the first reading is taken, so that
-    reading never falls in a counted window) and when its windows end (answered once the last
-    one is taken); the result carries the samples. `abort`, polled while waiting, stops the
-    trial early when it returns True (another rank's part of the trial failed).
+    (CPU, memory, reads) from outside, so the sampling takes nothing from the measured loop
+    (see _Watch); the result carries the samples. `abort`, polled while waiting, stops the
+    trial early when it returns True (another rank's part of the trial failed). The trial's
+    whole tree is killed before this returns.
     """
     start = time.perf_counter()
     deadline = start + timeout_s
     receiver, sender = _context.Pipe(duplex=True)
     process = _context.Process(target=trial_main, args=(job, sender), daemon=False,
                                name=f"loadtune {job.name}")
-    sampler: TreeSampler | None = None
-    samples: ResourceSamples | None = None
+    watch = _Watch(receiver)
     try:
         try:
             process.start()
@@ -212,52 +210,80 @@ def run_in_trial_process(job: TrialJob | PreflightJob, timeout_s: float,
                            None, time.perf_counter() - start)
         finally:
             sender.close()
-        while True:
+        message, ended = _receive(receiver, process, deadline, abort)
+        while watch.answer(message, process.pid):
             message, ended = _receive(receiver, process, deadline, abort)
-            if isinstance(message, tuple) and message[0] == COUNTED_START:
-                # Sent at the warm-up. The first sample reads memory too, and reading a memory
-                # map holds the process's mmap lock for milliseconds: the main process's hand-over
-                # of every batch waits on it, so the trial goes on warming up until its main
-                # processes are read. A worker's reading only holds that worker up, which the
-                # prefetched batches in the queue absorb.
-                sampler = _start_sampler(process.pid, tuple(message[1]), lambda: _send(receiver, SAMPLING))
-                continue
-            if message == COUNTED_END:
-                samples = sampler.stop() if sampler is not None else None
-                sampler = None
-                _send(receiver, COUNTED_END)  # the trial may now tear its workers down
-                continue
-            break
-        wall_s = time.perf_counter() - start
-        if message is not None:
-            process.join(EXIT_GRACE_S)
-            status, payload = message
-            if status == Status.OK:
-                if samples is not None and isinstance(payload, Measurement):
-                    payload = dataclasses.replace(payload, resources=(samples,))
-                return Outcome(Status.OK, "", payload, wall_s)
-            return Outcome(Status.FAILED, payload, None, wall_s)
-        if ended == ABORTED:
-            return Outcome(Status.FAILED, STOPPED_BY_PEER, None, wall_s)
-        if ended == Status.TIMEOUT:
-            return Outcome(Status.TIMEOUT, f"no result after measure.timeout_s={timeout_s:g}s "
-                                      "(the trial and its workers were killed)", None, wall_s)
-        process.join(EXIT_GRACE_S)
-        code = process.exitcode
-        if code is not None and code < 0:
-            why = f"trial process killed by {signal_text(-code)}"
-        else:
-            why = f"trial process exited with code {code} without a result"
-        return Outcome(Status.FAILED, why, None, wall_s)
+        return _outcome(message, ended, watch.samples, process, timeout_s, time.perf_counter() - start)
     finally:
-        # A second Ctrl-C (or SIGTERM) must not cut the cleanup short: held until it is done.
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        try:
-            if sampler is not None:
-                sampler.stop()
-            _kill_tree(process)
-            if process.pid is not None:
-                process.join(EXIT_GRACE_S)
-            receiver.close()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        _clean_up(watch, process, receiver)
+
+
+class _Watch:
+    """The sweep's side of a trial's counted windows: a sampler of its tree, started when the
+    trial says its warm-up starts (answered once the first reading is taken, so that reading
+    never falls in a counted window) and stopped when it says its windows end (answered then)."""
+
+    def __init__(self, receiver: Any) -> None:
+        self.receiver = receiver
+        self.sampler: TreeSampler | None = None
+        self.samples: ResourceSamples | None = None
+
+    def answer(self, message: Any, pid: int | None) -> bool:
+        """Act on a message about the counted windows; False for any other (a result, or none)."""
+        if isinstance(message, tuple) and message[0] == COUNTED_START:
+            # The first sample reads memory too, and reading a memory map holds the process's mmap
+            # lock for milliseconds: the main process's hand-over of every batch waits on it, so
+            # the trial goes on warming up until its main processes are read. A worker's reading
+            # only holds that worker up, which the prefetched batches in the queue absorb.
+            self.sampler = _start_sampler(pid, tuple(message[1]), lambda: _send(self.receiver, SAMPLING))
+            return True
+        if message == COUNTED_END:
+            self.samples = self.sampler.stop() if self.sampler is not None else None
+            self.sampler = None
+            _send(self.receiver, COUNTED_END)  # the trial may now tear its workers down
+            return True
+        return False
+
+    def stop(self) -> None:
+        """Stop a sampler still running (the trial ended, or was given up, inside its windows)."""
+        if self.sampler is not None:
+            self.sampler.stop()
+
+
+def _outcome(message: Any, ended: str | None, samples: ResourceSamples | None, process: Any, timeout_s: float,
+             wall_s: float) -> Outcome:
+    """The Outcome of the trial's last message (its result), or of why none came."""
+    if message is not None:
+        process.join(EXIT_GRACE_S)
+        status, payload = message
+        if status == Status.OK:
+            if samples is not None and isinstance(payload, Measurement):
+                payload = dataclasses.replace(payload, resources=(samples,))
+            return Outcome(Status.OK, "", payload, wall_s)
+        return Outcome(Status.FAILED, payload, None, wall_s)
+    if ended == ABORTED:
+        return Outcome(Status.FAILED, STOPPED_BY_PEER, None, wall_s)
+    if ended == Status.TIMEOUT:
+        return Outcome(Status.TIMEOUT, f"no result after measure.timeout_s={timeout_s:g}s "
+                                  "(the trial and its workers were killed)", None, wall_s)
+    process.join(EXIT_GRACE_S)
+    code = process.exitcode
+    if code is not None and code < 0:
+        why = f"trial process killed by {signal_text(-code)}"
+    else:
+        why = f"trial process exited with code {code} without a result"
+    return Outcome(Status.FAILED, why, None, wall_s)
+
+
+def _clean_up(watch: _Watch, process: Any, receiver: Any) -> None:
+    """Stop the sampler, kill the trial's tree and close the pipe. A second Ctrl-C (or SIGTERM)
+    must not cut this short: held until it is done."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        watch.stop()
+        _kill_tree(process)
+        if process.pid is not None:
+            process.join(EXIT_GRACE_S)
+        receiver.close()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -97,88 +97,138 @@ def _others(trial: Trial, key: str, config: Config) -> tuple[tuple[str, str], ..
 def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
              tolerance: float = TOLERANCE) -> list[Visit]:
     """Round 1: the baseline and each single change from it. Then, when the winner is not the
-    baseline, follow-up rounds on the winner, while a round's winner gains more than the
-    tolerance: each swept key whose companions moved since it was last swept, each of its values
-    one at a time on top of the winner (a worker count that lost without persistent workers may
-    win with them: a first repeat is too noisy to climb one step at a time), but for values that
-    ran below FAR_BEHIND of the best in a sweep of their key (ranked by throughput). Keys the baseline
-    made invalid (settings that need workers, with
-    num_workers=0) are measured on top of the best worker count. Without follow-up rounds,
-    `combined` (every key at its best value) when that is a new trial."""
-    trials = ofat_plan(config, accelerator)
-    known = {t.name: t for t in trials}
-    # Settings that need workers, planned on a baseline without any: measured on a worker count
-    # instead, in a follow-up round; rows saying why they were not only if none could be.
-    deferred = [t for t in trials if _needs_workers(t)]
-    trials = [t for t in trials if t not in deferred]
-    scores = dict(measure(trials, 1))
-    visits = [Visit(t, 1) for t in trials]
-    baseline = trials[0]
-    deferred_keys = {t.changed for t in deferred}
-    # key -> the other settings it was last swept on (round 1: the baseline's).
-    swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
-    # key -> values far behind in its last sweep (by throughput): not swept again.
-    far: dict[str, set[str]] = {}
-    if by == RankBy.THROUGHPUT:
-        for key in swept_on:
-            members = {repr(t.value): t.name for t in trials if t.changed == key}
-            members[repr(getattr(config.loader, key, None))] = baseline.name
-            far[key] = _far_behind(members, scores)
-    winner = _winner(scores, known, by, tolerance)
-    round_no = 1
-    while winner is not None and round_no <= MAX_FOLLOW_UP_ROUNDS:
-        if winner.name == baseline.name:
-            # Only what the baseline could not measure, on the best trial with workers.
-            base_trial = _winner(scores, known, by, tolerance, lambda t: t.loader_kwargs.get("num_workers", 0) > 0)
-            keys = [k for k in config.sweep if k in deferred_keys]
-        else:
-            base_trial = winner
-            keys = [k for k in config.sweep if swept_on.get(k) != _others(base_trial, k, config)]
+    baseline, follow-up rounds on the winner while a round's winner gains more than the
+    tolerance (see _Ofat.sweep_on). Keys the baseline made invalid (settings that need workers,
+    with num_workers=0) are measured on top of the best worker count. Then `combined` (every key
+    at its best value) when that is a new trial, and what the pick's verdict advises."""
+    run = _Ofat.first_round(config, accelerator, measure, by, tolerance)
+    winner = run.winner()
+    while winner is not None and run.round_no <= MAX_FOLLOW_UP_ROUNDS:
+        base_trial, keys = run.follow_up_on(winner)
         if base_trial is None or not keys:
             break
+        new, sweeps = run.sweep_on(base_trial, keys)
+        if not new:
+            break
+        run.measure_round(new, sweeps)
+        best = run.winner()
+        if best is None or best.name == winner.name or not _gains(run.scores[best.name], run.scores[winner.name], by,
+                                                                   tolerance):
+            break
+        winner = best
+    run.measure_deferred()
+    run.measure_combined()
+    return run.visits + follow_advice(config, accelerator, measure, run.scores, run.known, by, tolerance,
+                                      run.round_no)
+
+
+@dataclass
+class _Ofat:
+    """Where an ofat search stands: what it measured, and what each key was last swept on."""
+
+    config: Config
+    accelerator: bool
+    measure: Measure
+    by: RankBy
+    tolerance: float
+    first: list[Trial]  # round 1's trials, the baseline first
+    # Settings that need workers, planned on a baseline without any: measured on a worker count
+    # instead, in a follow-up round; rows saying why they were not only if none could be.
+    deferred: list[Trial]
+    known: dict[str, Trial]
+    scores: dict[str, Scored]
+    visits: list[Visit]
+    swept_on: dict[str, tuple[tuple[str, str], ...]]  # key -> the other settings it was last swept on
+    far: dict[str, set[str]]  # key -> values far behind in its last sweep (by throughput): not swept again
+    round_no: int = 1
+
+    @classmethod
+    def first_round(cls, config: Config, accelerator: bool, measure: Measure, by: RankBy,
+                    tolerance: float) -> _Ofat:
+        """Measure the baseline and each single change from it (but the deferred)."""
+        planned = ofat_plan(config, accelerator)
+        known = {t.name: t for t in planned}
+        deferred = [t for t in planned if _needs_workers(t)]
+        trials = [t for t in planned if t not in deferred]
+        scores = dict(measure(trials, 1))
+        baseline = trials[0]
+        deferred_keys = {t.changed for t in deferred}
+        swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
+        far: dict[str, set[str]] = {}
+        if by == RankBy.THROUGHPUT:
+            for key in swept_on:
+                members = {repr(t.value): t.name for t in trials if t.changed == key}
+                members[repr(getattr(config.loader, key, None))] = baseline.name
+                far[key] = _far_behind(members, scores)
+        return cls(config, accelerator, measure, by, tolerance, trials, deferred, known, scores,
+                   [Visit(t, 1) for t in trials], swept_on, far)
+
+    def winner(self, where: Callable[[Trial], bool] = lambda t: True) -> Trial | None:
+        return _winner(self.scores, self.known, self.by, self.tolerance, where)
+
+    def follow_up_on(self, winner: Trial) -> tuple[Trial | None, list[str]]:
+        """The trial the next round builds on, and the keys it sweeps: on a winner other than the
+        baseline, each key whose companions moved since it was last swept; on the baseline, only
+        what it could not measure, on the best trial with workers."""
+        if winner.name == self.first[0].name:
+            deferred_keys = {t.changed for t in self.deferred}
+            return (self.winner(lambda t: t.loader_kwargs.get("num_workers", 0) > 0),
+                    [k for k in self.config.sweep if k in deferred_keys])
+        return winner, [k for k in self.config.sweep if self.swept_on.get(k) != _others(winner, k, self.config)]
+
+    def sweep_on(self, base_trial: Trial, keys: Sequence[str]) -> tuple[list[Trial], dict[str, dict[str, str]]]:
+        """The new trials of a round: each of the keys' values one at a time on top of `base_trial`
+        (a worker count that lost without persistent workers may win with them: a first repeat is
+        too noisy to climb one step at a time), but for values far behind in a sweep of their key.
+        With them, each key's sweep (value, as repr, to the trial that measures it)."""
         new = []
-        measured = {t.settings: t.name for t in known.values()}
+        measured = {t.settings: t.name for t in self.known.values()}
         sweeps: dict[str, dict[str, str]] = {}
         for key in keys:
-            swept_on[key] = _others(base_trial, key, config)
+            self.swept_on[key] = _others(base_trial, key, self.config)
             sweeps[key] = {}
-            for value in config.sweep[key]:
-                if repr(value) in far.get(key, ()):
+            for value in self.config.sweep[key]:
+                if repr(value) in self.far.get(key, ()):
                     continue
-                trial = on_top(config, base_trial, {key: value}, accelerator)
+                trial = on_top(self.config, base_trial, {key: value}, self.accelerator)
                 if not trial.skipped:
                     sweeps[key][repr(value)] = measured.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
                 # (no workers on top of a prefetch depth: the prefetch goes, as it must).
-                if trial.name not in known and not trial.skipped and trial.settings not in measured:
-                    known[trial.name] = trial
+                if trial.name not in self.known and not trial.skipped and trial.settings not in measured:
+                    self.known[trial.name] = trial
                     measured[trial.settings] = trial.name
                     new.append(trial)
-        if not new:
-            break
-        round_no += 1
-        scores.update(measure(new, round_no))
-        visits.extend(Visit(t, round_no) for t in new)
-        if by == RankBy.THROUGHPUT:
+        return new, sweeps
+
+    def measure_round(self, new: Sequence[Trial], sweeps: Mapping[str, Mapping[str, str]]) -> None:
+        """Measure a follow-up round and note the values now far behind in each key's sweep."""
+        self.round_no += 1
+        self.scores.update(self.measure(new, self.round_no))
+        self.visits.extend(Visit(t, self.round_no) for t in new)
+        if self.by == RankBy.THROUGHPUT:
             for key, members in sweeps.items():
-                far[key] = far.get(key, set()) | _far_behind(members, scores)
-        best = _winner(scores, known, by, tolerance)
-        if best is None or best.name == winner.name or not _gains(scores[best.name], scores[winner.name], by,
-                                                                   tolerance):
-            break
-        winner = best
-    measured_keys = {key for v in visits if not v.trial.skipped for key in changes_from_baseline(config, v.trial)}
-    unmeasured = [t for t in deferred if t.changed not in measured_keys]
-    if unmeasured:
-        measure(unmeasured, 1)
-        visits.extend(Visit(t, 1) for t in unmeasured)
-    combined = combined_trial(config, _placed(scores, trials, by, tolerance), accelerator)
-    if combined is not None and combined.settings not in {t.settings for t in known.values()}:
-        round_no += 1
-        known[combined.name] = combined
-        scores.update(measure([combined], round_no))
-        visits.append(Visit(combined, round_no))
-    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no)
+                self.far[key] = self.far.get(key, set()) | _far_behind(members, self.scores)
+
+    def measure_deferred(self) -> None:
+        """The deferred trials no follow-up round measured a value of, as round 1's: their rows
+        say why they could not run."""
+        measured_keys = {key for v in self.visits if not v.trial.skipped
+                         for key in changes_from_baseline(self.config, v.trial)}
+        unmeasured = [t for t in self.deferred if t.changed not in measured_keys]
+        if unmeasured:
+            self.measure(unmeasured, 1)
+            self.visits.extend(Visit(t, 1) for t in unmeasured)
+
+    def measure_combined(self) -> None:
+        """`combined` (every key at its round-1 best value), when it is a new trial."""
+        combined = combined_trial(self.config, _placed(self.scores, self.first, self.by, self.tolerance),
+                                  self.accelerator)
+        if combined is not None and combined.settings not in {t.settings for t in self.known.values()}:
+            self.round_no += 1
+            self.known[combined.name] = combined
+            self.scores.update(self.measure([combined], self.round_no))
+            self.visits.append(Visit(combined, self.round_no))
 
 
 def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],

@@ -6,7 +6,9 @@ a fake loader and get exact numbers.
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 from loadtune.errors import LoadtuneError
@@ -125,6 +127,43 @@ def _in_region(region: Region, name: str, call: Callable[..., Any]) -> Callable[
     return inside
 
 
+@dataclass(frozen=True)
+class _Counted:
+    """What each counted batch goes through: its parts (in a profiler's regions where asked)
+    and the clocks and hooks read around them."""
+
+    fetch: Callable[[], tuple[Any, bool]]
+    move: Transfer | None
+    step: Step
+    clock: Clock
+    cpu_clock: Clock
+    copy_timer: Callable[[], float | None] | None
+    probe: EdgeProbe | None
+    fingerprint: bool
+    default_batch_size: int
+
+
+@dataclass
+class _Columns:
+    """One window's per-batch figures as they come, turned into a Window at its end."""
+
+    wait: list[float] = field(default_factory=list)
+    h2d: list[float] = field(default_factory=list)
+    step: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    starts: list[bool] = field(default_factory=list)
+    copies: list[float | None] = field(default_factory=list)
+    wait_cpu: list[float] = field(default_factory=list)
+    taken: list[Taken] = field(default_factory=list)
+
+    def window(self, use: tuple[Any, tuple[Any, ...]]) -> Window:
+        # A device timing missing for any batch leaves the window without one (not a partial one).
+        copy_s = tuple(self.copies) if self.copies and None not in self.copies else ()
+        keys, labels = window_keys(self.taken)
+        return Window(tuple(self.wait), tuple(self.h2d), tuple(self.step), tuple(self.samples), tuple(self.starts),
+                      copy_s, tuple(self.wait_cpu), *use, keys=keys, labels=labels)
+
+
 def measure_loop(
     loader: Iterable[Any],
     step: Step,
@@ -147,34 +186,26 @@ def measure_loop(
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
-    The first batch is always set apart as `first_batch_s` (worker start-up, empty queues);
-    `warmup_batches` counts the batches not counted, that first one included. Then
-    `repeats` windows of `batches` counted batches follow back to back. Per batch: wait is
-    the time blocked in next() (a new epoch's iterator creation included), h2d the
-    transfer (0 without one), step the step. Timestamps are shared between the parts, so
-    the parts of a window add up to its wall time (less the fingerprints, below). `sampling.start` runs once the first
-    batch is in, before the warm-up batches, and `sampling.end` just after the last counted
-    batch. After `warmup_batches`, up to `extra_warmup_batches` more run while fewer than
-    `extra_warmup_max_s` seconds have passed since (workers' first batches: see MeasureSpec).
-    The warm-up goes on past both, batch after batch as before (never
-    pausing, which would let the queue fill), until `sampling.ready()`: a sampler's first
-    reading then never overlaps a counted window. `copy_timer`, when given, returns the
-    device-timed seconds of the transfer just made (Window.copy_s). `region`, when given,
-    wraps each counted part in `region(name)` with the names of REGIONS (a profiler's
-    record_function); the parts are timed the same way. `probe`, when given, is read at each
-    window's edges (outside its timed parts) and what it saw between them kept in the Window
-    (its CPU and each loading process's fetches). `cpu_clock` is the training thread's CPU
-    clock: its time inside each wait is kept apart (Window.wait_cpu_s). With `fingerprint`,
-    each counted batch's samples get their keys and labels (Window.keys, .labels): a small
-    slice of each is copied out after its step, outside the timed parts (the clocks restart
-    after it, so it adds nothing to wait, h2d or step), and hashed once the window is over.
+    The first batch is set apart (`first_batch_s`: worker start-up, empty queues) and counts
+    among the `warmup_batches`; then `repeats` windows of `batches` counted batches run back
+    to back. Per batch: wait is the time blocked in next() (a new epoch's iterator included),
+    h2d the transfer (0 without one), step the step; the parts share their timestamps, so a
+    window's parts add up to its wall time. The hooks: `sampling` (see _warm_up), `copy_timer`
+    (device-timed seconds of the transfer just made: Window.copy_s), `region` (wraps each
+    counted part in `region(name)`, names from REGIONS: a profiler's record_function),
+    `probe` (read at each window's edges: Window.cpu, .loaders), `cpu_clock` (the training
+    thread's CPU inside each wait: Window.wait_cpu_s) and `fingerprint` (each counted batch's
+    keys and labels: Window.keys, .labels, taken outside the timed parts).
     """
     feed = Feed(loader, epoch_batches)
-    fetch, move, run_step = feed.next, transfer, step
+    counted = _Counted(fetch=feed.next, move=transfer, step=step, clock=clock, cpu_clock=cpu_clock,
+                       copy_timer=copy_timer, probe=probe, fingerprint=fingerprint,
+                       default_batch_size=default_batch_size)
     if region is not None:
-        fetch = _in_region(region, REGIONS[0], feed.next)
-        move = _in_region(region, REGIONS[1], transfer) if transfer is not None else None
-        run_step = _in_region(region, REGIONS[2], step)
+        counted = dataclasses.replace(
+            counted, fetch=_in_region(region, REGIONS[0], feed.next),
+            move=_in_region(region, REGIONS[1], transfer) if transfer is not None else None,
+            step=_in_region(region, REGIONS[2], step))
     try:
         t0 = clock()
         batch, _ = feed.next()
@@ -182,59 +213,80 @@ def measure_loop(
         first_batch_bytes = batch_bytes(batch)
         if sampling is not None:
             sampling.start()
-        done, base, base_done_at = 0, max(warmup_batches, 1), None
-        while True:
-            if done > 0:
-                batch, _ = feed.next()
-            step(transfer(batch) if transfer is not None else batch)
-            done += 1
-            if done < base:
-                continue
-            if base_done_at is None:
-                base_done_at = clock()
-            settling = done < base + extra_warmup_batches and clock() - base_done_at < extra_warmup_max_s
-            if not settling and (sampling is None or sampling.ready()):
-                break
-        windows = []
+        done = _warm_up(feed, batch, lambda b: step(transfer(b) if transfer is not None else b), clock, sampling,
+                        base=max(warmup_batches, 1), extra_batches=extra_warmup_batches,
+                        extra_max_s=extra_warmup_max_s)
         warmup_s = clock() - t0 - first_batch_s
-        for _ in range(repeats):
-            wait, h2d, stepped, samples, starts, copies, wait_cpu = [], [], [], [], [], [], []
-            taken: list[Taken] = []
-            edge = probe.read() if probe is not None else None
-            t0 = clock()
-            c0 = cpu_clock()
-            for _ in range(batches):
-                batch, new_epoch = fetch()
-                t1 = clock()
-                wait_cpu.append(cpu_clock() - c0)
-                if move is not None:
-                    moved = move(batch)
-                    t2 = clock()
-                    if copy_timer is not None:
-                        copies.append(copy_timer())
-                else:
-                    moved, t2 = batch, t1
-                run_step(moved)
-                t3 = clock()
-                wait.append(t1 - t0)
-                h2d.append(t2 - t1)
-                stepped.append(t3 - t2)
-                samples.append(batch_len(batch, default_batch_size))
-                starts.append(new_epoch)
-                if fingerprint:
-                    taken.append(sample_slice(batch, samples[-1]))
-                    t0 = clock()
-                else:
-                    t0 = t3
-                c0 = cpu_clock()
-            use = probe.between(edge, probe.read()) if probe is not None else (None, ())
-            copy_s = tuple(copies) if copies and None not in copies else ()
-            keys, labels = window_keys(taken)
-            windows.append(Window(tuple(wait), tuple(h2d), tuple(stepped), tuple(samples), tuple(starts), copy_s,
-                                  tuple(wait_cpu), *use, keys=keys, labels=labels))
+        windows = tuple(_window(counted, batches) for _ in range(repeats))
         if sampling is not None:
             sampling.end()
-        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
+        return Measurement(first_batch_s=first_batch_s, windows=windows, batch_bytes=first_batch_bytes,
                            warmup_s=warmup_s, warmup_batches=done)
     finally:
         feed.close()
+
+
+def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling | None, *,
+             base: int, extra_batches: int, extra_max_s: float) -> int:
+    """Run the uncounted batches, `first` (already fetched) included; return how many ran.
+
+    After `base` batches, up to `extra_batches` more run while fewer than `extra_max_s`
+    seconds have passed since (workers' first batches: see MeasureSpec). The warm-up then
+    goes on, batch after batch (never pausing, which would let the queue fill), until
+    `sampling.ready()`: a sampler's first reading never overlaps a counted window.
+    """
+    batch, done, base_done_at = first, 0, None
+    while True:
+        if done > 0:
+            batch, _ = feed.next()
+        run(batch)
+        done += 1
+        if done < base:
+            continue
+        if base_done_at is None:
+            base_done_at = clock()
+        settling = done < base + extra_batches and clock() - base_done_at < extra_max_s
+        if not settling and (sampling is None or sampling.ready()):
+            return done
+
+
+def _window(counted: _Counted, batches: int) -> Window:
+    """One window of `batches` counted batches; the probe is read at its edges, outside the timed parts."""
+    columns = _Columns()
+    edge = counted.probe.read() if counted.probe is not None else None
+    t0 = counted.clock()
+    c0 = counted.cpu_clock()
+    for _ in range(batches):
+        t0 = _counted_batch(counted, columns, t0, c0)
+        c0 = counted.cpu_clock()
+    use = counted.probe.between(edge, counted.probe.read()) if counted.probe is not None else (None, ())
+    return columns.window(use)
+
+
+def _counted_batch(counted: _Counted, columns: _Columns, t0: float, c0: float) -> float:
+    """Fetch, move and step one batch, noting each part in `columns`; return when the next wait starts.
+
+    `t0` and `c0` are the wall and CPU clocks when this batch's wait started. The fingerprint's
+    slice is copied after the step and the clock read again after it, so it adds to no part.
+    """
+    batch, new_epoch = counted.fetch()
+    t1 = counted.clock()
+    columns.wait_cpu.append(counted.cpu_clock() - c0)
+    if counted.move is not None:
+        moved = counted.move(batch)
+        t2 = counted.clock()
+        if counted.copy_timer is not None:
+            columns.copies.append(counted.copy_timer())
+    else:
+        moved, t2 = batch, t1
+    counted.step(moved)
+    t3 = counted.clock()
+    columns.wait.append(t1 - t0)
+    columns.h2d.append(t2 - t1)
+    columns.step.append(t3 - t2)
+    columns.samples.append(batch_len(batch, counted.default_batch_size))
+    columns.starts.append(new_epoch)
+    if not counted.fingerprint:
+        return t3
+    columns.taken.append(sample_slice(batch, columns.samples[-1]))
+    return counted.clock()
