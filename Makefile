@@ -24,7 +24,7 @@ test: lint
 	$(BIN)/python -m pytest -q -n 2 -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 
-# The unit tests only: no DataLoader workers, CLI processes, real sweeps or ranks (marked slow).
+# The unit tests only: no DataLoader workers, subprocesses, real sweeps or ranks (marked slow).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -57,6 +57,7 @@ def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_pat
     assert recommended(noisy.records).num_workers == recommended(quiet.records).num_workers == 4
 
 
+@pytest.mark.slow  # the first writer is a process of its own
 def test_a_second_writer_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):
     out = tmp_path / "r.csv"
     # Another process holds the lock: refused, naming it.

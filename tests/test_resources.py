@@ -335,6 +335,7 @@ def test_sampler_life_cycle_and_short_window():
         TreeSampler(os.getpid(), interval_s=0)
 
 
+@pytest.mark.slow  # two processes burning CPU
 @isolated
 def test_workers_that_burn_cpu_and_exit_are_counted():
     with TreeSampler(os.getpid(), interval_s=0.1) as sampler:
@@ -356,6 +357,7 @@ def test_workers_that_burn_cpu_and_exit_are_counted():
     assert f.sampler_load < 0.25
 
 
+@pytest.mark.slow  # two processes burning CPU
 @isolated
 def test_workers_alive_at_stop():
     burners = _Burners(2, cpu_s=0.3, go=False)
@@ -462,6 +464,7 @@ def test_memory_is_read_within_its_budget():
     assert 0 < summarize_resources(r, 1).sampler_load < 1
 
 
+@pytest.mark.slow  # the sampled root is a child process
 def test_a_root_that_exits_stops_the_sampling_quietly():
     ctx = multiprocessing.get_context("fork")
     release = ctx.Event()
