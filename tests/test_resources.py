@@ -445,7 +445,6 @@ def test_python_objects_read_in_workers_are_copied_numpy_is_not():
     assert array_worker < list_worker / 4, (list_worker, array_worker)
 
 
-@pytest.mark.serial  # the sampler's own CPU share is a measured figure: another test's load moves it
 @isolated
 def test_memory_is_read_within_its_budget():
     with TreeSampler(os.getpid(), interval_s=0.05) as sampler:
@@ -460,7 +459,8 @@ def test_memory_is_read_within_its_budget():
     assert all(p.pss_bytes is None for s in r.samples if not s.memory for p in s.processes)
     assert [s.t_s for s in r.samples] == sorted(s.t_s for s in r.samples)
     # The sampler's own share of a core is reported (benchmarks/overhead.py measures it, 2.8% in
-    # a sweep); over a one-second window its two unbudgeted readings make it a noisy figure.
+    # a sweep); over a one-second window its two unbudgeted readings make it a noisy figure, so
+    # only its range is checked.
     assert 0 < summarize_resources(r, 1).sampler_load < 1
 
 

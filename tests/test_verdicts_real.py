@@ -19,7 +19,9 @@ from loadtune.sweep_process.verdict import (
 )
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]
+# Real sweeps, each a few seconds. The verdicts read CPU and time figures that another test's load
+# would move: those tests run alone (serial); the memory verdict and the /dev/shm check do not.
+pytestmark = pytest.mark.slow
 
 BASE = {"sweep": {}, "device": "cpu"}
 
@@ -37,6 +39,7 @@ def verdict_of(write_config, tmp_path, marker, dataset, loader, step_s, measure,
 SHORT = {"warmup_batches": 2, "batches": 12, "repeats": 1, "timeout_s": 60}
 
 
+@pytest.mark.serial
 def test_sleeping_loader_with_a_fast_step_is_io_bound(write_config, tmp_path, marker):
     row, _ = verdict_of(write_config, tmp_path, marker,
                         {"factory": "loadtune.synthetic:sleep_cost", "kwargs": {"num_samples": 400, "cost_s": 0.005}},
@@ -46,6 +49,7 @@ def test_sleeping_loader_with_a_fast_step_is_io_bound(write_config, tmp_path, ma
     assert row.fetch_cpu_share < FETCH_CPU_CONTENDED_SHARE, "a fetch that sleeps is not CPU work"
 
 
+@pytest.mark.serial
 def test_cpu_bound_loader_on_more_workers_than_cores_is_cpu_bound(write_config, tmp_path, marker):
     # One worker more than the usable cores, each sample burning 2 ms x cores of CPU, against a
     # 2 ms step: the loader is the limit whatever the core count, and the kernel counts the
@@ -80,6 +84,7 @@ def _pinned_to(cpus: set[int]):
     return pin
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two usable cores to pin to")
 def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, marker):
@@ -103,6 +108,7 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     assert row.verdict == DATA_BOUND_CPU, row.advice
 
 
+@pytest.mark.serial
 def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, tmp_path, marker):
     """Cheap samples of 200 tensors each: the workers keep up, the training thread spends the
     wait rebuilding 200 shared-memory tensors per batch."""
@@ -115,6 +121,7 @@ def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, t
     assert row.handover_ms > 0.5 * row.wait_ms, row
 
 
+@pytest.mark.serial
 def test_uneven_batches_with_a_shallow_prefetch_starve_the_workers(write_config, tmp_path, marker):
     """One batch in four sleeps 16 times longer; with prefetch_factor=1 and batches taken in
     order, the worker that finished a fast batch waits for an index behind the slow one."""
@@ -129,6 +136,7 @@ def test_uneven_batches_with_a_shallow_prefetch_starve_the_workers(write_config,
     assert "prefetch_factor=4" in row.advice and "in_order=False" in row.advice
 
 
+@pytest.mark.serial
 def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, marker):
     row, result = verdict_of(write_config, tmp_path, marker,
                              {"factory": "loadtune.synthetic:sleep_cost",
@@ -139,6 +147,8 @@ def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, 
 
 
 def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_path, marker):
+    """Memory risk comes first among the verdicts and reads the workers' memory growth alone:
+    no other test's CPU load moves it."""
     row, _ = verdict_of(write_config, tmp_path, marker,
                         # 40 batches an epoch: the window (however long the warm-up runs on until
                         # the first memory reading) never reaches the epoch's end, where the
