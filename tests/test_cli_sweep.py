@@ -50,7 +50,8 @@ def assert_competition_ranks(ok: pd.DataFrame) -> None:
 @pytest.mark.serial  # the ideal's wait ratio and the baseline's share of its throughput are measured
 def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     out = tmp_path / "out.csv"
-    result = run_cli("sweep", str(write_config(tiny_config())), "--out", str(out), "--json", marker=marker)
+    result = run_cli("sweep", str(write_config(tiny_config(figures=True))), "--out", str(out), "--json",
+                     marker=marker)
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     df = pd.read_csv(out)

@@ -44,7 +44,7 @@ class HogDuring:
 @pytest.mark.slow
 @pytest.mark.serial  # its own hog must be the only other work
 def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_path):
-    spec = load_config(write_config(tiny_config(**CLEAR_WINNER)))
+    spec = load_config(write_config(tiny_config(figures=True, **CLEAR_WINNER)))
     hog = HogDuring("num_workers=4")
     try:
         noisy = run_sweep(spec, tmp_path / "noisy.csv", on_event=hog)

@@ -122,9 +122,11 @@ def test_ranks_write_beside_the_one_rank_csv(tmp_path):
 # --- real ranks ---------------------------------------------------------------------------
 
 
-def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **measure) -> dict:
-    """Cheap data (0.2 ms a sample), batch 8, a rank-aware step (tests/rank_parts.py)."""
+def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, figures: bool = False, **measure) -> dict:
+    """Cheap data (0.2 ms a sample), batch 8, a rank-aware step (tests/rank_parts.py);
+    `figures` as for tiny_config."""
     return tiny_config(
+        figures,
         dataset={"factory": "loadtune.synthetic:sleep_cost", "kwargs": {"num_samples": 400, "cost_s": 0.0002}},
         loader={"batch_size": BATCH, "num_workers": 1},
         sweep={} if sweep is None else sweep,
@@ -137,7 +139,7 @@ def rank_config(step_kwargs: dict | None = None, sweep: dict | None = None, **me
 @pytest.mark.serial
 def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_config, marker):
     out = tmp_path / "r2.csv"
-    config = rank_config({"sleep_s": {0: STEP_S, 1: STEP_S}, "require_group": True})  # built in a group, always
+    config = rank_config({"sleep_s": {0: STEP_S, 1: STEP_S}, "require_group": True}, figures=True)  # built in a group
     result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
     assert result.returncode == 0, result.stderr
     assert "2 ranks" in result.stdout
@@ -165,7 +167,7 @@ def test_two_ranks_run_at_once_and_their_throughput_is_summed(tmp_path, write_co
 def test_the_all_reduce_makes_a_fast_rank_wait_for_the_slow_one(tmp_path, write_config, marker):
     """Rank 0's step takes no time and rank 1's 40 ms: with an all_reduce ending every step,
     rank 0's steps last as long as rank 1's, so the mean step is about 40 ms, not 20."""
-    config = rank_config({"sleep_s": {0: 0.0, 1: 0.04}})
+    config = rank_config({"sleep_s": {0: 0.0, 1: 0.04}}, figures=True)
     out = tmp_path / "skew.csv"
     result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)
     assert result.returncode == 0, result.stderr
@@ -179,7 +181,7 @@ def test_the_all_reduce_makes_a_fast_rank_wait_for_the_slow_one(tmp_path, write_
 def test_a_slower_fed_rank_shows_in_wait_ratio_max_rank(tmp_path, write_config, marker):
     """Rank 1's samples cost 5 ms (40 ms a batch, one worker) against rank 0's none; a 10 ms
     step: rank 1 waits most of the time, rank 0 only for the all_reduce."""
-    config = rank_config({"sleep_s": {0: 0.01, 1: 0.01}})
+    config = rank_config({"sleep_s": {0: 0.01, 1: 0.01}}, figures=True)
     config["dataset"] = {"factory": f"{PARTS}:rank_cost", "kwargs": {"num_samples": 400, "cost_s": {1: 0.005}}}
     out = tmp_path / "starved.csv"
     result = run_cli("sweep", str(write_config(config)), "--ranks", "2", "--out", str(out), marker=marker)

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 BASE = {"sweep": {}, "device": "cpu"}
 
 
-def verdict_of(write_config, tmp_path, marker, dataset, loader, step_s, measure, *options):
-    config = tiny_config(dataset=dataset, loader=loader, step={"sleep_s": step_s}, measure=measure, **BASE)
+def verdict_of(write_config, tmp_path, marker, dataset, loader, step_s, measure, *options, figures=True):
+    config = tiny_config(figures, dataset=dataset, loader=loader, step={"sleep_s": step_s}, measure=measure, **BASE)
     out = tmp_path / "v.csv"
     result = run_cli("sweep", str(write_config(config)), "--out", str(out), *options, marker=marker)
     assert result.returncode == 0, result.stderr
@@ -96,8 +96,8 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     cannot miss while other processes take a quarter at most (_quiet). A figure that left the
     workers out would read the training process alone, a few percent."""
     two = set(sorted(os.sched_getaffinity(0))[:2])
-    config = tiny_config(dataset={"factory": "loadtune.synthetic:cpu_cost",
-                                  "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
+    config = tiny_config(figures=True, dataset={"factory": "loadtune.synthetic:cpu_cost",
+                                                "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
                          loader={"batch_size": 8, "num_workers": 2, "prefetch_factor": 4}, step={"sleep_s": 0.0005},
                          measure={"warmup_batches": 3, "batches": 60, "repeats": 1, "timeout_s": 120}, **BASE)
     out = tmp_path / "cpu.csv"
@@ -153,7 +153,7 @@ def test_cheap_loader_with_a_long_step_is_compute_bound(write_config, tmp_path, 
 
 def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_path, marker):
     """Memory risk comes first among the verdicts and reads the workers' memory growth alone:
-    no other test's CPU load moves it."""
+    no other test's CPU load moves it, so its repeats count as they come (figures=False)."""
     row, _ = verdict_of(write_config, tmp_path, marker,
                         # 40 batches an epoch: the window (however long the warm-up runs on until
                         # the first memory reading) never reaches the epoch's end, where the
@@ -161,7 +161,7 @@ def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_pat
                         {"factory": "tests.fault_datasets:make_python_objects",
                          "kwargs": {"num_items": 16_000_000, "num_samples": 320}},
                         {"batch_size": 8, "num_workers": 2}, 0.005,
-                        {"warmup_batches": 1, "batches": 16, "repeats": 1, "timeout_s": 120})
+                        {"warmup_batches": 1, "batches": 16, "repeats": 1, "timeout_s": 120}, figures=False)
     assert row.pss_growth_mb > 50, row
     assert row.verdict == "memory risk", row.advice
     assert "numpy" in row.advice
