@@ -50,11 +50,11 @@ def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_pat
         noisy = run_sweep(spec, tmp_path / "noisy.csv", on_event=hog)
     finally:
         hog(events.RunFinished(None, None))  # never leave a hog behind
-    quiet = run_sweep(spec, tmp_path / "quiet.csv")
     rows = {r.trial: r for r in noisy.records}
     assert rows["num_workers=4"].disturbed_repeats >= 1, rows["num_workers=4"]
     assert any("the machine was busy" in w and "num_workers=4" in w for w in noisy.warnings)
-    assert recommended(noisy.records).num_workers == recommended(quiet.records).num_workers == 4
+    # The hogged repeat did not count: the pick is still the clear winner, as on a quiet machine.
+    assert recommended(noisy.records).num_workers == 4
 
 
 @pytest.mark.slow  # the first writer is a process of its own
