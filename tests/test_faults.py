@@ -320,8 +320,8 @@ def test_a_config_that_is_not_text_or_a_bad_set_value_exits_1(write_config, tmp_
 # --- The sweep itself stopped: rows kept, a valid CSV, nothing left running ---------------------------
 
 def _sweep_that_hangs_at_two_workers(write_config, tmp_path: Path) -> tuple[Path, Path]:
-    """Six trials of about a second each, but the one with 2 workers hangs while `flag` exists
-    (timeout_s 60): stopped during that trial, only the stop itself can end it."""
+    """Six short trials, but the one with 2 workers hangs while `flag` exists (timeout_s 60):
+    stopped during that trial, only the stop itself can end it."""
     flag = tmp_path / "hang-at-2-workers"
     flag.touch()
     config = tiny_config(
@@ -329,7 +329,7 @@ def _sweep_that_hangs_at_two_workers(write_config, tmp_path: Path) -> tuple[Path
                  "kwargs": {"n": 400, "cost_s": 0.003, "fault": "hang", "at": 0, "when_workers": 2,
                             "while_exists": str(flag)}},
         sweep={"num_workers": [0, 2], "prefetch_factor": [1, 4]},
-        measure={"warmup_batches": 1, "batches": 30, "repeats": 1, "timeout_s": 60})
+        measure={"warmup_batches": 1, "batches": 8, "repeats": 1, "timeout_s": 60})
     return write_config(config), flag
 
 
