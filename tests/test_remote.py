@@ -138,7 +138,10 @@ def test_a_short_remote_sweep_runs_every_trial_and_leaves_no_process_or_port(tmp
         "device": "cpu",
     }
     out = tmp_path / "out.csv"
-    result = run_cli("sweep", str(write_config(config)), "--out", str(out), "--json", marker=marker)
+    # Run from the factory file's folder, as a user would: the trial server then imports it (and
+    # torchvision, through loadtune.demo) once. From elsewhere, on Python 3.11, the server does
+    # not find it and every trial process imports it again, two seconds each.
+    result = run_cli("sweep", str(write_config(config)), "--out", str(out), "--json", cwd=tmp_path, marker=marker)
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(out)
     assert {"baseline", "num_workers=0"} <= set(df.trial)
