@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -90,9 +91,12 @@ time.sleep(60)
 def test_two_sweeps_on_one_output_the_second_exits_at_once(write_config, tmp_path, marker):
     out = tmp_path / "same.csv"
     path = write_config(tiny_config(measure={"warmup_batches": 2, "batches": 40, "repeats": 2, "timeout_s": 60}))
+    # In a process group of its own, killed whole below: killed while it starts its trial server
+    # (which imports torch, seconds on a loaded machine), the server and multiprocessing's resource
+    # tracker would otherwise outlive the test until that import ends.
     first = subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(path), "--out", str(out)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "LOADTUNE_TEST_MARKER": marker})
+                             env={**os.environ, "LOADTUNE_TEST_MARKER": marker}, start_new_session=True)
     try:
         deadline = __import__("time").monotonic() + 30
         while not lock_path(out).exists() and __import__("time").monotonic() < deadline:
@@ -102,7 +106,7 @@ def test_two_sweeps_on_one_output_the_second_exits_at_once(write_config, tmp_pat
         assert second.returncode == 1
         assert f"pid {first.pid}" in second.stderr and second.stderr.count("\n") == 1
     finally:
-        first.kill()
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait()
 
 
