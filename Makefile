@@ -20,13 +20,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check loadtune tests benchmarks
 	$(BIN)/mypy
 
-# Lint first; then two steps: tests of behaviour two at a time (pytest-xdist), then, alone, the
-# few that assert measured figures (marked serial), so that no other test's load moves them.
+# Lint first; then two steps: tests of behaviour two at a time (pytest-xdist; an idle worker takes
+# tests queued for the other, so one long test at the end does not hold the step), then, alone,
+# the few that assert measured figures (marked serial), so that no other test's load moves them.
 test: lint
-	$(BIN)/python -m pytest -q -n 2 -m "not serial"
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal -m "not serial"
 	$(BIN)/python -m pytest -q -m serial
 
-# The unit tests only: no DataLoader workers, CLI processes, real sweeps or ranks (marked slow).
+# The unit tests only: no DataLoader workers, subprocesses, real sweeps or ranks (marked slow).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -47,10 +47,11 @@ def assert_competition_ranks(ok: pd.DataFrame) -> None:
         previous = row.rank
 
 
-@pytest.mark.serial  # the ideal's wait ratio and its place above every trial are measured
+@pytest.mark.serial  # the ideal's wait ratio and the baseline's share of its throughput are measured
 def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     out = tmp_path / "out.csv"
-    result = run_cli("sweep", str(write_config(tiny_config())), "--out", str(out), "--json", marker=marker)
+    result = run_cli("sweep", str(write_config(tiny_config(figures=True))), "--out", str(out), "--json",
+                     marker=marker)
     assert result.returncode == 0, result.stderr
     info = json.loads(result.stdout)
     df = pd.read_csv(out)
@@ -66,10 +67,16 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     ranked = df[df["rank"].notna()]
     assert list(df.trial[len(ranked):]) == ["ideal", "pin_memory=true"], "ranked rows, then the reference, then not run"
     ideal = df[df.trial == "ideal"].iloc[0]
-    assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.2 and ideal.pct_of_ideal == 100
+    # Fed from memory, the ideal hardly waits (0.01 on a quiet machine, 0.15 seen under load);
+    # an ideal fed by the config's loader would wait as the baseline does, 0.8.
+    assert pd.isna(ideal["rank"]) and ideal.wait_ratio < 0.5 and ideal.pct_of_ideal == 100
     ok = df[(df.status == "ok") & (df.trial != "ideal")]
     assert list(ok.index) == list(range(len(ok))), "rows that ran come first"
-    assert (ok.pct_of_ideal < 100).all() and (ok.strategy == "model").all()
+    assert (ok.strategy == "model").all()
+    # Each row's share of the ideal's throughput; the baseline's about a fifth (its loader keeps
+    # it waiting 0.8 of the time). Trials with more workers come closer: how close is a figure.
+    assert list(ok.pct_of_ideal) == pytest.approx(list(100 * ok.throughput / ideal.throughput), abs=0.11)
+    assert ok[ok.trial == "baseline"].pct_of_ideal.iloc[0] < 50
     assert (ok[ok.asked_by.isna()]["round"] == 1).all()
     assert ok["rank"].is_monotonic_increasing and ok["rank"].iloc[0] == 1
     assert list(ok.throughput) == sorted(ok.throughput, reverse=True), "best first, ties or not"

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.conftest import run_cli, tiny_config
+from tests.conftest import ANY_LOAD, run_cli, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = str(Path(__file__).with_name("cuda_parts.py"))
@@ -38,6 +38,7 @@ def test_the_resnet18_config_sweeps_on_cpu(tmp_path, marker):
     result = run_cli("sweep", str(ROOT / "configs" / "resnet18.yaml"), "--device", "cpu", "--out", str(out),
                      "--set", "dataset.kwargs={num_images: 64, crop_px: 64}", "--set", "loader.batch_size=4",
                      "--set", "loader.num_workers=1", "--set", "sweep={num_workers: [0]}",
+                     "--set", f"measure.max_outside_cpu={ANY_LOAD}",
                      "--batches", "3", "--warmup", "1", "--repeats", "1", marker=marker, timeout=300)
     assert result.returncode == 0, result.stderr
     df = pd.read_csv(out).set_index("trial")

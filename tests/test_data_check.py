@@ -316,6 +316,7 @@ def test_keys_tell_samples_apart_and_mix_the_label_in():
     assert sample_keys({"text": ["a", "b"]}, 2) == (None, None)
 
 
+@pytest.mark.slow  # another interpreter, which imports torch
 def test_keys_are_the_same_for_the_same_values_in_any_layout_or_process():
     images = torch.rand(4, 3, 8, 8)
     keys, _ = sample_keys((images,), 4)

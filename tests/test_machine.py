@@ -34,6 +34,7 @@ def usable_cores_pinned_to(cores: set[int]) -> int:
     return int(done.stdout.strip())
 
 
+@pytest.mark.slow  # a process of its own for each mask
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no affinity masks on this platform")
 def test_usable_cores_follow_the_affinity_mask():
     allowed = sorted(os.sched_getaffinity(0))

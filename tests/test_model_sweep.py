@@ -21,7 +21,7 @@ def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     """The sweep measures the first round, then only what the model cannot rule out; every other
     config of the space is a predicted row. One of those, measured on its own afterwards, runs
     near its prediction (loosely: the model is judged by benchmarks/model_error.py)."""
-    config = tiny_config(sweep=SWEEP)
+    config = tiny_config(figures=True, sweep=SWEEP)  # the model is fitted to its figures
     config["measure"].update(repeats=2, batches=12)
     out = tmp_path / "model.csv"
     result = loadtune.sweep(config, out=out)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -45,20 +46,21 @@ class HogDuring:
 @pytest.mark.slow
 @pytest.mark.serial  # its own hog must be the only other work
 def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_path):
-    config = write_config(tiny_config(**CLEAR_WINNER))
+    config = write_config(tiny_config(figures=True, **CLEAR_WINNER))
     hog = HogDuring("num_workers=4")
     try:
         noisy = run_sweep(SweepOptions(config, out=tmp_path / "noisy.csv"), on_event=hog)
     finally:
         hog(events.RunFinished(None, None))  # never leave a hog behind
-    quiet = run_sweep(SweepOptions(config, out=tmp_path / "quiet.csv"))
     rows = {r.trial: r for r in noisy.records}
     assert rows["num_workers=4"].disturbed_repeats >= 1, rows["num_workers=4"]
     assert any(isinstance(w, BusyMachine) and "num_workers=4" in dict(w.disturbed) for w in noisy.warnings)
     assert any("the machine was busy" in str(w) and "num_workers=4" in str(w) for w in noisy.warnings)
-    assert recommended(noisy.records).num_workers == recommended(quiet.records).num_workers == 4
+    # The hogged repeat did not count: the pick is still the clear winner, as on a quiet machine.
+    assert recommended(noisy.records).num_workers == 4
 
 
+@pytest.mark.slow  # the first writer is a process of its own
 def test_a_second_writer_is_refused_naming_the_first_and_a_stale_lock_is_taken_over(tmp_path):
     out = tmp_path / "r.csv"
     # Another process holds the lock: refused, naming it.
@@ -91,9 +93,12 @@ time.sleep(60)
 def test_two_sweeps_on_one_output_the_second_exits_at_once(write_config, tmp_path, marker):
     out = tmp_path / "same.csv"
     path = write_config(tiny_config(measure={"warmup_batches": 2, "batches": 40, "repeats": 2, "timeout_s": 60}))
+    # In a process group of its own, killed whole below: killed while it starts its trial server
+    # (which imports torch, seconds on a loaded machine), the server and multiprocessing's resource
+    # tracker would otherwise outlive the test until that import ends.
     first = subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(path), "--out", str(out)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                             env={**os.environ, "LOADTUNE_TEST_MARKER": marker})
+                             env={**os.environ, "LOADTUNE_TEST_MARKER": marker}, start_new_session=True)
     try:
         deadline = __import__("time").monotonic() + 30
         while not lock_path(out).exists() and __import__("time").monotonic() < deadline:
@@ -103,7 +108,7 @@ def test_two_sweeps_on_one_output_the_second_exits_at_once(write_config, tmp_pat
         assert second.returncode == 1
         assert f"pid {first.pid}" in second.stderr and second.stderr.count("\n") == 1
     finally:
-        first.kill()
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait()
 
 

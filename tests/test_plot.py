@@ -96,6 +96,7 @@ print(json.dumps({"pyplot": pyplot, "before": before, "after": matplotlib.rcPara
 """
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_pyplot_is_not_touched(tmp_path):
     # A fresh interpreter, so no other test's import of pyplot can hide one made by drawing.
     # The backend is set to one the chart does not use, so a switch to Agg would show.

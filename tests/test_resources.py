@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import os
@@ -13,6 +14,8 @@ import pytest
 import torch
 
 from loadtune.machine import usable_cores
+from loadtune.measurement import CpuWindow, Measurement, Window
+from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.resources import (
     BYTES_PER_MB,
     MEMORY_USS,
@@ -25,6 +28,7 @@ from loadtune.sweep_process.resources import (
     shm_need_mb,
     summarize_resources,
 )
+from loadtune.sweep_process.stats import summarize
 from loadtune.trial_process.measure import batch_bytes
 from tests.conftest import wait_until
 
@@ -75,6 +79,24 @@ def test_steady_tree_exact_figures():
     assert f.workers == 2 and f.peak_workers == 2
     assert f.memory_metric == "pss" and f.io_metric == "read_bytes"
     assert f.sampler_load == 0.0
+
+
+def test_the_cpu_columns_are_the_windows_not_the_samplers_span():
+    """The sampler's span also holds idle moments around the counted window (the warm-up's end,
+    the teardown): over it the same work reads less busy. A trial's CPU columns (and its verdict)
+    take the figures read at the window's edges, inside the trial."""
+    span = samples(Sample(0.0, (root(1.0), proc(101, 0.0), proc(102, 0.0))),
+                   Sample(2.0, (root(1.1), proc(101, 0.9), proc(102, 0.9))))  # 1.9 CPU-s over 2 s: 0.475 busy
+    n = 4
+    window = Window(wait_s=(0.2,) * n, h2d_s=(0.0,) * n, step_s=(0.05,) * n, samples=(8,) * n,
+                    epoch_start=(False,) * n, cpu=CpuWindow(wall_s=1.0, main_cpu_s=0.05, workers_cpu_s=1.8))
+    measured = Measurement(0.1, (window,), resources=(span,))
+    columns = diagnose("baseline", {"num_workers": 2}, measured, summarize(measured), usable_cores=2).columns
+    assert columns["cpu_util"] == pytest.approx(0.925)
+    assert (columns["main_cpu_util"], columns["workers_cpu_util"]) == (pytest.approx(0.025), pytest.approx(0.9))
+    alone = Measurement(0.1, (dataclasses.replace(window, cpu=None),), resources=(span,))
+    assert diagnose("baseline", {"num_workers": 2}, alone, summarize(alone), 2).columns["cpu_util"] == \
+        pytest.approx(0.475), "without the window's readings: the sampler's"
 
 
 def test_worker_reaped_between_samples_adds_only_its_unseen_cpu_and_reads():
@@ -335,6 +357,7 @@ def test_sampler_life_cycle_and_short_window():
         TreeSampler(os.getpid(), interval_s=0)
 
 
+@pytest.mark.slow  # two processes burning CPU
 @isolated
 def test_workers_that_burn_cpu_and_exit_are_counted():
     with TreeSampler(os.getpid(), interval_s=0.1) as sampler:
@@ -356,6 +379,7 @@ def test_workers_that_burn_cpu_and_exit_are_counted():
     assert f.sampler_load < 0.25
 
 
+@pytest.mark.slow  # two processes burning CPU
 @isolated
 def test_workers_alive_at_stop():
     burners = _Burners(2, cpu_s=0.3, go=False)
@@ -443,7 +467,6 @@ def test_python_objects_read_in_workers_are_copied_numpy_is_not():
     assert array_worker < list_worker / 4, (list_worker, array_worker)
 
 
-@pytest.mark.serial  # the sampler's own CPU share is a measured figure: another test's load moves it
 @isolated
 def test_memory_is_read_within_its_budget():
     with TreeSampler(os.getpid(), interval_s=0.05) as sampler:
@@ -458,10 +481,12 @@ def test_memory_is_read_within_its_budget():
     assert all(p.pss_bytes is None for s in r.samples if not s.memory for p in s.processes)
     assert [s.t_s for s in r.samples] == sorted(s.t_s for s in r.samples)
     # The sampler's own share of a core is reported (benchmarks/overhead.py measures it, 2.8% in
-    # a sweep); over a one-second window its two unbudgeted readings make it a noisy figure.
+    # a sweep); over a one-second window its two unbudgeted readings make it a noisy figure, so
+    # only its range is checked.
     assert 0 < summarize_resources(r, 1).sampler_load < 1
 
 
+@pytest.mark.slow  # the sampled root is a child process
 def test_a_root_that_exits_stops_the_sampling_quietly():
     ctx = multiprocessing.get_context("fork")
     release = ctx.Event()

@@ -85,6 +85,7 @@ def test_the_default_per_worker_warm_up_leaves_the_config_hash_alone(write_confi
     assert load_config(write_config(config, "d.yaml")).sha != plain, "another warm-up measures something else"
 
 
+@pytest.mark.slow  # a real DataLoader with 2 worker processes
 @pytest.mark.parametrize("per_worker", [0, 4])
 def test_a_trial_counts_its_windows_after_each_workers_first_batches(write_config, per_worker):
     """In this process, with a channel that answers at once: the labels of the counted samples
@@ -103,6 +104,7 @@ def test_a_trial_counts_its_windows_after_each_workers_first_batches(write_confi
     assert measurement.windows[0].labels == tuple(range(warmup, warmup + 6))
 
 
+@pytest.mark.slow  # a real DataLoader with 2 worker processes
 @pytest.mark.parametrize("persistent, warmup", [(False, 3), (True, 3 + 2 * 4)])
 def test_a_trial_with_an_epoch_of_one_window_warms_up_persistent_workers_only(write_config, persistent, warmup):
     """Epochs of 6 batches of one sample, windows of 6: workers started every epoch get the
