@@ -9,14 +9,13 @@ import math
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence, TypedDict, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypedDict, TypeVar, Union
 
 from loadtune.errors import ConfigError
 from loadtune.kinds import RankBy, Strategy, Word, choices
 
 if TYPE_CHECKING:
     from loadtune.config import RunSpec
-    from loadtune.sweep_process.events import Event
 
 # The shorthand options and the config keys they set.
 MEASURE_KEYS = {"repeats": "measure.repeats", "batches": "measure.batches", "warmup": "measure.warmup_batches",
@@ -169,5 +168,3 @@ def _assignments(overrides: Overrides) -> list[str]:
         return [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
     return list(overrides)
 
-
-OnEvent = Callable[["Event"], None]

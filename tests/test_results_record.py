@@ -190,7 +190,7 @@ def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
     from loadtune.results.record import FIGURES, Figures, Measured
     from loadtune.sweep_process.records import stats_columns
     from loadtune.sweep_process.stats import summarize
-    from tests.test_resume import fake_measurement
+    from tests.test_decide import fake_measurement
 
     shared = {c.name: c for c in Figures.columns()} if hasattr(Figures, "columns") else None
     assert shared is None, "Figures is a block of columns, not a table"

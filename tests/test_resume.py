@@ -10,7 +10,6 @@ import dataclasses
 import pytest
 
 from loadtune.kinds import EndedBy, Status
-from loadtune.measurement import Measurement, Window
 from loadtune.options import SweepOptions
 from loadtune.results.record import read_records
 from loadtune.results.samples import samples_file
@@ -18,15 +17,7 @@ from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.pipeline import run_sweep
 from loadtune.trials import FEED_MEMORY
 from tests.conftest import fake_setup, tiny_config
-
-
-def fake_measurement(throughput: float, repeat: int) -> Measurement:
-    """20 batches of 8 samples whose times give `throughput`, with a small wobble per repeat."""
-    per_batch = 8 / throughput
-    wobble = [per_batch * (1 + 0.01 * ((i + repeat) % 3 - 1)) for i in range(20)]
-    window = Window(tuple(0.2 * t for t in wobble), (0.0,) * 20, tuple(0.8 * t for t in wobble), (8,) * 20,
-                    (False,) * 20)
-    return Measurement(0.1, (window,))
+from tests.test_decide import fake_measurement
 
 
 class SameMeasurements:

@@ -7,6 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+# What to do about a result processes do not agree on.
+UNSTABLE_REMEDY = "rerun with --repeats 5 or more, a longer --batches, or close other programs"
+
 
 def _cores(cores: float) -> str:
     return f"{cores:g} usable core{'' if cores == 1 else 's'}"
@@ -79,8 +82,7 @@ class Unstable(Finding):
     spread: float  # half the interval's width over the mean
 
     def words(self) -> str:
-        return (f"{self.trial}: unstable result, throughput ±{self.spread * 100:.0f}%: rerun with --repeats 5 or "
-                "more, a longer --batches, or close other programs")
+        return f"{self.trial}: unstable result, throughput ±{self.spread * 100:.0f}%: {UNSTABLE_REMEDY}"
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class ManyUnstable(Finding):
     def words(self) -> str:
         return (f"{self.count} trials have unstable results, throughput ±{self.least * 100:.0f}% to "
                 f"±{self.most * 100:.0f}% (first: {', '.join(self.first)}): processes differ that much from one "
-                "repeat to the next here; rerun with --repeats 5 or more, a longer --batches, or close other programs")
+                f"repeat to the next here; {UNSTABLE_REMEDY}")
 
 
 @dataclass(frozen=True)

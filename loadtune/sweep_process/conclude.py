@@ -40,7 +40,7 @@ def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
     warnings: tuple[Finding, ...] = (*runner.notes, *busy)
     notes: tuple[Finding, ...] = (*workers_beyond_cores(runner.trials.values(), setup.cores, setup.host_ranks),
                                   *noise_warnings(records), *disagreement(runner, records))
-    runner.files.replace(records, [r for run in runner.runs.values() for r in run.rank_records])
+    runner.files.replace(records, runner.rank_records)
     scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
     summary = summarize(options, runner.spec, runner.files.out_path, records, runner.trials, runner.decision(), scores,
                         device=setup.device, warnings=warnings, notes=notes, source=runner.spec.source,

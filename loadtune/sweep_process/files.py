@@ -45,13 +45,14 @@ class SweepFiles:
     def _keep(self) -> None:
         """What an earlier run of this config at this scale, on this machine, left: each trial with
         its raw samples where they were kept, else its row as recorded."""
-        rows = {r.trial: r for r in read_records(self.out_path)}
+        earlier = read_records(self.out_path)
+        rows = {r.trial: r for r in earlier}
         for samples in self._stored_samples():
             row = rows.get(samples.trial)
             if samples.failure is None and self._same_procedure(row, len(samples.measurements)):
                 self.stored.append((samples, row))
         names = {samples.trial for samples, _ in self.stored}
-        self.kept = [r for r in resumable_records(self.out_path, self.spec, self.host) if r.trial not in names]
+        self.kept = [r for r in resumable_records(earlier, self.spec, self.host) if r.trial not in names]
         kept_names = {r.trial for r in self.kept}
         if self.per_rank is not None and kept_names:
             self.kept_ranks = [r for r in read_records(rank_file(self.out_path), RankRecord)
@@ -91,12 +92,12 @@ class SweepFiles:
         self.samples.write(self.spec.samples_sha, self.host, self.spec.scale, self.spec.ranks, samples)
 
 
-def resumable_records(path: Path, spec: RunSpec, host: str) -> list[Record]:
-    """Records of an earlier sweep at `path` that this one can keep: same config sha, scale,
+def resumable_records(records: Iterable[Record], spec: RunSpec, host: str) -> list[Record]:
+    """The records of an earlier sweep that this one can keep: same config sha, scale,
     ranks and host, measured as asked now (status ok, at least min_repeats (the ideal reference:
     one) and at most repeats repeats, as many batches)."""
     m = spec.config.measure
-    return [r for r in read_records(path)
+    return [r for r in records
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
             and r.ran and r.repeats is not None and (m.min_repeats <= r.repeats or r.trial == IDEAL)
             and r.repeats <= m.repeats

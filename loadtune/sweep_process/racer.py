@@ -30,7 +30,15 @@ from loadtune.sweep_process.ranking import scored_from_record
 from loadtune.sweep_process.records import rank_records, stats_columns, trial_record
 from loadtune.sweep_process.setup import Setup
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
-from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged, predicted_columns, restored, samples_of
+from loadtune.sweep_process.trial_run import (
+    TrialRun,
+    check_columns,
+    merged,
+    placeholder,
+    predicted_columns,
+    restored,
+    samples_of,
+)
 from loadtune.trial_process.jobs import TrialJob
 from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
 
@@ -76,6 +84,11 @@ class Racer:
         return [r.record for r in self.runs.values() if r.record is not None]
 
     @property
+    def rank_records(self) -> list[RankRecord]:
+        """With ranks: each rank's own figures, every trial's."""
+        return [r for run in self.runs.values() for r in run.rank_records]
+
+    @property
     def trials(self) -> dict[str, Trial]:
         return {name: r.trial for name, r in self.runs.items()}
 
@@ -96,8 +109,7 @@ class Racer:
         """Take records measured earlier for this config and machine as already done (with
         their per-rank records, with ranks)."""
         for record in records:
-            self.runs[record.trial] = TrialRun(Trial(record.trial, record.changed or "", record.value, ()),
-                                               record.round or 1, record=record,
+            self.runs[record.trial] = TrialRun(placeholder(record.trial, record), record.round or 1, record=record,
                                                score=scored_from_record(record), resumed=True,
                                                rank_records=[r for r in ranks if r.trial == record.trial])
 
@@ -156,7 +168,7 @@ class Racer:
 
     def rewrite(self) -> None:
         """Both files rewritten whole (atomically) after a record changed."""
-        self.files.replace(self.records, [r for run in self.runs.values() for r in run.rank_records])
+        self.files.replace(self.records, self.rank_records)
 
     def _plan_runs(self, count: int) -> None:
         self.runs_planned += count
@@ -279,8 +291,9 @@ class Racer:
                 stopped.stopped_early = True
                 if stopped.record is not None:  # only the flag changes: no figure to derive again
                     stopped.record = dataclasses.replace(stopped.record, stopped_early=True)
-                    self.rewrite()
-                    self.store()
+            if step.stop:
+                self.rewrite()
+                self.store()
             if not more or step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
@@ -319,7 +332,7 @@ class Racer:
         elif self.budget_spent:
             why = "the time budget (--budget) ran out"
         else:
-            why = f"measure.repeats={self.spec.config.measure.repeats} ran out"
+            why = f"measure.repeats={repeats} ran out"
         remedy = "rerun with a smaller --tolerance to race closer calls" if step.settled else Decision.remedy
         return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy, ties,
                         ended_by, spread, repeats)

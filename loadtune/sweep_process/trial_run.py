@@ -105,12 +105,18 @@ def samples_of(run: TrialRun) -> TrialSamples:
                         run.stopped_early)
 
 
+def placeholder(name: str, record: Record | None) -> Trial:
+    """A trial kept from an earlier run, as far as its row tells it, until the strategy asks for
+    it again (its settings are then known in full)."""
+    return Trial(name, (record.changed or "") if record else "", record.value if record else None, ())
+
+
 def restored(samples: TrialSamples, record: Record | None) -> TrialRun:
     """A run kept with its raw samples (pending until the strategy asks for its trial again)."""
     predicted = None
     if samples.predicted is not None:  # only its figures are kept: what the CSV's predicted columns show
         predicted = Prediction(samples.predicted[0], samples.predicted[1], period_ms=0.0, cpu_bound=False)
-    trial = Trial(samples.trial, (record.changed or "") if record else "", record.value if record else None, ())
-    return TrialRun(trial, samples.round, list(samples.measurements), list(samples.walls_s), record=record,
-                    stopped_early=samples.stopped_early, disturbed=samples.disturbed, predicted=predicted,
-                    pending=True, measured_at=record.started_at if record else None)
+    return TrialRun(placeholder(samples.trial, record), samples.round, list(samples.measurements),
+                    list(samples.walls_s), record=record, stopped_early=samples.stopped_early,
+                    disturbed=samples.disturbed, predicted=predicted, pending=True,
+                    measured_at=record.started_at if record else None)
