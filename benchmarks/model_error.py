@@ -29,8 +29,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
@@ -77,10 +75,10 @@ def measure_grid(name: str, config: Path, out: Path, repeats: int) -> float:
     return time.perf_counter() - start
 
 
-def judge(name: str, records: list[Record], epoch_batches: int | None) -> list[float]:
+def judge(name: str, records: list[Record]) -> list[float]:
     records = [r for r in records if r.ran and r.trial != IDEAL and not r.data_flagged]
     first = first_round(records)
-    model = fit(first, epoch_batches=epoch_batches)
+    model = fit(first)  # the run's epochs, as the sweep fits it (run_epoch_batches in the rows)
     assert model is not None, f"{name}: too few first-round trials to fit"
     errors = []
     print(f"  fitted to {len(first)} first-round trials: fetch {model.fetch_cpu_ms_per_sample:.3f} ms CPU + "
@@ -90,7 +88,7 @@ def judge(name: str, records: list[Record], epoch_batches: int | None) -> list[f
     print(f"  {'num_workers, prefetch, persistent':<36} {'measured':>9} {'predicted':>9}  error   from")
     for r in sorted(records, key=key):
         if r in first:
-            others = fit([o for o in first if o is not r], epoch_batches=epoch_batches)
+            others = fit([o for o in first if o is not r])
             if others is None:
                 continue
             guess, how = others.predict(r.to_dict()).throughput, "first round, the others"
@@ -121,19 +119,14 @@ def main() -> int:
     everything: list[float] = []
     per: dict[str, tuple[float, float]] = {}
     for name in names:
-        if name == "demo":
-            config = DEMO
-            epoch_batches = yaml.safe_load(DEMO.read_text())["measure"].get("epoch_batches")
-        else:
-            config = write_config(work, name, PIPELINES[name], False)
-            epoch_batches = yaml.safe_load(config.read_text())["measure"].get("epoch_batches")
+        config = DEMO if name == "demo" else write_config(work, name, PIPELINES[name], False)
         out = work / f"{name}-grid.csv"
         if args.reuse is None:
             seconds = measure_grid(name, config, out, args.repeats)
             print(f"\n{name}: grid measured in {seconds:.0f} s ({args.repeats} processes a trial)")
         else:
             print(f"\n{name}: grid read from {out}")
-        errors = judge(name, read_records(out), epoch_batches)
+        errors = judge(name, read_records(out))
         everything += errors
         per[name] = (statistics.median(errors), max(errors))
     median, worst = statistics.median(everything), max(everything)

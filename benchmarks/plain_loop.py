@@ -10,17 +10,26 @@ none for workers that are not persistent when an epoch is no longer than the win
 not counted; the next `measure.batches`
 are, and it prints their samples per second as one JSON line. Nothing of loadtune is used.
 
+With `--epochs N` it judges over whole epochs instead, as a training run sees them: the same
+DataLoader, one whole epoch run uncounted (the workers' first start, the page cache warming),
+then N whole epochs timed back to back, each from `iter(loader)` to its end with the step
+after every batch, so every epoch start (and the restart of workers that are not persistent)
+is in the time; `measure.epoch_batches` and the warm-up settings are not used.
+
     python benchmarks/plain_loop.py CONFIG.yaml '{"num_workers": 2, "prefetch_factor": 4}'
+    python benchmarks/plain_loop.py CONFIG.yaml '{"num_workers": 2}' --epochs 3
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import importlib.util
 import inspect
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,16 +94,33 @@ def samples_in(batch: Any) -> int:
     return int(first.shape[0])
 
 
-def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
-    import torch
+@dataclass
+class Loop:
+    """What a training script has: its DataLoader, its step, and the config's measure block."""
+
+    loader: Any
+    step: Callable[[Any], None]
+    kwargs: dict[str, Any]
+    measure: dict[str, Any]
+
+
+def build(config_path: Path, settings: dict[str, Any]) -> Loop:
     from torch.utils.data import DataLoader
 
     config = yaml.safe_load(config_path.read_text())
     base_dir = config_path.parent
     dataset = load_callable(config["dataset"]["factory"], base_dir)(**(config["dataset"].get("kwargs") or {}))
     step = build_step(config["step"], base_dir)
-    measure = config.get("measure") or {}
     kwargs = loader_kwargs(dict(config.get("loader") or {}), settings)
+    return Loop(DataLoader(dataset, **kwargs), step, kwargs, config.get("measure") or {})
+
+
+def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """`measure.batches` batches counted after the warm-up, a new iterator every `measure.epoch_batches`."""
+    import torch
+
+    built = build(config_path, settings)
+    loader, step, kwargs, measure = built.loader, built.step, built.kwargs, built.measure
     warmup = max(int(measure.get("warmup_batches", 5)), 1)
     # The sweep's warm-up (docs/reference.md, measure.warmup_batches_per_worker): a few batches more for
     # each worker, whose first batches come slower, for at most warmup_per_worker_max_s.
@@ -102,7 +128,6 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
     extra_max_s = float(measure.get("warmup_per_worker_max_s", 0.3))
     batches = int(measure.get("batches", 50))
     epoch_batches = measure.get("epoch_batches")
-    loader = DataLoader(dataset, **kwargs)
     # No extra batches for workers started again every epoch when an epoch is no longer than the window.
     try:
         epoch = len(loader)
@@ -146,11 +171,40 @@ def run(config_path: Path, settings: dict[str, Any]) -> dict[str, Any]:
             "torch_threads": torch.get_num_threads(), "loader": {k: v for k, v in kwargs.items()}}
 
 
+def run_epochs(config_path: Path, settings: dict[str, Any], epochs: int) -> dict[str, Any]:
+    """One whole epoch uncounted, then `epochs` whole epochs timed back to back, epoch starts included."""
+    import torch
+
+    built = build(config_path, settings)
+    loader, step = built.loader, built.step
+    for batch in loader:  # the workers' first start and the page cache warming: not counted
+        step(batch)
+    samples = batches = 0
+    start = time.perf_counter()
+    for _ in range(epochs):
+        # A new iterator each epoch, run to its end: workers that are not persistent shut down at
+        # the end of one epoch and start again at the next, inside the time, as in training.
+        for batch in loader:
+            step(batch)
+            samples += samples_in(batch)
+            batches += 1
+    seconds = time.perf_counter() - start
+    return {"samples_per_s": samples / seconds, "seconds": seconds, "batches": batches, "epochs": epochs,
+            "torch_threads": torch.get_num_threads(), "loader": dict(built.kwargs)}
+
+
 def main() -> int:
-    if len(sys.argv) != 3:
-        print(__doc__, file=sys.stderr)
-        return 2
-    result = run(Path(sys.argv[1]).resolve(), json.loads(sys.argv[2]))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", type=Path, help="a loadtune config (YAML)")
+    parser.add_argument("settings", type=json.loads, help="DataLoader settings over the config's loader block, "
+                                                          "as a JSON object")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="time this many whole epochs after one uncounted, instead of measure.batches")
+    args = parser.parse_args()
+    if args.epochs is not None and args.epochs < 1:
+        parser.error("--epochs must be 1 or more")
+    config = args.config.resolve()
+    result = run(config, args.settings) if args.epochs is None else run_epochs(config, args.settings, args.epochs)
     print(json.dumps(result, default=str))
     return 0
 

@@ -94,6 +94,10 @@ class _ProgressView:
             if event.resumed:
                 self.console.print(f"Resuming: {event.resumed} trials kept from that file", highlight=False,
                                    markup=False)
+            if event.older:
+                self.console.print(f"Resuming: {event.older} rows of that file measured again: an older loadtune "
+                                   "wrote them, weighing epoch starts by its windows, not the run's epochs",
+                                   highlight=False, markup=False)
             self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
         elif isinstance(event, events.RunsPlanned):

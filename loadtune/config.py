@@ -108,6 +108,9 @@ class MeasureSpec(_Model):
     warmup_per_worker_max_s: float = Field(default=WARMUP_PER_WORKER_MAX_S, ge=0)
     batches: int = Field(default=50, ge=1)
     epoch_batches: Optional[int] = Field(default=None, ge=1)
+    # Batches per epoch in the training run, by which the ranking weighs each epoch's start
+    # (null: the DataLoader's own length, at the sweep's scale).
+    run_epoch_batches: Optional[int] = Field(default=None, ge=1)
     repeats: int = Field(default=3, ge=1)  # the most repeats any trial gets
     min_repeats: int = Field(default=1, ge=1)  # what every trial gets first
     tolerance: float = Field(default=TOLERANCE, ge=0, lt=1)  # practical-equivalence margin, share of throughput
@@ -239,7 +242,7 @@ def config_sha(config: Config, *, repeats: bool = True) -> str:
     # Keys added since the first results format change no hash while left at their default.
     exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
     at_default = {"warmup_batches_per_worker": WARMUP_BATCHES_PER_WORKER,
-                  "warmup_per_worker_max_s": WARMUP_PER_WORKER_MAX_S}
+                  "warmup_per_worker_max_s": WARMUP_PER_WORKER_MAX_S, "run_epoch_batches": None}
     exclude["measure"] = exclude["measure"] | {k for k, v in at_default.items() if getattr(config.measure, k) == v}
     try:
         data = config.model_dump(mode="json", exclude=exclude)

@@ -43,7 +43,6 @@ class RankBy(Word):
 class EndedBy(Word):
     """What ended the racing when the pick was not decided."""
 
-    SHORTFALL = "shortfall"  # the pick's expected shortfall came within the tolerance
     BUDGET = "budget"  # --budget ran out
     REPEATS = "repeats"  # measure.repeats ran out
     KEPT = "kept"  # a contender kept from the file by --resume without its raw samples

@@ -61,9 +61,22 @@ class Window:
     # tensor) and in a combination of ranks, whose keys stay in each rank's own Measurement.
     keys: tuple[int, ...] = ()
     labels: tuple[int, ...] = ()
+    # Where in its epoch the window's first batch was (0: the first batch of an epoch); each
+    # later batch's place follows from it and epoch_start. None: not known (older files).
+    epoch_pos: int | None = None
 
     def __len__(self) -> int:
         return len(self.wait_s)
+
+    def positions(self) -> tuple[int | None, ...]:
+        """Each batch's place in its epoch (0 at an epoch start); None before the window's first
+        epoch start where epoch_pos is unknown."""
+        out: list[int | None] = []
+        at = None if self.epoch_pos is None else self.epoch_pos - 1
+        for start in self.epoch_start:
+            at = 0 if start else (at + 1 if at is not None else None)
+            out.append(at)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -155,6 +168,13 @@ class Measurement:
     # A map-style dataset's sampler, each epoch this process started (warm-up included); empty
     # for an IterableDataset and in a combination of ranks (each rank's stay in its own).
     sampled: tuple[SamplerEpoch, ...] = ()
+    # Batches in one whole epoch of the DataLoader (its len(), per rank; the training run's epoch),
+    # and in each epoch the windows saw (measure.epoch_batches, or whole epochs); None: unknown.
+    dataset_batches: int | None = None
+    window_epoch_batches: int | None = None
+    # Its DataLoader starts its workers again at each epoch (workers, not persistent): an epoch's
+    # start then costs what the trial's first batch did.
+    restarts_workers: bool = False
 
 
 def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:
@@ -190,6 +210,7 @@ def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
             wait_cpu_s=mean("wait_cpu_s") if all(len(w.wait_cpu_s) == len(w) for w in parts) else (),
             cpu=_summed_cpu([w.cpu for w in parts]),
             loaders=tuple(use for w in parts for use in w.loaders),
+            epoch_pos=parts[0].epoch_pos,
         ))
     pinned = [m.pinned for m in per_rank]
     return Measurement(
@@ -201,4 +222,7 @@ def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
         warmup_batches=max(m.warmup_batches for m in per_rank),
         setup_s=max(m.setup_s for m in per_rank),
         ranks=tuple(per_rank),
+        dataset_batches=per_rank[0].dataset_batches,
+        window_epoch_batches=per_rank[0].window_epoch_batches,
+        restarts_workers=per_rank[0].restarts_workers,
     )

@@ -96,14 +96,16 @@ measure:
   warmup_per_worker_max_s: 0.3  # the most seconds those take (long batches dilute the
                                # slowness). Default: 0.3.
   batches: 10                  # counted batches per repeat. Default: 50.
-  epoch_batches: null          # start a new epoch (new iterator) every N batches, so worker
-                               # start-up shows; null: at the dataset's end. Default: null.
+  epoch_batches: null          # end an epoch every N batches, so epoch starts show; null:
+                               # at the dataset's end. Default: null.
+  run_epoch_batches: null      # batches per epoch in your training run: each epoch start
+                               # counts once per that many; null: the DataLoader's length.
   repeats: 2                   # the most independent repeats a trial gets (racing gives
                                # them to the close contenders). Default: 3.
   min_repeats: 1               # repeats every trial gets first; trials clearly behind stop
                                # there. Default: 1.
-  tolerance: 0.03              # trials shown within this share of the best's throughput are
-                               # tied; the cheapest tied one is recommended. Default: 0.03.
+  tolerance: 0.03              # trials within this share of the best's throughput (shown, or
+                               # expected) are tied; the cheapest is recommended. Default: 0.03.
   budget_s: null               # seconds after which racing adds no more repeats. Default: null.
   max_outside_cpu: 0.25        # share of the cores other processes may use during a window
                                # before it is measured again. Default: 0.25.

@@ -479,7 +479,8 @@ CONTRACT_NAMES = [
     "`dataset.factory`", "train_dataloader()",
     "loadtune.sweep(config, *, out=None, overrides=None, **options)", "`.rows`", "`.frame`", "`.recommended`",
     "`.loader_kwargs`", "`strategy`", "`configs/remote.yaml`", "`make lint`",
-    "| 130 |", "| 3 |", "`format_version`", "The format version is **3**",
+    "| 130 |", "| 3 |", "`format_version`", "The format version is **4**",
+    "`measure.run_epoch_batches`", "`window_throughput`", "`run_epoch_batches`", "`equal`",
 ]
 
 

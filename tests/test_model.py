@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import zlib
 
 import pytest
 
@@ -27,8 +28,7 @@ TRUTH = PipelineModel(
     fetch_cpu_ms_per_sample=0.25, fetch_wait_ms_per_sample=1.0, main_fetch_ms_per_sample=1.25,
     handover_ms_per_sample=0.05, step_ms_per_sample=0.6, step_cpu_ms_per_sample=0.1, h2d_ms=0.0, h2d_pinned_ms=0.0,
     worker_start_ms=30.0, worker_start_per_worker_ms=10.0, persistent_resume_ms=2.0, cores=CORES,
-    fetch_cv=0.3, oversubscription=0.0, worker_put_ms=0.5, core_share=1.0, dataset_len=DATASET_LEN,
-    epoch_batches=None)
+    fetch_cv=0.3, oversubscription=0.0, worker_put_ms=0.5, core_share=1.0, dataset_len=DATASET_LEN)
 
 
 def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persistent: bool = False,
@@ -124,21 +124,20 @@ def test_simulation_matches_the_facts_note_model():
     assert alone.period_ms == pytest.approx(batch_cost + step)
 
 
-def test_simulation_counts_epoch_starts_and_the_cut():
-    """Each epoch's start-up is paid once per epoch; epochs cut before the dataset's end throw
-    away the batches already sent out, and persistent workers wait for them."""
+def test_simulation_counts_epoch_starts():
+    """Each epoch's start-up is paid once per epoch."""
     steady = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 0.0, 20)
     started = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 100.0, 20)
     assert started.period_ms == pytest.approx(steady.period_ms + 100.0 / 20, rel=1e-6)
-    kept = simulate(2, 4, True, 30.0, 0.0, 0.0, 10.0, 0.0, 20, cut=True)
-    whole = simulate(2, 4, True, 30.0, 0.0, 0.0, 10.0, 0.0, 20, cut=False)
-    assert kept.period_ms > whole.period_ms
-    assert kept.worker_share > whole.worker_share
+    longer = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 100.0, 200)
+    longer_steady = simulate(2, 2, False, 4.0, 0.0, 0.0, 10.0, 0.0, 200)
+    assert longer.period_ms == pytest.approx(longer_steady.period_ms + 100.0 / 200, rel=1e-3), \
+        "a longer epoch spreads the same start over more batches"
 
 
 def test_busy_threads_beyond_the_cores_slow_the_pace():
     """Fetches that are CPU work: more workers than cores gain nothing over as many as cores."""
-    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0, epoch_batches=None,
+    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0,
                               dataset_len=None)
     kw = {"prefetch_factor": 2, "batch_size": BATCH}
     two, six = (cpu.predict({**kw, "num_workers": w}).throughput for w in (2, 6))
@@ -158,7 +157,7 @@ def test_prediction_error_reads_only_predictions_made_before():
 # --- the strategy on a fake measurer whose truth is a model ------------------------------------
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4], "persistent_workers": [False, True]}
-TRUE_PIPELINE = dataclasses.replace(TRUTH, dataset_len=DATASET_LEN, epoch_batches=None)
+TRUE_PIPELINE = dataclasses.replace(TRUTH, dataset_len=DATASET_LEN)
 
 
 def config() -> Config:
@@ -207,6 +206,9 @@ class ModelMeasurer:
 
     def held_out_error(self):
         return leave_one_out_error(list(self.records.values()), DATASET_LEN)
+
+    def error(self):
+        return self.held_out_error()
 
     def fell_back(self, error):
         self.fell = error
@@ -304,3 +306,42 @@ def test_fetch_hidden_only_where_workers_keep_ahead_of_the_loop():
     cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0)
     crowded = cpu.predict({**kw, "num_workers": 6})
     assert crowded.cpu_bound and not crowded.fetch_hidden
+
+
+class Mispredicted(ModelMeasurer):
+    """Processes a few percent off in turn (so the model's own error shows), and one config 8%
+    faster than any mechanism the model has would say: the true best, predicted level with its
+    neighbours."""
+
+    BOOSTED = "num_workers=2, prefetch_factor=4, persistent_workers=true"
+
+    def __call__(self, trials, round_no):
+        new = [t.name for t in trials if t.name not in self.records]
+        out = dict(super().__call__(trials, round_no))
+        for name in new:
+            if name in self.records:
+                luck = (1.08 if name == self.BOOSTED else 1.0) * (0.96, 1.0, 1.04)[zlib.crc32(name.encode()) % 3]
+                self.records[name] = dataclasses.replace(self.records[name],
+                                                         throughput=self.records[name].throughput * luck)
+                out[name] = self._scored(name)
+        return out
+
+
+def test_pruning_measures_the_true_best_the_model_mispredicts():
+    """The boosted config is predicted within a percent or two of the cheapest pick: a point
+    prediction rules it out, the model's own error (several percent here) does not."""
+    cfg = config()
+    found = Mispredicted(TRUE_PIPELINE)
+    run_model(cfg, False, found, modeler=found)
+    assert found.error() > 0.01
+    assert Mispredicted.BOOSTED in found.measured
+    scores = {n: found._scored(n) for n in found.records}
+    assert pick(list(scores.values()), 0.03).name == Mispredicted.BOOSTED
+
+    class PointPredictions(Mispredicted):
+        def error(self):
+            return 0.0
+
+    blind = PointPredictions(TRUE_PIPELINE)
+    run_model(cfg, False, blind, modeler=blind)
+    assert Mispredicted.BOOSTED not in blind.measured, "the case this guards: ruled out on a point prediction"

@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from loadtune.kinds import EndedBy, Status
+from loadtune.kinds import Status
 from loadtune.options import SweepOptions
 from loadtune.results.record import read_records
 from loadtune.results.samples import samples_file
@@ -79,12 +79,11 @@ def test_a_kept_trial_is_raced_further_with_more_repeats(write_config, tmp_path)
     config = write_config(CONFIG)
     first = SameMeasurements()
     result = sweep(config, tmp_path / "out.csv", first, repeats=2)
-    assert result.decision.ended_by == EndedBy.SHORTFALL, "racing ended on a small expected shortfall"
     before = {r.trial: r for r in result.records}
     assert {r.repeats for r in before.values() if r.ran} == {1, 2}, "the ideal once, the rest at repeats=2"
     more = SameMeasurements()
     more.calls = dict(first.calls)  # the same machine: the next repeat is the third
-    # Racing ended on a small expected shortfall; more repeats and a smaller tolerance race it on.
+    # More repeats and a smaller tolerance race the kept contenders on.
     resumed = sweep(config, tmp_path / "out.csv", more, resume=True, repeats=4, tolerance=0.002)
     assert resumed.decision.repeats == 4
     after = {r.trial: r for r in resumed.records}

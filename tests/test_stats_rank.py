@@ -126,6 +126,12 @@ def test_the_spread_between_processes_is_pooled_over_the_trials_with_two_repeats
     assert pooled_noise([lone]) is None
 
 
+def rerun_half(sd: float, t: float, repeats: int) -> float:
+    """Half the log width of the interval a rerun lands in: t standard errors of a difference of
+    two estimates of `repeats` processes each."""
+    return t * sd * np.sqrt(2 / repeats)
+
+
 def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     one = Measurement(0.1, (steady(200.0),))
     alone = summarize(one)
@@ -133,18 +139,39 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     noise = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=6)
     widened = summarize(one, noise=noise)
     assert widened.throughput.mean == alone.throughput.mean
-    # Student's t with 6 degrees of freedom: 2.447 standard deviations each side (1.96 were the
-    # spread known exactly): 5% of 200 samples/s over sqrt(1) repeat.
-    assert 200 - widened.throughput.lo == pytest.approx(200 * 2.447 * 0.05, rel=0.06)
-    assert widened.throughput.hi - 200 == pytest.approx(200 * 2.447 * 0.05, rel=0.06)
+    # The config's own draws: 5% of 200 samples/s over sqrt(1) repeat, Student's t with 6 degrees
+    # of freedom (2.447 standard deviations each side, 1.96 were the spread known exactly).
+    assert np.log(widened.throughput_draws / 200).std() == pytest.approx(0.05 * np.sqrt(6 / 4), rel=0.1)
+    # Its interval is where a rerun's estimate lands: the difference of two such estimates.
+    assert np.log(200 / widened.throughput.lo) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
+    assert np.log(widened.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
     known = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=10_000))
-    assert known.throughput.hi - 200 == pytest.approx(200 * 1.96 * 0.05, rel=0.06)
+    assert np.log(known.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 1.96, 1), rel=0.06)
     guessed = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=2))
-    assert guessed.throughput.hi - 200 == pytest.approx(200 * 4.303 * 0.05, rel=0.15), \
+    assert np.log(guessed.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 4.303, 1), rel=0.15), \
         "a spread pooled from two repeats' differences is barely known: t with 2 degrees of freedom"
     assert 0.0 <= widened.wait_ratio.lo < 0.2 < widened.wait_ratio.hi <= 1.0
+    assert widened.wait_ratio.hi - 0.2 == pytest.approx(rerun_half(0.02, 2.447, 1), rel=0.06)
     four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise)
     assert four.throughput.relative_spread == pytest.approx(widened.throughput.relative_spread / 2, rel=0.1), \
         "the spread of a mean of 4 repeats is half that of one"
-    many = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(5))), noise=noise)
-    assert many.throughput.relative_spread < 0.001, "with 5 repeats the repeats' own bootstrap decides"
+    same = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(5))))
+    assert same.throughput.relative_spread < 0.001, "five processes that agree, with no sweep around them"
+
+
+def test_the_interval_holds_a_reruns_estimate_as_often_as_its_level_says():
+    """Made-up processes: each a config's true 200 samples/s times its own luck (8% log spread);
+    a run measures a trial in 1 to 3 of them, with the spread pooled over 6 trials of 3. Across
+    many pairs of runs, one run's 95% interval holds the other's estimate about 95% of the time."""
+    rng = np.random.default_rng(7)
+    held = pairs = 0
+    for _ in range(300):
+        noise_trials = [Measurement(0.1, tuple(steady(200.0 * np.exp(rng.normal(0, 0.08))) for _ in range(3)))
+                        for _ in range(6)]
+        noise = pooled_noise(noise_trials)
+        repeats = int(rng.integers(1, 4))
+        runs = [summarize(Measurement(0.1, tuple(steady(200.0 * np.exp(rng.normal(0, 0.08)))
+                                                 for _ in range(repeats))), noise=noise) for _ in range(2)]
+        held += runs[0].throughput.lo <= runs[1].throughput.mean <= runs[0].throughput.hi
+        pairs += 1
+    assert 0.90 <= held / pairs <= 0.995

@@ -188,6 +188,28 @@ def test_the_picks_advice_is_measured_on_top_of_it_and_marked():
     assert [v.trial.name for v in again if v.trial.asked_by] == ["num_workers=4"], "one mechanism for all"
 
 
+def test_advice_that_changes_an_unswept_setting_is_never_measured():
+    """The verdict asks for in_order=False and a deeper prefetch: only what the config sweeps is
+    measured (in_order changes the batches' order; it is measured only where it is swept)."""
+    class Starved(FakeMeasurer):
+        def __call__(self, trials, round_no):
+            out = super().__call__(trials, round_no)
+            for t in trials:
+                if out[t.name].ran:
+                    asks = ((("prefetch_factor", 16),), (("in_order", False),))
+                    out[t.name] = dataclasses.replace(out[t.name], suggests=asks)
+            return out
+
+    sweep = {"num_workers": [1, 2], "prefetch_factor": [2, 8]}
+    visits = run_ofat(config({"batch_size": 8, "num_workers": 1, "prefetch_factor": 2}, sweep), False, Starved())
+    assert all(v.trial.loader_kwargs.get("in_order", True) for v in visits), "in_order is not swept"
+    asked = {v.trial.name for v in visits if v.trial.asked_by}
+    assert asked and all("in_order" not in name for name in asked)
+    swept = run_ofat(config({"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
+                            {**sweep, "in_order": [True, False]}), False, Starved())
+    assert any(v.trial.loader_kwargs.get("in_order") is False for v in swept), "swept: measured"
+
+
 def test_ofat_sweeps_the_worker_count_again_once_another_key_moved():
     """Restarting workers every epoch costs more with more workers: without persistent workers 2
     beat 4, with them 4 is best. The worker count, swept in round 1, is swept again on top of

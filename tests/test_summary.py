@@ -66,7 +66,7 @@ def summary(decision: Decision | None, rows: list[Record] | None = None, **meta)
 
 
 UNDECIDED = Decision(False, 0.03, PICK, ("num_workers=2", "num_workers=3", "prefetch_factor=1"), 0.12,
-                     "racing ended", 0.028, ended_by="shortfall", spread=0.11, repeats=3)
+                     "racing ended", 0.028, ended_by="repeats", spread=0.11, repeats=3)
 
 
 def test_the_answer_when_not_decided():
@@ -75,7 +75,7 @@ def test_the_answer_when_not_decided():
                         "wait ratio 0.500 -> 0.500, 40% of the ideal.")
     assert lines[1] == ("Not sure: num_workers=2 or num_workers=3 (and 1 more) might still be up to 12% faster "
                         "(2.8% expected); repeats here differ by ±11% from process to process; to settle it, "
-                        "rerun with --tolerance 0.01 --repeats 6 --resume.")
+                        "rerun with --repeats 6 --resume.")
     assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
     assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
     assert len(lines) == 4
@@ -100,6 +100,22 @@ def test_the_answer_when_decided_or_tied():
         "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts, within this "
         "machine's ±6% between processes; this is the cheapest of them.")
     assert summary_lines(summary(None))[1].startswith("How sure: not raced")
+
+
+def test_configs_equal_within_the_noise_are_named_as_either_will_do():
+    equal = Decision(True, 0.03, PICK, spread=0.06, equal=("num_workers=2", "num_workers=3"))
+    assert summary_lines(summary(equal))[1] == (
+        "Sure: num_workers=2, num_workers=3 ran as fast within this machine's noise (±6% between processes here): "
+        "taking this one is expected to cost at most the 3% tolerance, and either will do; this one is the "
+        "cheapest; every other config is slower.")
+    from dataclasses import replace
+
+    line = summary_lines(summary(replace(UNDECIDED, equal=("num_workers=4",))))[1]
+    assert "; num_workers=4 ran as fast within this machine's noise (±11% between processes here)" in line
+    assert line.endswith("to settle it, rerun with --repeats 6 --resume.")
+    rows = {r.trial for r in summary(equal).trials}
+    assert [e["trial"] for e in summary(equal).to_json()["equal"]] == \
+        [name for name in ("num_workers=2", "num_workers=3") if name in rows], "each with its row's settings"
 
 
 def test_the_details_wait_for_verbose():

@@ -40,8 +40,10 @@ class Decision:
     gap: float = 0.0  # at most this share of throughput may be lost by the pick
     why: str = ""  # what ended the racing when undecided, in words
     expected: float | None = None  # the pick's largest expected shortfall against the undecided
-    remedy: str = "rerun with more --repeats (or a larger --budget) to settle it"
     ties: tuple[ModelTie, ...] = ()  # contenders the model and the data tied with the pick
     ended_by: EndedBy | None = None  # what ended the racing when undecided
     spread: float | None = None  # the spread between processes (log sd of a repeat's throughput)
     repeats: int = 0  # measure.repeats
+    # Contenders as good as the pick within this machine's noise (shown within the tolerance, or
+    # expected to cost it at most the tolerance), best first: either will do.
+    equal: tuple[str, ...] = ()

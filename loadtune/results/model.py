@@ -131,8 +131,7 @@ class PipelineModel:
     oversubscription: float  # extra CPU per busy thread beyond the cores, as a share (fitted)
     worker_put_ms: float  # a worker's CPU per batch beyond its fetch: putting it into shared memory (fitted)
     core_share: float  # what each core beyond the first adds for CPU-bound threads (fitted; < 1 on shared cores)
-    dataset_len: int | None  # for the epoch length of another batch size
-    epoch_batches: int | None  # measure.epoch_batches, when epochs were cut
+    dataset_len: int | None  # samples in one of the run's epochs (per rank), for any batch size's epoch length
     factors: tuple[tuple[str, str, float], ...] = ()  # (key, value, measured factor) of unexplained settings
     ranks: int = 1  # ranks it was fitted on, each with its own DataLoader on cores of its own
     trials: int = 0  # measured trials it was fitted to
@@ -141,16 +140,10 @@ class PipelineModel:
     # --- predicting --------------------------------------------------------------------------
 
     def epoch_length(self, batch_size: int) -> float:
-        """Batches per epoch for this batch size (inf when unknown: no epoch starts modelled)."""
-        if self.epoch_batches:
-            full = math.ceil(self.dataset_len / batch_size) if self.dataset_len else self.epoch_batches
-            return float(min(self.epoch_batches, full))
+        """Batches per epoch of the run for this batch size (inf when unknown: no epoch starts
+        modelled). Epochs end at the dataset's end, as in training: a sweep's figures are the
+        run's (loadtune.run_epochs), whatever its windows cut."""
         return float(math.ceil(self.dataset_len / batch_size)) if self.dataset_len else math.inf
-
-    def epoch_cut(self, batch_size: int) -> bool:
-        """Whether epochs end before the dataset does (measure.epoch_batches cuts them)."""
-        return bool(self.epoch_batches and self.dataset_len
-                    and self.epoch_batches < math.ceil(self.dataset_len / batch_size))
 
     def predict(self, kwargs: Mapping[str, Any], cores: float | None = None, step_scale: float = 1.0,
                 ranks: int | None = None) -> Prediction:
@@ -201,7 +194,7 @@ class Simulated:
 
 
 def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv: float, handover_ms: float,
-             step_ms: float, start_ms: float, epoch_batches: float, cut: bool = False) -> Simulated:
+             step_ms: float, start_ms: float, epoch_batches: float) -> Simulated:
     """The DataLoader's protocol over whole epochs, in ms.
 
     Batch j of an epoch goes to worker j mod W; the first prefetch × W indices go out when the
@@ -209,11 +202,10 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
     (to the same worker). The loop takes batches in order: it waits for batch j's worker, takes
     `handover_ms` to receive it, then steps for `step_ms`. Without persistent workers each
     epoch's workers start `start_ms` after its iterator is made (with them, that is the resume).
-    With `cut`, epochs end before the dataset does (measure.epoch_batches): see _drain.
     """
     n = int(min(epoch_batches, SIM_EPOCH_BATCHES)) if math.isfinite(epoch_batches) else SIM_EPOCH_BATCHES
     n = max(n, 1)
-    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms, cut)
+    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms)
     run = _Run(_draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4)), fetch_ms)
     epoch_t: list[float] = []
     mid = (0.0, 0.0)  # the last epoch's middle half: (its time, its batches)
@@ -249,7 +241,6 @@ class _Queue:
     handover_ms: float
     step_ms: float
     start_ms: float
-    cut: bool
 
 
 @dataclass
@@ -298,27 +289,7 @@ def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
         run.waits.append(got - run.t)
         received[j] = got
         run.t = got + queue.step_ms
-    if queue.cut:
-        _drain(run, queue, n, start, received, free)
     return received
-
-
-def _drain(run: _Run, queue: _Queue, n: int, start: float, received: list[float], free: list[float]) -> None:
-    """An epoch cut before the dataset's end: the batches already sent out past it are fetched
-    for nothing, and the next iterator waits for them (all of them with persistent workers,
-    which drain the old queue; the one each worker is on without)."""
-    depth = queue.prefetch * queue.workers
-    last = [0.0] * queue.workers
-    for j in range(n, n + depth):
-        k = j % queue.workers
-        sent = start if j < depth else received[j - depth]
-        began = max(sent, free[k])
-        took = run.fetch()
-        if queue.persistent or began <= run.t:
-            run.busy += took
-            free[k] = began + took
-            last[k] = free[k]
-    run.t = max([run.t, *(free if queue.persistent else last)])
 
 
 def _binomial(count: int, share: float) -> np.ndarray:
@@ -454,7 +425,7 @@ class _Pace:
     worker_stretch: float = 1.0  # how much a worker's CPU phases stretch
     main_stretch: float = 1.0  # and the training thread's
     period: float = 0.0  # per batch, simulated
-    wasted: float = 1.0  # work per useful batch, with the batches an epoch's cut throws away
+    wasted: float = 1.0  # work per useful batch (more where fetched batches go unused)
     fetch: float = 0.0  # a fetch's wall time, stretched
     main_wall: float = 0.0  # the loop's own time per batch (step, copy, hand-over)
     saturated: bool = False  # the cores are short even with no crowding
@@ -467,13 +438,12 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
     (switches, caches)."""
     pace = _Pace()
     workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
-    cut = model.epoch_cut(case.batch)
     for attempt in range(4):
         fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
         main_cpu = (case.step_cpu + handover) * pace.main_stretch
         main_wall = case.step - case.step_cpu + case.h2d + main_cpu
         sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
-                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch, cut)
+                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch)
         period = sim.period_ms
         useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
         pace.wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
@@ -511,8 +481,7 @@ def _first_fetch_ms(fetch_cpu: float, fetch_wait: float, workers: int, cores: fl
     return fetch_wait + fetch_cpu * max(1.0, workers / cores)
 
 
-def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
-                 epoch_batches: int | None) -> PipelineModel:
+def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> PipelineModel:
     """The figures each trial shows directly, combined over the trials (medians: one odd process
     moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
     fetch_cpu, fetch_wait = _fetch_figures(evidence)
@@ -533,7 +502,7 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None,
         step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu, h2d_ms=h2d, h2d_pinned_ms=h2d_pinned,
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
         cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
-        dataset_len=dataset_len, epoch_batches=epoch_batches, ranks=evidence[0].ranks, trials=len(evidence))
+        dataset_len=dataset_len, ranks=evidence[0].ranks, trials=len(evidence))
 
 
 def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
@@ -622,18 +591,29 @@ def _explained(e: Evidence, baseline: Mapping[str, Any]) -> bool:
     return all(e.settings.get(k) == baseline.get(k) for k in e.settings if k not in MECHANISM_KEYS)
 
 
-def fit(records: Sequence[Record], dataset_len: int | None = None, epoch_batches: int | None = None,
+def run_epoch_samples(records: Sequence[Record]) -> int | None:
+    """Samples in one of the training run's epochs (per rank): from the epoch the records' figures
+    weigh starts by (run_epoch_batches, in batches of each record's size), else the dataset's
+    length (files written before that column)."""
+    weighed = [r.run_epoch_batches * r.batch_size for r in records if r.run_epoch_batches and r.batch_size]
+    if weighed:
+        return int(statistics.median(weighed))
+    return next((r.dataset_len for r in records if r.dataset_len), None)
+
+
+def fit(records: Sequence[Record], dataset_len: int | None = None,
         baseline: Mapping[str, Any] | None = None) -> PipelineModel | None:
     """The model fitted to every measured record at once, or None with fewer than
-    MIN_TRIALS_TO_FIT. `baseline` holds the settings unexplained keys are factors against
-    (default: the most common value of each among the records)."""
+    MIN_TRIALS_TO_FIT. `dataset_len`: samples in one of the run's epochs (default: what the
+    records say, run_epoch_samples). `baseline` holds the settings unexplained keys are factors
+    against (default: the most common value of each among the records)."""
     evidence = [e for r in records if (e := evidence_of(r)) is not None]
     if len(evidence) < MIN_TRIALS_TO_FIT:
         return None
     if dataset_len is None:
-        dataset_len = next((r.dataset_len for r in records if r.dataset_len), None)
+        dataset_len = run_epoch_samples(records)
     base = _factor_baseline(evidence, baseline)
-    model = base_figures(evidence, dataset_len, epoch_batches)
+    model = base_figures(evidence, dataset_len)
     # The fitted figures from the trials the mechanism alone should explain.
     model = _fitted(model, _search(model, [e for e in evidence if _explained(e, base)] or evidence))
     model = replace(model, factors=_factors(model, evidence, base))
@@ -733,8 +713,7 @@ def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> 
     return any(e.workers * share + 1 > e.cores for e in evidence if e.workers)
 
 
-def leave_one_out_error(records: Sequence[Record], dataset_len: int | None = None,
-                        epoch_batches: int | None = None) -> float | None:
+def leave_one_out_error(records: Sequence[Record], dataset_len: int | None = None) -> float | None:
     """Median |predicted / measured - 1| of each measured trial, predicted by the model fitted to
     the others: how well the model predicts a trial it was not fitted to. None with too few."""
     usable = [r for r in records if evidence_of(r) is not None]
@@ -742,7 +721,7 @@ def leave_one_out_error(records: Sequence[Record], dataset_len: int | None = Non
         return None
     errors = []
     for i, record in enumerate(usable):
-        model = fit(usable[:i] + usable[i + 1:], dataset_len, epoch_batches)
+        model = fit(usable[:i] + usable[i + 1:], dataset_len or run_epoch_samples(usable))
         if model is None:
             continue
         evidence = evidence_of(record)

@@ -24,7 +24,10 @@ from loadtune.results.interval import Interval
 if TYPE_CHECKING:
     import pandas
 
-FORMAT_VERSION = 3  # 1: before this column existed (migrated below); 2: before the predicted columns and rows
+# 1: before this column existed (migrated below); 2: before the predicted columns and rows; 3: before
+# throughput and wait_ratio were the training run's (epoch starts weighed by run_epoch_batches).
+FORMAT_VERSION = 4
+RUN_FIGURES_FORMAT = 4  # the first version whose figures are the training run's: what a sweep may resume
 INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
 TRUE_TEXT = frozenset({"true", "yes", "1"})
 FALSE_TEXT = frozenset({"false", "no", "0"})
@@ -206,6 +209,10 @@ class Record(_Table):
     # figures of a `predicted` row, a config of the space that was never measured.
     predicted_throughput: float | None = _col(FLOAT, 2)
     predicted_wait_ratio: float | None = _col(FLOAT, 4)
+    # samples/s over the counted batches as measured (each epoch start weighed by the windows' own
+    # epochs); throughput is the run's: each start weighed by run_epoch_batches, the run's epoch.
+    window_throughput: float | None = _col(FLOAT, 2)
+    run_epoch_batches: int | None = _col(INT)
     format_version: int | None = _col(INT)
 
     @property

@@ -277,6 +277,13 @@ class Summary:
         return out
 
     @property
+    def equal_records(self) -> list[Record]:
+        """The trials as good as the pick within this machine's noise (either will do)."""
+        names = self.decision.equal if self.decision is not None else ()
+        by_name = {r.trial: r for r in self.trials}
+        return [by_name[name] for name in names if name in by_name]
+
+    @property
     def decided(self) -> bool | None:
         return self.decision.decided if self.decision is not None else None
 
@@ -292,6 +299,7 @@ class Summary:
             "undecided": list(self.decision.undecided) if self.decision is not None else [],
             "at_most_lost": self.decision.gap if self.decision is not None else None,
             "expected_lost": self.decision.expected if self.decision is not None else None,
+            "equal": [brief(r) for r in self.equal_records],
             "advice_measured": self.advice_measured,
             "source": self.source,
             "loader_kwargs": self.loader_kwargs,
@@ -365,7 +373,7 @@ def summary_lines(info: Summary) -> list[str]:
         if info.data is not None and info.data.flagged:
             return ["No trial can be recommended: the data check flagged every trial that ran.", *data]
         return ["No trial ran successfully: see the reason column of the CSV (loadtune report shows it)."]
-    lines = [_recommended_line(info, chosen, base), _sure_line(info, chosen)]
+    lines = [_recommended_line(info, chosen, base) + behaviour_changed(info.change), _sure_line(info, chosen)]
     if info.source != "dataset" and info.change is not None:
         what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
         lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
@@ -378,6 +386,19 @@ def summary_lines(info: Summary) -> list[str]:
     lines.extend(_ranks_lines(info, chosen))
     lines.extend(_travel_lines(info) if info.travel else [])
     return lines
+
+
+# Settings whose change alters what the training run does, not only how fast it is fed: a pick
+# that changes one says so.
+BEHAVIOUR = {"in_order": "batches may come out of order", "drop_last": "the last incomplete batch is dropped or kept",
+             "shuffle": "the order of samples changes", "batch_size": "the model trains on batches of another size",
+             "sampler": "other samples are drawn", "batch_sampler": "other batches are drawn"}
+
+
+def behaviour_changed(change: Mapping[str, Any] | None) -> str:
+    """The settings of a change that alter the training run's behaviour, as one clause ('' when none)."""
+    named = [f"{key}={value!r} ({BEHAVIOUR[key]})" for key, value in (change or {}).items() if key in BEHAVIOUR]
+    return f" It changes behaviour: {'; '.join(named)}." if named else ""
 
 
 def _recommended_line(info: Summary, chosen: Record, base: Record | None) -> str:
@@ -407,14 +428,28 @@ def _settle(decision: Decision) -> str:
     more = max(2 * (decision.repeats or 1), 5)
     if decision.ended_by == EndedBy.KEPT:
         return "rerun without --resume (racing measures no trial kept from the file again)"
-    if decision.ended_by == EndedBy.SHORTFALL:
-        # Racing stopped because the expected loss was already within the tolerance: a smaller
-        # one races on, with room for the repeats that takes.
-        return f"rerun with --tolerance {max(0.01, round(decision.tolerance / 3, 2)):g} --repeats {more} --resume"
     if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget and --resume"
-    # --resume keeps every repeat measured (its raw samples) and races the kept trials further.
+    # --resume keeps every repeat measured (its raw samples) and races the kept trials further,
+    # until each contender is shown behind or equal to the pick within this machine's noise.
     return f"rerun with --repeats {more} --resume"
+
+
+def _named(names: Sequence[str]) -> str:
+    """At most NAMED_SHORT names, and how many more."""
+    named = " or ".join(names[:NAMED_SHORT])
+    more = len(names) - NAMED_SHORT
+    return named + (f" (and {more} more)" if more > 0 else "")
+
+
+def _equal_words(decision: Decision) -> str:
+    """The configs as good as the pick within the noise, as one clause."""
+    names = decision.equal
+    listed = ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
+                                               else "")
+    within = f" (±{decision.spread:.0%} between processes here)" if decision.spread is not None else ""
+    return (f"{listed} ran as fast within this machine's noise{within}: taking this one is expected to cost at "
+            f"most the {decision.tolerance:.0%} tolerance, and either will do")
 
 
 def _sure_line(info: Summary, chosen: Record) -> str:
@@ -424,12 +459,10 @@ def _sure_line(info: Summary, chosen: Record) -> str:
         return "How sure: not raced (one repeat each); rerun with --repeats 3 or more to see the spread."
     tol = f"{decision.tolerance:.0%}"
     if not decision.decided:
-        named = " or ".join(decision.undecided[:NAMED_SHORT])
-        more = len(decision.undecided) - NAMED_SHORT
-        named += f" (and {more} more)" if more > 0 else ""
         expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
-        return (f"Not sure: {named} might still be up to {decision.gap:.0%} faster{expected}"
-                f"{_spread_words(decision.spread)}; to settle it, {_settle(decision)}.")
+        equal = f"; {_equal_words(decision)}" if decision.equal else ""
+        return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster{expected}"
+                f"{_spread_words(decision.spread)}{equal}; to settle it, {_settle(decision)}.")
     ties = decision.ties
     if ties:
         named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
@@ -437,6 +470,8 @@ def _sure_line(info: Summary, chosen: Record) -> str:
         spread = f"this machine's ±{ties[0].spread:.0%} between processes" if ties[0].spread_source == "processes" \
             else f"the model fit's ±{ties[0].spread:.0%} spread"
         return f"Sure: {named} ran as fast, as the model predicts, within {spread}; this is the cheapest of them."
+    if decision.equal:
+        return f"Sure: {_equal_words(decision)}; this one is the cheapest; every other config is slower."
     if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
         return (f"Sure: every other config is shown at most {tol} faster; {best.trial} measured "
                 f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
@@ -453,8 +488,8 @@ def detail_lines(info: Summary) -> list[str]:
     decision = info.decision
     if chosen is not None and best and best.trial != chosen.trial:
         within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
-        lines.append(f"{best.trial} measured fastest; the recommendation is shown within {within} of it and is "
-                     "the cheapest such trial (fewest workers).")
+        lines.append(f"{best.trial} measured fastest; the recommendation is within {within} of it (shown, or "
+                     "expected to cost at most that) and is the cheapest such trial (fewest workers).")
     lines.extend(_tie_lines(decision.ties if decision is not None else ()))
     if decision is not None and not decision.decided:
         named = "; ".join(decision.undecided[:NAMED_UNDECIDED])
@@ -462,7 +497,7 @@ def detail_lines(info: Summary) -> list[str]:
         if more > 0:
             named += f" and {more} more (see the table)"
         lines.append(f"Not decided: {decision.why} while {named} could still be up to "
-                     f"{decision.gap:.0%} faster than the pick; {decision.remedy}.")
+                     f"{decision.gap:.0%} faster than the pick; to settle it, {_settle(decision)}.")
     for record in (base, chosen) if base is None or chosen is None or base.trial != chosen.trial else (base,):
         if record is not None and record.verdict:
             label = "baseline" if record is base else "recommended"
@@ -610,7 +645,7 @@ def repeat_lines(csv_path: Path, records: Sequence[Record]) -> list[str]:
         kept = stored.trials.get(r.trial or "")
         if kept is None or not r.ran or len(kept.measurements) != r.repeats:
             continue
-        figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept))
+        figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept, r.run_epoch_batches))
         lines.append(f"  {r.trial}: {figures}")
     return [f"Each repeat's samples/s ({samples_file(csv_path).name}):", *lines] if lines else []
 

@@ -389,11 +389,13 @@ def _stored(path: Path, version: int, top: dict[str, object]) -> StoredSamples:
     return StoredSamples(version, config_sha, host, float(scale), ranks, by_name)
 
 
-def repeat_throughputs(samples: TrialSamples) -> list[float]:
-    """Each repeat's samples per second over its counted batches, from its raw samples."""
-    out = []
-    for measurement in samples.measurements:
-        for window in measurement.windows:
-            period_s = sum(window.wait_s) + sum(window.h2d_s) + sum(window.step_s)
-            out.append(sum(window.samples) / period_s if period_s > 0 else math.nan)
-    return out
+def repeat_throughputs(samples: TrialSamples, run_epoch_batches: int | None = None) -> list[float]:
+    """Each repeat's samples per second from its raw samples, as the training run would see them
+    (loadtune.run_epochs: epoch starts weighed by `run_epoch_batches`, else the DataLoader's length)."""
+    from loadtune.run_epochs import run_figures
+
+    if not samples.measurements:
+        return []
+    first = samples.measurements[0]
+    every = dataclasses.replace(first, windows=tuple(w for m in samples.measurements for w in m.windows))
+    return [f.throughput for f in run_figures(every, run_epoch_batches)]

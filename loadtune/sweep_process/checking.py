@@ -7,6 +7,7 @@ import dataclasses
 from typing import Callable, Mapping
 
 from loadtune.kinds import Status
+from loadtune.measurement import Measurement
 from loadtune.results.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
 from loadtune.results.report import DataFindings, Flagged
 from loadtune.sweep_process.datacheck import (
@@ -45,8 +46,16 @@ class DataCheck:
         if run.delivered is None or run.delivered[0] != run.repeats:
             measurement = merged(run.measurements)
             run.delivered = (run.repeats, handed(sampled(measurement)),
-                             delivery(streams(measurement), self.key_kind, self.epoch_batches))
+                             delivery(streams(measurement), self.key_kind, self._cut(measurement)))
         return run.delivered[1], run.delivered[2]
+
+    def _cut(self, measurement: Measurement) -> int | None:
+        """The length epochs were cut at in the windows (an epoch that long may have been cut
+        short): the trial's own, where it says so, else measure.epoch_batches."""
+        window, whole = measurement.window_epoch_batches, measurement.dataset_batches
+        if window is None:
+            return self.epoch_batches
+        return window if whole is None or window < whole else None
 
     def check(self) -> None:
         """Each measured trial's data check against the reference (the baseline, unless it repeats

@@ -19,13 +19,12 @@ from loadtune.results.record import Record, rank_file, read_records
 from loadtune.results.report import OneRank, Summary, noise_warnings, summarize_sweep
 from loadtune.results.sweep import Decision, SweepResult
 from loadtune.results.transfer import settings_of, travel
-from loadtune.sweep_process.decide import Scored, order, throughput_ratio_interval
+from loadtune.sweep_process.decide import Scored, order, throughput_ratios
 from loadtune.sweep_process.racer import Racer
 from loadtune.sweep_process.ranking import rank
 from loadtune.sweep_process.records import apply_ranking
+from loadtune.sweep_process.stats import rerun_interval
 from loadtune.trials import BASELINE, IDEAL, Trial
-
-SPEEDUP_LEVEL = 0.95  # the confidence of the speedup's interval
 
 
 def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
@@ -104,14 +103,18 @@ def summarize(options: SweepOptions, spec: RunSpec, out_path: Path, records: Seq
                            baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
 
 
-def speedup_interval(scores: Mapping[str, Scored], trial: str | None,
-                     level: float = SPEEDUP_LEVEL) -> tuple[float | None, float | None]:
-    """An interval of `trial`'s throughput over the baseline's, from the two trials' bootstrap
-    draws (drawn independently); (None, None) where either has none."""
+def speedup_interval(scores: Mapping[str, Scored], trial: str | None) -> tuple[float | None, float | None]:
+    """The 95% interval a rerun's speedup of `trial` over the baseline lands in, from the two
+    trials' draws (drawn independently; see stats.rerun_interval); (None, None) where either has
+    none."""
     a, b = scores.get(trial or ""), scores.get(BASELINE)
-    if a is None or b is None or trial == BASELINE:
+    if a is None or b is None or trial == BASELINE or not a.ran or not b.ran:
         return None, None
-    return throughput_ratio_interval(a, b, level) or (None, None)
+    ratios = throughput_ratios(a, b)
+    if ratios is None:
+        return None, None
+    interval = rerun_interval(a.measured_throughput.mean / b.measured_throughput.mean, ratios)
+    return interval.lo, interval.hi
 
 
 def one_rank(spec: RunSpec) -> OneRank:

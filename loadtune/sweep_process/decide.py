@@ -1,14 +1,15 @@
 """Deciding between noisy configs: practical equivalence within a tolerance, and which trials
 to stop or to measure again (racing).
 
-"Not shown to differ" is not "shown to be as good": a trial is tied with the best only when
-the data show it within `tolerance` of it (the lower bound of the ratio of their throughputs,
-one-sided at 95%, at least 1 - tolerance, as in the two one-sided tests). A trial neither tied
-nor clearly behind is undecided: it asks for more repeats, not for a tie, while the pick's
-expected shortfall against it (the mean, over the two trials' draws, of what the pick would
-lose to it) is above the tolerance: once it is within, more repeats would buy less than the
-tolerance on average, and racing ends undecided. Pure functions over scores, so tests drive
-them with made-up numbers.
+"Not shown to differ" is not "shown to be as good". A trial is as good as the best when the data
+show it within `tolerance` of it (the lower bound of the ratio of their throughputs, one-sided
+at 95%, at least 1 - tolerance, as in the two one-sided tests), or when the pick is expected to
+lose at most the tolerance by taking it (the mean, over the two trials' draws, of what it would
+lose): at several percent of noise between processes, showing a tie within 3% takes dozens of
+processes, and configs that close are equal within this machine's noise: either will do. The
+pick is the cheapest of those; the others are the ties it names. A trial neither as good nor
+clearly behind is undecided: it asks for more repeats. Pure functions over scores, so tests
+drive them with made-up numbers.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def _paired(a: Draws | None, b: Draws | None) -> tuple[Draws, Draws] | None:
     return a, b
 
 
-def _throughput_ratios(a: Scored, b: Scored) -> Draws | None:
+def throughput_ratios(a: Scored, b: Scored) -> Draws | None:
     """throughput(a) / throughput(b) over the two trials' bootstrap draws (independent resamples
     of independent runs), where both have them."""
     paired = _paired(a.throughput_draws, b.throughput_draws)
@@ -106,7 +107,7 @@ def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     bound."""
     if a.name == b.name:
         return 1.0
-    ratios = _throughput_ratios(a, b)
+    ratios = throughput_ratios(a, b)
     at, bt = a.measured_throughput, b.measured_throughput
     if ratios is not None:
         bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
@@ -114,22 +115,11 @@ def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     return at.lo / bt.hi if bt.hi > 0 else 0.0
 
 
-def throughput_ratio_interval(a: Scored, b: Scored, level: float = 0.95) -> tuple[float, float] | None:
-    """The two-sided `level` interval of throughput(a) / throughput(b) from the two trials'
-    bootstrap draws; None where either has none."""
-    ratios = _throughput_ratios(a, b)
-    if ratios is None:
-        return None
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(ratios, [tail, 100 - tail])
-    return float(lo), float(hi)
-
-
 def throughput_ratio_upper(a: Scored, b: Scored) -> float:
     """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
     if a.name == b.name:
         return 1.0
-    ratios = _throughput_ratios(a, b)
+    ratios = throughput_ratios(a, b)
     at, bt = a.measured_throughput, b.measured_throughput
     if ratios is not None:
         bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
@@ -172,7 +162,7 @@ class Loss:
 
 
 def _throughput_losses(a: Scored, b: Scored) -> Draws | None:
-    ratios = _throughput_ratios(a, b)
+    ratios = throughput_ratios(a, b)
     return 1 - ratios if ratios is not None else None
 
 
@@ -211,6 +201,19 @@ def as_good(a: Scored, b: Scored, tolerance: float, by: RankBy = RankBy.THROUGHP
     return LOSSES[by].upper(a, b) <= tolerance
 
 
+def equal_within_noise(a: Scored, b: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
+    """Taking a instead of b is expected to lose at most the tolerance, over the two trials'
+    draws: they are equal within this machine's noise (False without draws)."""
+    shortfall = expected_shortfall(a, b, by)
+    return shortfall is not None and shortfall <= tolerance
+
+
+def acceptable(a: Scored, best: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT,
+               ties: Ties = frozenset()) -> bool:
+    """Good enough to pick in place of the best: shown as good as it, or equal within the noise."""
+    return as_good(a, best, tolerance, by, ties) or equal_within_noise(a, best, tolerance, by)
+
+
 def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
     """Shown behind the leader by more than the tolerance: the one-sided 95% upper bound of a's
     throughput over the leader's below 1 - tolerance (from both trials' draws; without them,
@@ -226,68 +229,79 @@ def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Score
 
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
          ties: Ties = frozenset()) -> Scored | None:
-    """The cheapest trial shown as good as the best, within the tolerance; None when none ran."""
+    """The cheapest trial acceptable in place of the best (shown as good, or equal within the
+    noise); None when none ran."""
     ranked = order(items, by)
     if not ranked:
         return None
-    good = [i for i in ranked if as_good(i, ranked[0], tolerance, by, ties)]
+    good = [i for i in ranked if acceptable(i, ranked[0], tolerance, by, ties)]
     return min(good, key=lambda i: i.cost)
 
 
 @dataclass(frozen=True)
 class RaceStep:
     """What racing does next: trials to stop (clearly behind), trials to measure again (the pick
-    and its strongest undecided rival), and whether the pick is decided (shown as good as every
-    other contender, within the tolerance)."""
+    and its strongest undecided rival), the trials equal to the pick (acceptable in its place),
+    and whether the pick is decided (every other contender is equal to it or clearly behind)."""
 
     pick: str | None
     stop: tuple[str, ...]
     again: tuple[str, ...]
     decided: bool
-    undecided: tuple[str, ...]  # contenders the pick is not yet shown as good as
+    undecided: tuple[str, ...]  # contenders the pick may lose more than the tolerance to
     gap: float  # at most this share of throughput may be left on the table by the pick
     expected: float | None = None  # the pick's largest expected shortfall against them (None: unknown)
-    settled: bool = False  # racing ends undecided: that expected shortfall is within the tolerance
+    equal: tuple[str, ...] = ()  # contenders as good as the pick within the noise, best first: either will do
+
+
+# Whether the pipeline model, off by at most its own error, predicts the first trial (by name)
+# ahead of the second by more than the tolerance.
+Disputes = Callable[[str, str], bool]
 
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: RankBy = RankBy.THROUGHPUT,
-              stopped: frozenset[str] = frozenset(), may_stop: bool = True, ties: Ties = frozenset()) -> RaceStep:
+              stopped: frozenset[str] = frozenset(), may_stop: bool = True, ties: Ties = frozenset(),
+              disputes: Disputes | None = None) -> RaceStep:
     """One step of the race among the trials that ran and were not stopped before: the pick and
     its strongest undecided rival are asked for one more repeat each. Repeats already at
     `max_repeats` (or kept from an earlier run, with none measured now: repeats 0) are not asked
-    for again. Without `may_stop`, none is stopped: the intervals cannot show yet how much whole
-    processes differ."""
+    for again. Without `may_stop`, none is stopped, and none is called equal or decided: the
+    intervals cannot show yet how much whole processes differ. A contender the model predicts
+    ahead of the pick (`disputes`) stays undecided whatever its few processes read: one slow
+    process would otherwise settle the question against it."""
     live = [i for i in order(items, by) if i.name not in stopped]
     if not live:
         return RaceStep(None, (), (), False, (), 0.0)
     leader = live[0]
     stop = tuple(i.name for i in live if may_stop and clearly_behind(i, leader, tolerance, by))
     live = [i for i in live if i.name not in stop]
-    chosen = pick(live, tolerance, by, ties)
+    chosen = pick(live, tolerance, by, ties) if may_stop else live[0]
     assert chosen is not None
+    equal = [i for i in live if i.name != chosen.name and may_stop and acceptable(i, leader, tolerance, by, ties)]
     enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
-    undecided = [i for i in live if i.name != chosen.name and not tied(chosen, i, ties)
-                 and (not as_good(chosen, i, tolerance, by) or min(i.repeats, chosen.repeats or enough) < enough)]
+    known = {chosen.name, *(i.name for i in equal)}
+    # What could still beat the pick: a contender it may lose more than the tolerance to. (One it
+    # is as good as, within the noise, never would; a cheaper one is not acceptable in place of
+    # the best, or it would be the pick.)
+    undecided = [i for i in live if i.name not in known
+                 and (not may_stop or not acceptable(chosen, i, tolerance, by, ties)
+                      or (disputes is not None and disputes(i.name, chosen.name)))]
     # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
     undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]
-    # A duel: the pick and its strongest rival, the undecided contender most likely to beat it.
-    # Repeats for weaker rivals rarely change the pick, and at a few percent of noise between
-    # processes each would take all its repeats; once the strongest rival and the pick are at
-    # their limit, racing ends, and the summary names what is still undecided.
+    # A duel: the pick and its strongest rival, the undecided contender most likely to be as
+    # good. Repeats for weaker rivals rarely change the pick, and at a few percent of noise
+    # between processes each would take all its repeats; once the strongest rival and the pick
+    # are at their limit, racing ends, and the summary names what is still undecided.
     rival = undecided[:1]
     again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
+    if not undecided and 0 < chosen.repeats < enough:
+        again = [chosen]  # one process alone does not show how much processes differ
     gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
-    # Racing also ends when the pick is expected to lose at most the tolerance to each of them:
-    # at several percent of noise between processes, showing a tie within 3% takes dozens of
-    # repeats, and each further repeat then buys less than the tolerance on average. Only once
-    # the intervals show the noise between processes (may_stop): before, they are too narrow.
     shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
     expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None  # None: any unknown
-    settled = bool(undecided) and may_stop and expected is not None and expected <= tolerance
-    if settled:
-        again = []
-    return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), not undecided,
-                    tuple(i.name for i in undecided), max(gap, tolerance), expected, settled)
+    decided = not undecided and may_stop and (chosen.repeats or enough) >= enough
+    return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), decided,
+                    tuple(i.name for i in undecided), max(gap, tolerance), expected, tuple(i.name for i in equal))
 
 
 def _shortfall(chosen: Scored, other: Scored, by: RankBy) -> float:

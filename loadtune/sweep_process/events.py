@@ -17,6 +17,7 @@ class SweepStarted:
     dataset_len: int | None
     out_path: Path
     resumed: int  # trials kept from an earlier run of the same sweep
+    older: int = 0  # rows of that run written by an older results format: measured again
 
 
 @dataclass(frozen=True)

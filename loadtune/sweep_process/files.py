@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 
 from loadtune.config import RunSpec
 from loadtune.errors import ResultsError
-from loadtune.results.record import RankRecord, Record, ResultsFile, rank_file, read_records
+from loadtune.results.record import RUN_FIGURES_FORMAT, RankRecord, Record, ResultsFile, rank_file, read_records
 from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
 from loadtune.trials import IDEAL
 
@@ -21,6 +21,7 @@ class SweepFiles:
     spec: RunSpec
     host: str
     kept: list[Record] = field(default_factory=list)  # kept from the CSV alone: figures as recorded
+    older: int = 0  # rows that would be kept but for their format: written before the run's figures
     kept_ranks: list[RankRecord] = field(default_factory=list)
     # Kept with their raw samples (and their records, when the CSV has them): measured as if in this sweep.
     stored: list[tuple[TrialSamples, Record | None]] = field(default_factory=list)
@@ -53,6 +54,8 @@ class SweepFiles:
                 self.stored.append((samples, row))
         names = {samples.trial for samples, _ in self.stored}
         self.kept = [r for r in resumable_records(earlier, self.spec, self.host) if r.trial not in names]
+        self.older = len([r for r in resumable_records(earlier, self.spec, self.host, any_format=True)
+                          if r.trial not in names]) - len(self.kept)
         kept_names = {r.trial for r in self.kept}
         if self.per_rank is not None and kept_names:
             self.kept_ranks = [r for r in read_records(rank_file(self.out_path), RankRecord)
@@ -69,9 +72,11 @@ class SweepFiles:
         return stored.trials.values()
 
     def _same_procedure(self, row: Record | None, repeats: int) -> bool:
-        """Measured as asked now: as many batches, no more repeats than allowed."""
+        """Measured as asked now: as many batches, no more repeats than allowed, by a loadtune that
+        measures the run's figures."""
         m = self.spec.config.measure
-        return row is not None and row.ran and row.batches == m.batches and 1 <= repeats <= m.repeats
+        return row is not None and row.ran and row.batches == m.batches and 1 <= repeats <= m.repeats \
+            and (row.format_version or 1) >= RUN_FIGURES_FORMAT
 
     def append(self, record: Record, rank_records: Sequence[RankRecord] = ()) -> None:
         """A trial's first record (and its ranks'), appended and flushed."""
@@ -92,15 +97,17 @@ class SweepFiles:
         self.samples.write(self.spec.samples_sha, self.host, self.spec.scale, self.spec.ranks, samples)
 
 
-def resumable_records(records: Iterable[Record], spec: RunSpec, host: str) -> list[Record]:
+def resumable_records(records: Iterable[Record], spec: RunSpec, host: str, any_format: bool = False) -> list[Record]:
     """The records of an earlier sweep that this one can keep: same config sha, scale,
     ranks and host, measured as asked now (status ok, at least min_repeats (the ideal reference:
-    one) and at most repeats repeats, as many batches)."""
+    one) and at most repeats repeats, as many batches), their figures the run's (files written
+    before RUN_FIGURES_FORMAT weighed epoch starts by the windows' epochs: measured again, unless
+    `any_format`)."""
     m = spec.config.measure
     return [r for r in records
             if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
             and r.ran and r.repeats is not None and (m.min_repeats <= r.repeats or r.trial == IDEAL)
             and r.repeats <= m.repeats
-            and r.batches == m.batches]
+            and r.batches == m.batches and (any_format or (r.format_version or 1) >= RUN_FIGURES_FORMAT)]
 
 

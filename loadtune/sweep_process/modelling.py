@@ -9,7 +9,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
-from loadtune.kinds import Status
+from loadtune.kinds import RankBy, Status
 from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
@@ -20,7 +20,7 @@ from loadtune.sweep_process.records import trial_record
 from loadtune.sweep_process.stats import ProcessNoise
 from loadtune.sweep_process.strategy import config_key
 from loadtune.sweep_process.trial_run import TrialRun
-from loadtune.trials import FEED_MEMORY, IDEAL
+from loadtune.trials import FEED_MEMORY, IDEAL, Trial
 
 # Two trials the model explains as equal are tied when their measured throughputs differ by at
 # most this many standard deviations of the spread between processes (about 95%).
@@ -30,10 +30,10 @@ TIE_SPREADS = 2.0
 class Modelling:
     """The model over the sweep's runs (the strategy's Modeler)."""
 
-    def __init__(self, runs: Mapping[str, TrialRun], config: Config, dataset_len: int | None,
-                 emit: events.OnEvent) -> None:
-        self.runs, self.config, self.dataset_len, self.emit = runs, config, dataset_len, emit
+    def __init__(self, runs: Mapping[str, TrialRun], config: Config, emit: events.OnEvent) -> None:
+        self.runs, self.config, self.emit = runs, config, emit
         self._model: tuple[tuple[Any, ...], PipelineModel | None] | None = None
+        self._held_out: tuple[tuple[Any, ...], float | None] | None = None
         self.model_fell_back = False
         self.ties: Ties = frozenset()
         self.tie_notes: tuple[ModelTie, ...] = ()
@@ -53,13 +53,36 @@ class Modelling:
         records = self._modelled()
         key = tuple((r.trial, r.repeats, r.throughput) for r in records)
         if self._model is None or self._model[0] != key:
-            self._model = (key, fit(records, self.dataset_len, self.config.measure.epoch_batches,
-                                    self.config.loader.model_dump()))
+            self._model = (key, fit(records, baseline=self.config.loader.model_dump()))
         return self._model[1]
 
     def held_out_error(self) -> float | None:
         """Median |predicted / measured - 1| of each measured trial, by the model fitted to the others."""
-        return leave_one_out_error(self._modelled(), self.dataset_len, self.config.measure.epoch_batches)
+        records = self._modelled()
+        key = tuple((r.trial, r.repeats, r.throughput) for r in records)
+        if self._held_out is None or self._held_out[0] != key:
+            self._held_out = (key, leave_one_out_error(records))
+        return self._held_out[1]
+
+    def error(self) -> float | None:
+        """How far off the model's predictions have been: the larger of its held-out error on the
+        trials measured (each predicted by the model fitted to the others) and its error on the
+        trials predicted before they ran (median |predicted / measured - 1| of each)."""
+        before, checked = prediction_error(self.records)
+        errors = [e for e in (self.held_out_error(), before if checked else None) if e is not None]
+        return max(errors) if errors else None
+
+    def ahead(self, a: Trial, b: Trial, by: RankBy) -> bool:
+        """Whether the model, off by at most its own error, still predicts `a` ahead of `b` by
+        more than the tolerance (never when it fell back: it does not fit the pipeline)."""
+        model, error = self.fit(), self.error()
+        if model is None or error is None or self.model_fell_back:
+            return False
+        margin = self.config.measure.tolerance + error
+        pa, pb = model.predict(a.loader_kwargs), model.predict(b.loader_kwargs)
+        if by == RankBy.THROUGHPUT:
+            return pa.throughput > pb.throughput * (1 + margin)
+        return pa.wait_ratio < pb.wait_ratio - margin
 
     def fell_back(self, error: float | None) -> None:
         self.model_fell_back = True

@@ -45,7 +45,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
             runner.resume(files.kept, files.kept_ranks)
             runner.restore(files.stored)
             on_event(events.SweepStarted(options.strategy, setup.device, setup.info.dataset_len, out_path,
-                                         len(files.kept) + len(files.stored)))
+                                         len(files.kept) + len(files.stored), files.older))
             measure_all(options, runner)
         result = conclude(options, runner)
         on_event(events.SweepFinished(result.records))

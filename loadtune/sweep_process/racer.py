@@ -62,6 +62,7 @@ class Racer:
         self.sampled_ranks = 1 if setup.spec.torchrun else setup.spec.ranks
         self.scratch = scratch  # a folder for the trials' own files, removed after the sweep
         self.rank_by = rank_by
+        self.run_epoch = setup.spec.config.measure.run_epoch_batches  # else each trial's DataLoader's length
         self.use_model_ties = use_model_ties  # the model strategy: contenders the model and the data tie are not raced
         self.rng = random.Random(seed)
         self.runs: dict[str, TrialRun] = {}
@@ -74,7 +75,7 @@ class Racer:
         # it widens the intervals of trials with few repeats (stats.summarize).
         self.noise: ProcessNoise | None = None
         cfg = setup.spec.config
-        self.model = Modelling(self.runs, cfg, setup.info.dataset_len, emit)
+        self.model = Modelling(self.runs, cfg, emit)
         self.data = DataCheck(self.runs, setup.info, cfg.measure.epoch_batches, self.rewrite)
 
     # --- what is known ---------------------------------------------------------------------
@@ -139,7 +140,7 @@ class Racer:
                                       reason=failure.reason, wall_s=failure.wall_s)
         else:
             measurement = merged(run.measurements)
-            stats = summarize(measurement, seed=_seed(trial.name), noise=self.noise)
+            stats = summarize(measurement, seed=_seed(trial.name), noise=self.noise, run_epoch_batches=self.run_epoch)
             run.score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.throughput_draws,
                                stats.wait_ratio_draws, run.repeats, cost_of(trial.loader_kwargs))
             diagnosis = None
@@ -154,7 +155,8 @@ class Racer:
                                       **check_columns(run.check), **predicted_columns(run.predicted),
                                       **({"started_at": run.measured_at} if run.measured_at else {}))
             if self.files.per_rank is not None and measurement.ranks:
-                run.rank_records = rank_records(trial, [(summarize(m), m) for m in measurement.ranks], self.context)
+                run.rank_records = rank_records(trial, [(summarize(m, run_epoch_batches=self.run_epoch), m)
+                                                        for m in measurement.ranks], self.context)
         if first_time:
             self.files.append(run.record, run.rank_records)
         else:
@@ -249,12 +251,12 @@ class Racer:
         (its score and its record's bounds) are derived again with it."""
         measured = [(run, merged(run.measurements)) for name, run in self.runs.items()
                     if name != IDEAL and run.failure is None and run.measurements and run.score is not None]
-        noise = pooled_noise(measurement for _, measurement in measured)
+        noise = pooled_noise((measurement for _, measurement in measured), self.run_epoch)
         if noise == self.noise:
             return
         self.noise = noise
         for run, measurement in measured:
-            stats = summarize(measurement, seed=_seed(run.trial.name), noise=noise)
+            stats = summarize(measurement, seed=_seed(run.trial.name), noise=noise, run_epoch_batches=self.run_epoch)
             run.score = dataclasses.replace(run.score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
                                             throughput_draws=stats.throughput_draws,
                                             wait_ratio_draws=stats.wait_ratio_draws)
@@ -284,7 +286,8 @@ class Racer:
                 # Contenders the model and the data tie need no more repeats.
                 self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
             step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by, behind,
-                             may_stop=self.noise is not None, ties=self.model.ties)
+                             may_stop=self.noise is not None, ties=self.model.ties,
+                             disputes=self._disputes if self.use_model_ties else None)
             self.last_race = step
             for name in step.stop:
                 stopped = self.runs[name]
@@ -298,6 +301,10 @@ class Racer:
                 return
             self._plan_runs(len(step.again))
             self._run_round([self.runs[name] for name in step.again])
+
+    def _disputes(self, a: str, b: str) -> bool:
+        """The model predicts trial `a` ahead of `b` by more than the tolerance and its own error."""
+        return self.model.ahead(self.runs[a].trial, self.runs[b].trial, self.rank_by)
 
     def advised(self, accelerator: bool) -> dict[str, list[Advised]]:
         """The settings each measured trial's advice names, with the trials that would show them."""
@@ -322,20 +329,17 @@ class Racer:
         repeats = self.spec.config.measure.repeats
         if step.decided:
             return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
-                            spread=spread, repeats=repeats)
+                            spread=spread, repeats=repeats, equal=step.equal)
         kept = any(self.runs[name].resumed for name in step.undecided if name in self.runs)
-        ended_by = EndedBy.KEPT if kept else EndedBy.SHORTFALL if step.settled else \
-            EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
-        if step.settled:
-            why = (f"racing ended once the pick's expected shortfall against each contender left "
-                   f"({step.expected:.1%} at most) was within the {tolerance:.0%} tolerance,")
+        ended_by = EndedBy.KEPT if kept else EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
+        if kept:
+            why = "trials kept from the file were not measured again"
         elif self.budget_spent:
             why = "the time budget (--budget) ran out"
         else:
             why = f"measure.repeats={repeats} ran out"
-        remedy = "rerun with a smaller --tolerance to race closer calls" if step.settled else Decision.remedy
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, remedy, ties,
-                        ended_by, spread, repeats)
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, ties=ties,
+                        ended_by=ended_by, spread=spread, repeats=repeats, equal=step.equal)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more

@@ -1,5 +1,5 @@
-"""Order trials best first; a trial shown as good as the leader of its group, within the
-tolerance, shares the leader's rank (see decide for what "shown" means)."""
+"""Order trials best first; a trial acceptable in place of the leader of its group (shown within
+the tolerance of it, or equal within the noise: see decide) shares the leader's rank."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Sequence
 
 from loadtune.kinds import TOLERANCE, RankBy
 from loadtune.results.record import Record
-from loadtune.sweep_process.decide import Scored, Ties, as_good, order
+from loadtune.sweep_process.decide import Scored, Ties, acceptable, order
 from loadtune.trials import cost_of
 
 
@@ -26,14 +26,14 @@ class Placing:
 
 def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
          ties: Ties = frozenset()) -> dict[str, Placing]:
-    """Competition ranks (1, 1, 3, ...): a trial shown as good as its group's leader, within the
-    tolerance, shares the leader's rank; one that cannot be told yet starts a group of its own."""
+    """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
+    the leader's rank; one that cannot be told yet starts a group of its own."""
     by = RankBy(by)  # a ValueError for anything else
     placings: dict[str, Placing] = {}
     leader: Scored | None = None
     group_rank = 0
     for position, item in enumerate(order(items, by), start=1):
-        if leader is None or not as_good(item, leader, tolerance, by, ties):
+        if leader is None or not acceptable(item, leader, tolerance, by, ties):
             leader, group_rank = item, position
         placings[item.name] = Placing(group_rank, group_rank == 1)
     return placings

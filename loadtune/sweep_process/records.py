@@ -44,7 +44,8 @@ def trial_record(trial: Trial, context: Mapping[str, Any], *, round_no: int | No
         values["pinned"] = measurement.pinned
     if stats is not None:
         values.update(stats_columns(stats), repeats=stats.repeats, batches=stats.batches, ranks=stats.ranks,
-                      wait_ratio_max_rank=stats.wait_ratio_max_rank)
+                      wait_ratio_max_rank=stats.wait_ratio_max_rank, window_throughput=stats.window_throughput,
+                      run_epoch_batches=round(stats.run_epoch_batches) if stats.run_epoch_batches else None)
     return Record.rounded(**values)
 
 

@@ -1,4 +1,11 @@
-"""Figures of a trial, derived from its raw per-batch samples with numpy."""
+"""Figures of a trial, derived from its raw per-batch samples with numpy.
+
+The figures are the training run's (loadtune.run_epochs: epoch starts weighed by the run's
+epoch length, not the windows'). Their intervals hold two levels of noise (docs/methodology.md,
+"Intervals"): a window's batches vary around its process's own figure, and whole processes vary
+around the config's. A trial's own batches show only the first; the second is pooled over the
+sweep's trials measured in several processes (ProcessNoise).
+"""
 
 from __future__ import annotations
 
@@ -10,19 +17,23 @@ import numpy as np
 
 from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import NOISY_RELATIVE_SPREAD, Interval
+from loadtune.run_epochs import RunEpochs, combine, early_means, run_epochs, run_figures, split
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
-# With fewer repeats than this, the interval is bootstrapped over blocks of batches instead.
-MIN_REPEATS_FOR_REPEAT_BOOTSTRAP = 5
 BLOCK_BATCHES = 5
 SEED = 0
+# What a rerun measures carries its own noise besides this run's: the interval a rerun's estimate
+# lands in is this much wider than the config's own (two independent estimates' difference).
+RERUN_WIDTH = math.sqrt(2)
+# Draws of a log figure beyond this many e-folds say nothing more (and would overflow exp).
+MAX_LOG_DRAW = 20.0
 
 
 @dataclass(frozen=True)
 class TrialStats:
-    wait_ratio: Interval
-    throughput: Interval
+    wait_ratio: Interval  # the run's wait ratio, with the interval a rerun's estimate lands in
+    throughput: Interval  # the run's samples/s, likewise
     wait_ms: float
     wait_p95_ms: float
     h2d_ms: float
@@ -34,7 +45,10 @@ class TrialStats:
     ranks: int = 1
     wait_ratio_max_rank: float | None = None  # the slowest-fed rank's wait ratio (ranks > 1)
     copy_gb_per_s: float | None = None  # bytes per batch / device-timed copy, where timed
-    # The bootstrap draws behind the intervals, for comparing trials (see decide).
+    window_throughput: float | None = None  # samples/s over the counted batches, as the windows cut epochs
+    run_epoch_batches: float | None = None  # the run's epoch the figures weigh starts by (None: none weighed)
+    # Draws of the config's own figures (both levels of noise, not a rerun's), for comparing
+    # trials (see decide): independent between trials.
     throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
     wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
 
@@ -58,31 +72,6 @@ def _arrays(window: Window) -> Group:
     return tuple(np.asarray(a, dtype=float) for a in (window.wait_s, window.h2d_s, window.step_s, window.samples))
 
 
-def _bootstrap(strata: list[list[Group]], rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Resample the groups of each stratum with replacement, as many as it has; the wait ratio
-    and throughput of each resample."""
-    totals = np.zeros((BOOTSTRAP_RESAMPLES, 4))
-    for groups in strata:
-        sums = np.array([[g.sum() for g in group] for group in groups])  # (groups, 4)
-        picks = rng.integers(0, len(groups), size=(BOOTSTRAP_RESAMPLES, len(groups)))
-        totals += sums[picks].sum(axis=1)  # (resamples, 4): wait, h2d, step, samples
-    fed = totals[:, 0] + totals[:, 1]
-    whole = fed + totals[:, 2]
-    whole = np.where(whole > 0, whole, np.nan)
-    return fed / whole, totals[:, 3] / whole
-
-
-def _strata(arrays: list[Group], starts: list[np.ndarray]) -> list[list[Group]]:
-    """Epoch-start batches and steady-state blocks of BLOCK_BATCHES, resampled apart: how many
-    epoch starts a window holds is fixed by the settings, not chance, and must stay so."""
-    first, steady = [], []
-    for arr, start in zip(arrays, starts):
-        first.extend(tuple(a[i:i + 1] for a in arr) for i in np.flatnonzero(start))
-        rest = tuple(a[~start] for a in arr)
-        steady.extend(tuple(a[i:i + BLOCK_BATCHES] for a in rest) for i in range(0, len(rest[0]), BLOCK_BATCHES))
-    return [s for s in (first, steady) if s]
-
-
 @dataclass(frozen=True)
 class ProcessNoise:
     """How much repeats of the same trial differ from process to process, pooled over the
@@ -94,18 +83,19 @@ class ProcessNoise:
     dof: int
 
 
-def window_figures(measurement: Measurement) -> list[tuple[float, float]]:
-    """Each window's (repeat's) wait ratio and throughput."""
-    return [_ratios(*_arrays(w)) for w in measurement.windows]
+def window_figures(measurement: Measurement, run_epoch_batches: int | None = None) -> list[tuple[float, float]]:
+    """Each window's (repeat's) wait ratio and throughput, as the run would see them."""
+    return [(f.wait_ratio, f.throughput) for f in run_figures(measurement, run_epoch_batches)]
 
 
-def pooled_noise(measurements: Iterable[Measurement]) -> ProcessNoise | None:
+def pooled_noise(measurements: Iterable[Measurement], run_epoch_batches: int | None = None) -> ProcessNoise | None:
     """The spread between repeats (processes) of each trial, pooled over the trials that have
-    at least two: what a trial's own batches cannot show. None when no trial has two."""
+    at least two (a one-way random-effects analysis: each trial's own mean taken out): what a
+    trial's own batches cannot show. None when no trial has two."""
     log_ss = wait_ss = 0.0
     dof = 0
     for measurement in measurements:
-        figures = [(w, t) for w, t in window_figures(measurement) if t > 0 and math.isfinite(t)]
+        figures = [(w, t) for w, t in window_figures(measurement, run_epoch_batches) if t > 0 and math.isfinite(t)]
         if len(figures) < 2:
             continue
         logs = np.log([t for _, t in figures])
@@ -118,75 +108,112 @@ def pooled_noise(measurements: Iterable[Measurement]) -> ProcessNoise | None:
     return ProcessNoise(math.sqrt(log_ss / dof), math.sqrt(wait_ss / dof), dof)
 
 
-def _widen(mean: float, draws: np.ndarray, sd: float, dof: int, rng: np.random.Generator) -> np.ndarray:
-    """Draws spread at least `sd` about the mean: the bootstrap's own spread, or the pooled one
-    between processes where that is larger (their shape kept, scaled). That pooled spread is
-    itself an estimate from `dof` degrees of freedom: each widened draw is scaled again by
-    sqrt(dof / chi-square(dof)), which turns a normal spread into Student's t with `dof`
-    degrees, so that an interval from two or three repeats is as wide as it should be."""
+def _within(windows: tuple[Window, ...], epochs: RunEpochs, rng: np.random.Generator) -> np.ndarray | None:
+    """Bootstrap draws (resamples, 3) of the trial's mean run parts per batch over its windows,
+    from its own batches alone: each window's steady batches resampled in blocks of
+    BLOCK_BATCHES consecutive ones (a DataLoader's queue correlates neighbours), its early places
+    kept (how many starts a window holds is fixed by the settings, not chance). None when no
+    window has two blocks to resample."""
+    fill = early_means(windows, epochs)
+    total = np.zeros((BOOTSTRAP_RESAMPLES, 3))
+    varied = False
+    for window in windows:
+        found = split(window, epochs, fill)
+        rows = found.steady
+        blocks = [rows[i:i + BLOCK_BATCHES] for i in range(0, len(rows), BLOCK_BATCHES)]
+        if len(blocks) >= 2:
+            sums = np.array([b.sum(axis=0) for b in blocks])
+            counts = np.array([len(b) for b in blocks], dtype=float)
+            picks = rng.integers(0, len(blocks), size=(BOOTSTRAP_RESAMPLES, len(blocks)))
+            steady = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)[:, None]
+            varied = True
+        else:
+            steady = np.broadcast_to(rows.mean(axis=0), (BOOTSTRAP_RESAMPLES, 3))
+        total += combine(found.early, steady, epochs)
+    return total / len(windows) if varied else None
+
+
+def _figures(parts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Wait ratio and throughput of per-batch parts (..., 3)."""
+    period = np.where(parts[..., 0] > 0, parts[..., 0], np.nan)
+    return np.clip(parts[..., 1] / period, 0.0, 1.0), parts[..., 2] / period
+
+
+def _log_sd(draws: np.ndarray) -> float:
+    finite = draws[np.isfinite(draws) & (draws > 0)]
+    return float(np.log(finite).std()) if finite.size > 1 else 0.0
+
+
+def _sd(draws: np.ndarray) -> float:
     finite = draws[np.isfinite(draws)]
-    have = float(finite.std()) if finite.size else 0.0
-    if sd <= have:
-        return draws
-    if have > sd * 1e-3:
-        spread = (draws - mean) * (sd / have)
-    else:  # the draws barely differ (rounding apart): no shape to keep, a normal spread instead
-        spread = rng.normal(0.0, sd, size=draws.shape)
-    return mean + spread * np.sqrt(dof / rng.chisquare(dof, size=draws.shape))
+    return float(finite.std()) if finite.size > 1 else 0.0
 
 
-def _interval(mean: float, draws: np.ndarray) -> Interval:
-    draws = draws[np.isfinite(draws)]
-    if draws.size == 0:
+def _t(dof: int, rng: np.random.Generator) -> np.ndarray:
+    """Draws of Student's t with `dof` degrees of freedom: a spread estimated from `dof` degrees
+    is itself uncertain, so an interval from two or three repeats is as wide as it should be."""
+    return rng.standard_t(dof, size=BOOTSTRAP_RESAMPLES)
+
+
+def rerun_interval(mean: float, draws: np.ndarray | None, log: bool = True) -> Interval:
+    """The 95% interval a rerun's estimate lands in: the draws of the config's own figure, their
+    spread about `mean` widened by RERUN_WIDTH (the rerun's noise is as large as this run's), on
+    the log scale for throughputs and ratios, as they are for a wait ratio."""
+    if draws is None:
+        return Interval(mean, mean, mean)
+    finite = draws[np.isfinite(draws) & ((draws > 0) if log else True)]
+    if finite.size == 0 or not math.isfinite(mean) or (log and mean <= 0):
         return Interval(mean, mean, mean)
     tail = (1 - CONFIDENCE) / 2 * 100
-    lo, hi = np.percentile(draws, [tail, 100 - tail])
+    if log:
+        lo, hi = mean * np.exp(RERUN_WIDTH * np.percentile(np.log(finite / mean), [tail, 100 - tail]))
+    else:
+        lo, hi = mean + RERUN_WIDTH * np.percentile(finite - mean, [tail, 100 - tail])
     return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
 
 
-def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | None = None) -> TrialStats:
-    """Means over repeats and 95% intervals for wait ratio and throughput, plus per-batch figures.
+def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | None = None,
+              run_epoch_batches: int | None = None) -> TrialStats:
+    """The run's wait ratio and throughput (means over the windows) with their intervals, and
+    per-batch figures.
 
-    With at least MIN_REPEATS_FOR_REPEAT_BOOTSTRAP repeats the interval resamples whole
-    repeats; with fewer it resamples blocks of BLOCK_BATCHES consecutive batches, which keeps
-    the short-range correlation of a DataLoader's queue inside each block, with the epoch-start
-    batches resampled apart from the rest (a stratified bootstrap). Blocks cannot show how much
-    whole processes differ: with `noise` (the sweep's pooled spread between repeats), the draws
-    are widened to at least that spread over the square root of the repeats, with Student's t
-    tails for the degrees of freedom the spread was pooled from.
+    Each figure's draws hold both levels of noise: its standard error is the spread between
+    processes (`noise`, pooled over the sweep; else over this trial's own windows when it has
+    two or more) over the square root of the windows, with Student's t tails for the degrees of
+    freedom that spread was pooled from, and never less than what the trial's own batches show
+    (a block bootstrap). Without either level known (one window, no pooled spread), the draws
+    are the batches' bootstrap alone. The intervals are where a rerun's estimate lands
+    (rerun_interval); the draws are what decisions compare.
     """
     windows = measurement.windows
-    arrays = [_arrays(w) for w in windows]
-    per_window = [_ratios(*a) for a in arrays]
+    epochs = run_epochs(measurement, run_epoch_batches)
+    per_window = window_figures(measurement, run_epoch_batches)
     wait_ratio = float(np.mean([r for r, _ in per_window]))
     throughput = float(np.mean([t for _, t in per_window]))
     rng = np.random.default_rng(seed)
-    starts_by_window = [np.asarray(w.epoch_start, dtype=bool) for w in windows]
-    if len(windows) >= MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
-        strata = [list(arrays)]
-    else:
-        strata = _strata(arrays, starts_by_window)
-    if sum(len(s) for s in strata) >= 2:
-        wr_draws, tp_draws = _bootstrap(strata, rng)
-        if noise is not None and len(windows) < MIN_REPEATS_FOR_REPEAT_BOOTSTRAP:
-            root = math.sqrt(len(windows))
-            tp_draws = _widen(throughput, tp_draws, throughput * noise.throughput_log_sd / root, noise.dof, rng)
-            wr_draws = np.clip(_widen(wait_ratio, wr_draws, noise.wait_ratio_sd / root, noise.dof, rng), 0.0, 1.0)
-        wr, tp = _interval(wait_ratio, wr_draws), _interval(throughput, tp_draws)
-    else:
-        wr_draws = tp_draws = None
-        wr, tp = Interval(wait_ratio, wait_ratio, wait_ratio), Interval(throughput, throughput, throughput)
-    wait = np.concatenate([a[0] for a in arrays])
-    h2d = np.concatenate([a[1] for a in arrays])
-    step = np.concatenate([a[2] for a in arrays])
-    starts = np.concatenate(starts_by_window)
+    own = _within(windows, epochs, rng)
+    noise = noise if noise is not None else pooled_noise([measurement], run_epoch_batches)
+    tp_draws: np.ndarray | None = None
+    wr_draws: np.ndarray | None = None
+    if own is not None:
+        wr_draws, tp_draws = _figures(own)
+    if noise is not None:
+        root = math.sqrt(len(windows))
+        log_se = max(noise.throughput_log_sd / root, _log_sd(tp_draws) if tp_draws is not None else 0.0)
+        wr_se = max(noise.wait_ratio_sd / root, _sd(wr_draws) if wr_draws is not None else 0.0)
+        tp_draws = throughput * np.exp(np.clip(log_se * _t(noise.dof, rng), -MAX_LOG_DRAW, MAX_LOG_DRAW))
+        wr_draws = np.clip(wait_ratio + wr_se * _t(noise.dof, rng), 0.0, 1.0)
+    wait = np.concatenate([a[0] for a in map(_arrays, windows)])
+    h2d = np.concatenate([a[1] for a in map(_arrays, windows)])
+    step = np.concatenate([a[2] for a in map(_arrays, windows)])
+    starts = np.concatenate([np.asarray(w.epoch_start, dtype=bool) for w in windows])
     epoch_start_ms = float(wait[starts].mean() * 1e3) if starts.any() else math.nan
     copies = [c for w in windows for c in w.copy_s]
     copy_s = float(np.mean(copies)) if copies and len(copies) == len(wait) else 0.0
     copy_gb_per_s = measurement.batch_bytes / copy_s / 1e9 if copy_s > 0 and measurement.batch_bytes else None
     return TrialStats(
-        wait_ratio=wr,
-        throughput=tp,
+        wait_ratio=rerun_interval(wait_ratio, wr_draws, log=False),
+        throughput=rerun_interval(throughput, tp_draws),
         wait_ms=float(wait.mean() * 1e3),
         wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
         h2d_ms=float(h2d.mean() * 1e3),
@@ -196,13 +223,16 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
         repeats=len(windows),
         batches=len(windows[0]) if windows else 0,
         ranks=max(1, len(measurement.ranks)),
-        wait_ratio_max_rank=max(_wait_ratio(r) for r in measurement.ranks) if measurement.ranks else None,
+        wait_ratio_max_rank=max(_wait_ratio(r, run_epoch_batches) for r in measurement.ranks)
+        if measurement.ranks else None,
         copy_gb_per_s=copy_gb_per_s,
+        window_throughput=float(np.mean([_ratios(*_arrays(w))[1] for w in windows])),
+        run_epoch_batches=epochs.batches if epochs.early and math.isfinite(epochs.batches) else None,
         throughput_draws=tp_draws,
         wait_ratio_draws=wr_draws,
     )
 
 
-def _wait_ratio(measurement: Measurement) -> float:
-    """Mean over the windows of one rank's wait ratio."""
-    return float(np.mean([wait for wait, _ in window_figures(measurement)]))
+def _wait_ratio(measurement: Measurement, run_epoch_batches: int | None) -> float:
+    """Mean over the windows of one rank's wait ratio, as the run would see it."""
+    return float(np.mean([wait for wait, _ in window_figures(measurement, run_epoch_batches)]))

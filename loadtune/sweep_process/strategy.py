@@ -27,8 +27,11 @@ from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
 if TYPE_CHECKING:
     from loadtune.results.model import PipelineModel
 
-# The model strategy measures at most this many follow-up rounds after the first.
-MAX_MODEL_ROUNDS = 6
+# The model strategy measures at most this many follow-up rounds after the first, each of at most
+# TARGETS_PER_ROUND configs. Near the best, configs a few percent apart cannot be told apart by
+# one process each (processes differ by several percent): more rounds would measure the plateau
+# config by config and pick the luckiest. What is left unmeasured keeps its predicted row.
+MAX_MODEL_ROUNDS = 2
 # Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
 # model fitted to the others) the model does not fit the pipeline: the sweep measures as ofat does.
 MODEL_FALLBACK_ERROR = 0.15
@@ -50,6 +53,7 @@ class Modeler(Protocol):
 
     def fit(self) -> PipelineModel | None: ...  # None with too few trials
     def held_out_error(self) -> float | None: ...
+    def error(self) -> float | None: ...  # how far off its predictions have been (see Modelling.error)
     def fell_back(self, error: float | None) -> None: ...  # told when the sweep measures as ofat instead
 
 
@@ -232,20 +236,25 @@ class _Ofat:
 
 
 def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],
-                  known: dict[str, Trial], by: RankBy, tolerance: float, round_no: int,
-                  admit: Callable[[Trial], bool] = lambda t: True) -> list[Visit]:
-    """Measure what the pick's verdict advises, when that is a loader setting not measured on
-    top of it yet (more workers, a deeper prefetch, in_order=False, persistent workers) and
-    `admit` lets it: one more round, its trials marked as asked for by that verdict."""
+                  known: dict[str, Trial], by: RankBy, tolerance: float, round_no: int) -> list[Visit]:
+    """Measure what the pick's verdict advises on top of it, when that changes only settings the
+    config sweeps (more workers, a deeper prefetch, persistent workers; in_order=False only where
+    `in_order` is swept: it changes the batches' order) and is not measured yet: one more round,
+    its trials marked as asked for by that verdict, so the summary cites a measurement, never a
+    guess."""
     chosen = _winner(scores, known, by, tolerance)
     if chosen is None or not scores[chosen.name].suggests:
         return []
     new = []
+    measured = {config_key(t) for t in known.values()}
     for change in scores[chosen.name].suggests:
+        if any(key not in config.sweep for key, _ in change):
+            continue
         trial = on_top(config, chosen, dict(change), accelerator)
-        if trial.name not in known and not trial.skipped and admit(trial):
+        if trial.name not in known and not trial.skipped and config_key(trial) not in measured:
             trial = dataclasses.replace(trial, asked_by=chosen.name)
             known[trial.name] = trial
+            measured.add(config_key(trial))
             new.append(trial)
     if not new:
         return []
@@ -328,15 +337,28 @@ def _within(score: float, best: float, by: RankBy, tolerance: float) -> bool:
     return score >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else score >= best - tolerance
 
 
+def _optimistic(score: float, error: float, by: RankBy) -> float:
+    """A prediction raised by the model's own error: what the config may do if the model is off."""
+    return score * (1 + error) if by == RankBy.THROUGHPUT else score + error
+
+
+# At most this many configs are measured in one round of the model strategy, the most promising
+# first (the model is refitted after each round and may rule out the rest).
+TARGETS_PER_ROUND = 2
+
+
 def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[Settings, str],
-                  model: PipelineModel, by: RankBy, tolerance: float) -> list[Trial]:
+                  model: PipelineModel, by: RankBy, tolerance: float, error: float = 0.0) -> list[Trial]:
     """What the model cannot rule out, not measured yet. On the model's own scale (measured
     configs predicted too: the fit has seen them, and a prediction set against a measurement
     would chase each process's luck): the cheapest config predicted within the tolerance of the
-    predicted best (the pick, if the model is right), and the predicted best when it is predicted
+    predicted best (the pick, if the model is right); the predicted best when it is predicted
     ahead of every measured config by more than the tolerance or does not hide the fetch (the
-    model's resolution is coarse there). Both measured, or predicted level with a measured one:
-    nothing left to learn."""
+    model's resolution is coarse there); and every config that could move the pick if the model
+    is off by its own measured `error`: a cheaper one the model cannot put below the best by
+    more than the tolerance, and one it cannot put within the tolerance of that cheapest pick.
+    So one wrong point prediction never drops the winner. Both measured, or predicted level with
+    a measured one: nothing left to learn."""
     live = [t for t in space if _ruled_in(t, scores, measured)]
     if not live:
         return []
@@ -350,18 +372,23 @@ def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured
     # Where the cores or a close race of queues set the pace, the model cannot tell configs a
     # few percent apart: the predicted best is measured beside the cheapest.
     coarse = not model.predict(top.loader_kwargs).fetch_hidden
-    wanted = [cheapest] + ([top] if ahead or coarse else [])
-    return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured]
+    hoped = {t.name: _optimistic(score[t.name], error, by) for t in live}
+    cheaper = [t for t in live if cost_of(t.loader_kwargs) < cost_of(cheapest.loader_kwargs)
+               and _within(hoped[t.name], best, by, tolerance)]
+    beating = [t for t in live if not _within(score[cheapest.name], hoped[t.name], by, tolerance)]
+    unsure = sorted(dict.fromkeys([*cheaper, *beating]), key=lambda t: -hoped[t.name])
+    wanted = [cheapest] + ([top] if ahead or coarse else []) + unsure
+    return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured][:TARGETS_PER_ROUND]
 
 
 def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
               tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
     """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
     with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
-    measured trials and refitted after every measurement, predicts every config of the space
-    (every combination of the swept values); only what it cannot rule out is measured
-    (model_targets), until that is measured. Advice is measured only where the model predicts a
-    gain. When the model predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
+    measured trials and refitted after every round, predicts every config of the space (every
+    combination of the swept values); what it cannot rule out, with its own error, is measured
+    (model_targets), until nothing is left. Then what the pick's verdict advises. When the model
+    predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
     if modeler is None:
         raise ValueError("the model strategy needs the runner's model")
     trials = [t for t in ofat_plan(config, accelerator) if not _needs_workers(t)]
@@ -377,7 +404,7 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = 
     known = {t.name: t for t in trials}
     round_no = 1
     while round_no <= MAX_MODEL_ROUNDS and model is not None:
-        new = model_targets(space, scores, measured, model, by, tolerance)
+        new = model_targets(space, scores, measured, model, by, tolerance, modeler.error() or 0.0)
         if not new:
             break
         round_no += 1
@@ -387,21 +414,7 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = 
             measured[config_key(t)] = t.name
             known[t.name] = t
         model = modeler.fit()
-    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no,
-                                  admit=lambda t: model is None or _promising(t, scores, measured, model, by,
-                                                                               tolerance, space))
-
-
-def _promising(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[Settings, str], model: PipelineModel,
-               by: RankBy, tolerance: float, space: Sequence[Trial]) -> bool:
-    """Whether the model predicts a config outside the space (a verdict's advice) ahead of the
-    best it predicts in the space by more than the tolerance: only then is it worth measuring.
-    Advice the model has no evidence on (a setting never measured) predicts no gain."""
-    live = [t for t in space if _ruled_in(t, scores, measured)]
-    if not live:
-        return True
-    best = max(_score(model, t, by) for t in live)
-    return not _within(best, _score(model, trial, by), by, tolerance)
+    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no)
 
 
 def run_strategy(name: Strategy, config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,

@@ -30,6 +30,9 @@ def merged(measurements: Sequence[Measurement]) -> Measurement:
         setup_s=sum(m.setup_s for m in measurements) / n,
         ranks=tuple(merged(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
         sampled=tuple(epoch for m in measurements for epoch in m.sampled),
+        dataset_batches=measurements[0].dataset_batches,
+        window_epoch_batches=measurements[0].window_epoch_batches,
+        restarts_workers=measurements[0].restarts_workers,
     )
 
 

@@ -19,7 +19,7 @@ from loadtune.trial_process.device import first_tensor_pinned, make_synced_step,
 from loadtune.trial_process.factory import build_source
 from loadtune.trial_process.fetch_notes import FIELDS, count_fetches, install_fetch_notes
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trial_process.loader import Epochs, apply_main_threads, epoch_length, loader_kwargs
+from loadtune.trial_process.loader import EpochPlan, Epochs, apply_main_threads, epoch_plan, loader_kwargs
 from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
 from loadtune.trial_process.sampled import IndexRecorder, recording
@@ -54,11 +54,14 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
         sampling = _Sampling(channel, rank, job) if loading else None
         setup_s = time.perf_counter() - started
         m = job.measure
-        extra = m.extra_warmup_for(workers, bool(kwargs.get("persistent_workers")),
-                                   epoch_length(parts.loader, m.epoch_batches))
+        plan = epoch_plan(parts.loader, m.epoch_batches, parts.recorder is not None) if loading \
+            else EpochPlan(None, None)
+        if parts.recorder is not None:
+            parts.recorder.cut = plan.sampler_cut
+        extra = m.extra_warmup_for(workers, bool(kwargs.get("persistent_workers")), plan.window_batches)
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
-            epoch_batches=m.epoch_batches, transfer=parts.transfer, default_batch_size=parts.batch_size,
+            epoch_batches=plan.feed_cut, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
             fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
             extra_warmup_max_s=m.warmup_per_worker_max_s)
@@ -67,7 +70,9 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
     parts.close()  # shut persistent workers down cleanly before the process ends
     sampled = parts.recorder.epochs() if parts.recorder is not None else ()
-    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned, sampled=sampled)
+    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned, sampled=sampled,
+                               dataset_batches=plan.dataset_batches, window_epoch_batches=plan.window_batches,
+                               restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
 
 
 def _fetch_counters(workers: int, start_method: str) -> Any:

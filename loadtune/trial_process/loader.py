@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from loadtune.config import THREAD_KEYS
@@ -83,3 +84,29 @@ def epoch_length(loader: Any, epoch_batches: int | None) -> int | None:
     if epoch_batches is None:
         return length
     return epoch_batches if length is None else min(length, epoch_batches)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """How long the measured loop's epochs are, and what cuts them."""
+
+    dataset_batches: int | None  # one whole epoch of the DataLoader (its len()): the training run's
+    window_batches: int | None  # each epoch the counted windows see
+    sampler_cut: int | None = None  # the sampler ends each epoch after this many batches (sampled.IndexRecorder)
+    feed_cut: int | None = None  # the loop drops the iterator after this many (measure.Feed)
+
+
+def epoch_plan(loader: Any, epoch_batches: int | None, sampler_can_cut: bool) -> EpochPlan:
+    """The epochs of a trial's loop: to the dataset's end, or cut every `measure.epoch_batches`.
+    A sampler's cut (a map-style dataset) ends the epoch as the dataset's end does; an
+    IterableDataset's epochs can only be cut by dropping the iterator, with batches in flight."""
+    try:
+        length: int | None = len(loader.loader if isinstance(loader, Epochs) else loader)
+    except TypeError:
+        length = None
+    cut = epoch_batches if epoch_batches is not None and (length is None or epoch_batches < length) else None
+    if cut is None:
+        return EpochPlan(length, length)
+    if sampler_can_cut:
+        return EpochPlan(length, cut, sampler_cut=cut)
+    return EpochPlan(length, cut, feed_cut=cut)

@@ -61,7 +61,9 @@ def batch_bytes(batch: Any) -> int:
 
 
 class Feed:
-    """Batches across epochs: a new iterator at the dataset's end or every `epoch_batches`."""
+    """Batches across epochs: a new iterator at the dataset's end or every `epoch_batches` (the
+    old iterator dropped with batches in flight: how an IterableDataset's epochs are cut; a
+    map-style dataset's are cut by its sampler instead, see sampled.IndexRecorder)."""
 
     def __init__(self, loader: Iterable[Any], epoch_batches: int | None) -> None:
         self._loader = loader
@@ -93,6 +95,12 @@ class Feed:
                 raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch") from None
         self._in_epoch += 1
         return batch, new_epoch
+
+    @property
+    def position(self) -> int:
+        """Where in its epoch the next batch is, unless it starts a new one: batches handed out
+        in the current epoch so far."""
+        return self._in_epoch
 
     def close(self) -> None:
         self._it = None
@@ -133,6 +141,7 @@ class _Counted:
     and the clocks and hooks read around them."""
 
     fetch: Callable[[], tuple[Any, bool]]
+    position: Callable[[], int]
     move: Transfer | None
     step: Step
     clock: Clock
@@ -156,12 +165,12 @@ class _Columns:
     wait_cpu: list[float] = field(default_factory=list)
     taken: list[Taken] = field(default_factory=list)
 
-    def window(self, use: tuple[Any, tuple[Any, ...]]) -> Window:
+    def window(self, use: tuple[Any, tuple[Any, ...]], epoch_pos: int) -> Window:
         # A device timing missing for any batch leaves the window without one (not a partial one).
         copy_s = tuple(self.copies) if self.copies and None not in self.copies else ()
         keys, labels = window_keys(self.taken)
         return Window(tuple(self.wait), tuple(self.h2d), tuple(self.step), tuple(self.samples), tuple(self.starts),
-                      copy_s, tuple(self.wait_cpu), *use, keys=keys, labels=labels)
+                      copy_s, tuple(self.wait_cpu), *use, keys=keys, labels=labels, epoch_pos=epoch_pos)
 
 
 def measure_loop(
@@ -198,7 +207,8 @@ def measure_loop(
     keys and labels: Window.keys, .labels, taken outside the timed parts).
     """
     feed = Feed(loader, epoch_batches)
-    counted = _Counted(fetch=feed.next, move=transfer, step=step, clock=clock, cpu_clock=cpu_clock,
+    counted = _Counted(fetch=feed.next, position=lambda: feed.position, move=transfer, step=step, clock=clock,
+                       cpu_clock=cpu_clock,
                        copy_timer=copy_timer, probe=probe, fingerprint=fingerprint,
                        default_batch_size=default_batch_size)
     if region is not None:
@@ -254,13 +264,14 @@ def _window(counted: _Counted, batches: int) -> Window:
     """One window of `batches` counted batches; the probe is read at its edges, outside the timed parts."""
     columns = _Columns()
     edge = counted.probe.read() if counted.probe is not None else None
+    epoch_pos = counted.position()
     t0 = counted.clock()
     c0 = counted.cpu_clock()
     for _ in range(batches):
         t0 = _counted_batch(counted, columns, t0, c0)
         c0 = counted.cpu_clock()
     use = counted.probe.between(edge, counted.probe.read()) if counted.probe is not None else (None, ())
-    return columns.window(use)
+    return columns.window(use, 0 if columns.starts[0] else epoch_pos)
 
 
 def _counted_batch(counted: _Counted, columns: _Columns, t0: float, c0: float) -> float:

@@ -23,10 +23,13 @@ _WRAPPED_DEPTH = 4
 
 
 class IndexRecorder:
-    """A sampler or batch sampler that notes what it hands out, per iter() (one epoch)."""
+    """A sampler or batch sampler that notes what it hands out, per iter() (one epoch). With
+    `cut`, each epoch ends after that many batches (items): the DataLoader then ends the epoch
+    as it does at the dataset's end (its workers finish what they were given, persistent ones
+    have nothing left to drain), so an epoch's start costs what it costs in training."""
 
-    def __init__(self, inner: Any, batches: bool) -> None:
-        self.inner, self.batches = inner, batches
+    def __init__(self, inner: Any, batches: bool, cut: int | None = None) -> None:
+        self.inner, self.batches, self.cut = inner, batches, cut
         self.handed: list[list[Any]] = []
         self.ended: list[bool] = []
         self.replacement = draws_with_replacement(inner)
@@ -48,6 +51,8 @@ class IndexRecorder:
             epoch = len(self.ended) - 1
             yield first
             for item in inner:
+                if self.cut is not None and len(handed) >= self.cut:
+                    return  # cut here: the sampler's own epoch did not end
                 handed.append(item)
                 yield item
             self.ended[epoch] = True
@@ -111,10 +116,12 @@ def declared_size(inner: Any, batches: bool) -> int | None:
     return None
 
 
-def recording(dataset: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], IndexRecorder | None]:
+def recording(dataset: Any, kwargs: dict[str, Any],
+              cut: int | None = None) -> tuple[dict[str, Any], IndexRecorder | None]:
     """DataLoader keywords whose batch sampler (or sampler, with batch_size None) is the one
-    the DataLoader would have built or been given, wrapped in an IndexRecorder; unchanged, with
-    no recorder, for an IterableDataset (no sampler: its keys are the samples' fingerprints)."""
+    the DataLoader would have built or been given, wrapped in an IndexRecorder that ends each
+    epoch after `cut` batches, when given; unchanged, with no recorder, for an IterableDataset
+    (no sampler: its keys are the samples' fingerprints, and its epochs cannot be cut so)."""
     from torch.utils.data import DataLoader, IterableDataset
 
     if isinstance(dataset, IterableDataset):
@@ -123,9 +130,9 @@ def recording(dataset: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], Ind
     built = DataLoader(dataset, **sampling)  # no workers: only to have its samplers built as it builds them
     kept = {key: value for key, value in kwargs.items() if key not in SAMPLING_KEYS}
     if built.batch_sampler is not None:
-        recorder = IndexRecorder(built.batch_sampler, batches=True)
+        recorder = IndexRecorder(built.batch_sampler, batches=True, cut=cut)
         kept["batch_sampler"] = recorder
     else:
-        recorder = IndexRecorder(built.sampler, batches=False)
+        recorder = IndexRecorder(built.sampler, batches=False, cut=cut)
         kept.update(sampler=recorder, batch_size=None)
     return kept, recorder
