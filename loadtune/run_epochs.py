@@ -22,7 +22,7 @@ from loadtune.measurement import Measurement, Window
 
 # (period, wait, samples) of one batch: its wall time, the part of it waiting for data (the
 # wait and the copy to the device), and its samples.
-Parts = tuple[float, float, float]
+Parts = tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def early_means(windows: Sequence[Window], epochs: RunEpochs) -> dict[int, Parts
             at = places == place
             if at.any():
                 found.setdefault(place, []).append(parts[at].mean(axis=0))
-    return {place: tuple(float(x) for x in np.mean(rows, axis=0)) for place, rows in found.items()}  # type: ignore[misc]
+    return {place: tuple(float(x) for x in np.mean(rows, axis=0)) for place, rows in found.items()}
 
 
 def combine(early: Mapping[int, Sequence[float]], steady: np.ndarray, epochs: RunEpochs) -> np.ndarray:

@@ -93,8 +93,9 @@ def test_the_one_thing_that_settles_it(ended_by, settle):
 
 def test_the_answer_when_decided_or_tied():
     decided = Decision(True, 0.03, PICK, spread=0.05)
-    assert summary_lines(summary(decided))[1] == \
-        "Sure: every other config is shown at most 3% faster; repeats here differ by ±5% from process to process."
+    assert summary_lines(summary(decided))[1] == (
+        "Sure: every other config is slower, or at most 3% faster and dearer; a rerun here picks this one again; "
+        "repeats here differ by ±5% from process to process.")
     tie = ModelTie(PICK, "num_workers=2", 1.0, 0.96, 0.06, "processes")
     assert summary_lines(summary(Decision(True, 0.03, PICK, ties=(tie,))))[1] == (
         "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts, within this "
@@ -106,8 +107,8 @@ def test_configs_equal_within_the_noise_are_named_as_either_will_do():
     equal = Decision(True, 0.03, PICK, spread=0.06, equal=("num_workers=2", "num_workers=3"))
     assert summary_lines(summary(equal))[1] == (
         "Sure: num_workers=2, num_workers=3 ran as fast within this machine's noise (±6% between processes here): "
-        "taking this one is expected to cost at most the 3% tolerance, and either will do; this one is the "
-        "cheapest; every other config is slower.")
+        "a rerun may pick one of them, and this one is expected to cost at most the 3% tolerance against each; "
+        "every other config is slower.")
     from dataclasses import replace
 
     line = summary_lines(summary(replace(UNDECIDED, equal=("num_workers=4",))))[1]

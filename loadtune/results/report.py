@@ -443,13 +443,13 @@ def _named(names: Sequence[str]) -> str:
 
 
 def _equal_words(decision: Decision) -> str:
-    """The configs as good as the pick within the noise, as one clause."""
+    """The configs a rerun might pick instead, that the pick is as good as within the noise."""
     names = decision.equal
     listed = ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
                                                else "")
     within = f" (±{decision.spread:.0%} between processes here)" if decision.spread is not None else ""
-    return (f"{listed} ran as fast within this machine's noise{within}: taking this one is expected to cost at "
-            f"most the {decision.tolerance:.0%} tolerance, and either will do")
+    return (f"{listed} ran as fast within this machine's noise{within}: a rerun may pick one of them, and this "
+            f"one is expected to cost at most the {decision.tolerance:.0%} tolerance against each")
 
 
 def _sure_line(info: Summary, chosen: Record) -> str:
@@ -471,11 +471,12 @@ def _sure_line(info: Summary, chosen: Record) -> str:
             else f"the model fit's ±{ties[0].spread:.0%} spread"
         return f"Sure: {named} ran as fast, as the model predicts, within {spread}; this is the cheapest of them."
     if decision.equal:
-        return f"Sure: {_equal_words(decision)}; this one is the cheapest; every other config is slower."
+        return f"Sure: {_equal_words(decision)}; every other config is slower."
     if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
         return (f"Sure: every other config is shown at most {tol} faster; {best.trial} measured "
                 f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
-    return f"Sure: every other config is shown at most {tol} faster{_spread_words(decision.spread)}."
+    return (f"Sure: every other config is slower, or at most {tol} faster and dearer; a rerun here picks this one "
+            f"again{_spread_words(decision.spread)}.")
 
 
 def detail_lines(info: Summary) -> list[str]:

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from loadtune.kinds import RankBy
 from loadtune.results.interval import Interval
+from loadtune.sweep_process.stats import RERUN_WIDTH
 
 # Each one-sided bound at 95%: together the two make the 90% interval of the TOST procedure.
 ONE_SIDED_TAIL_PCT = 5.0
@@ -208,10 +209,18 @@ def equal_within_noise(a: Scored, b: Scored, tolerance: float, by: RankBy = Rank
     return shortfall is not None and shortfall <= tolerance
 
 
+# The pick may cost, on average over the draws, at most this share of the tolerance against the
+# best: so that what it costs seldom exceeds the tolerance itself (at several percent of noise,
+# "within the tolerance on average" still loses more than the tolerance about a third of the time).
+PICK_SHORTFALL_SHARE = 0.5
+
+
 def acceptable(a: Scored, best: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT,
                ties: Ties = frozenset()) -> bool:
-    """Good enough to pick in place of the best: shown as good as it, or equal within the noise."""
-    return as_good(a, best, tolerance, by, ties) or equal_within_noise(a, best, tolerance, by)
+    """Good enough to pick in place of the best: shown as good as it, or expected to cost at most
+    PICK_SHORTFALL_SHARE of the tolerance against it."""
+    return as_good(a, best, tolerance, by, ties) or \
+        equal_within_noise(a, best, tolerance * PICK_SHORTFALL_SHARE, by)
 
 
 def clearly_behind(a: Scored, leader: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
@@ -248,15 +257,80 @@ class RaceStep:
     stop: tuple[str, ...]
     again: tuple[str, ...]
     decided: bool
-    undecided: tuple[str, ...]  # contenders the pick may lose more than the tolerance to
+    undecided: tuple[str, ...]  # contenders a rerun might pick that the pick may lose more than the tolerance to
     gap: float  # at most this share of throughput may be left on the table by the pick
     expected: float | None = None  # the pick's largest expected shortfall against them (None: unknown)
-    equal: tuple[str, ...] = ()  # contenders as good as the pick within the noise, best first: either will do
+    # Contenders a rerun might pick instead (with the pick, RERUN_AGREEMENT of reruns' picks) that
+    # the pick is expected to lose at most the tolerance to, the most often picked first.
+    equal: tuple[str, ...] = ()
 
 
 # Whether the pipeline model, off by at most its own error, predicts the first trial (by name)
 # ahead of the second by more than the tolerance.
 Disputes = Callable[[str, str], bool]
+# The configs named beside the pick hold, with it, a rerun's pick at least this often.
+RERUN_AGREEMENT = 0.95
+# A config a rerun picks less often than this is not named, however many such there are.
+RERUN_MIN_SHARE = 0.01
+_erf = np.vectorize(math.erf, otypes=[float])
+
+
+def _ranking_scale(item: Scored, by: RankBy) -> tuple[float, Draws] | None:
+    """The item's figure on a scale where higher is better and a difference is a loss (log
+    throughput, or the wait ratio negated), with its draws about it; None without draws."""
+    if by == RankBy.THROUGHPUT:
+        draws, mean = item.throughput_draws, item.measured_throughput.mean
+        if draws is None or mean <= 0:
+            return None
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return math.log(mean), np.log(np.where(draws > 0, draws, np.nan)) - math.log(mean)
+    draws, mean = item.wait_ratio_draws, item.measured_wait_ratio.mean
+    return None if draws is None else (-mean, mean - draws)
+
+
+def rerun_picks(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> dict[str, float]:
+    """How often a rerun of the same sweep on this machine would pick each trial: each trial's
+    rerun estimate drawn about its estimate with RERUN_WIDTH times its own spread (the config's
+    uncertainty and the rerun's own noise), and the pick rule applied to every draw: the
+    cheapest trial whose expected shortfall against that draw's leader is within the tolerance.
+    Trials without draws (kept from an earlier run) are left out."""
+    scaled = [(i, found) for i in items if i.ran and (found := _ranking_scale(i, by)) is not None]
+    if not scaled:
+        return {}
+    n = min(len(found[1]) for _, found in scaled)
+    points = np.array([found[0] for _, found in scaled])
+    devs = np.array([found[1][:n] for _, found in scaled])
+    devs = np.where(np.isfinite(devs), devs, 0.0)
+    se = devs.std(axis=1)
+    reruns = points[:, None] + RERUN_WIDTH * devs  # (trials, draws): each column one rerun
+    cols = np.arange(n)
+    leader = reruns.argmax(axis=0)
+    gap = reruns[leader, cols][None, :] - reruns  # what taking each trial loses to the leader
+    spread = np.sqrt(se[:, None] ** 2 + se[leader][None, :] ** 2)
+    z = gap / np.where(spread > 0, spread, np.inf)
+    expected = gap * 0.5 * (1 + _erf(z / math.sqrt(2))) + spread * np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+    ok = expected <= tolerance * PICK_SHORTFALL_SHARE
+    ok[leader, cols] = True
+    by_cost = sorted(range(len(scaled)), key=lambda j: (scaled[j][0].cost, -points[j]))
+    place = np.empty(len(scaled))
+    place[by_cost] = np.arange(len(scaled))
+    picked = np.where(ok, place[:, None], np.inf).argmin(axis=0)
+    counts = np.bincount(picked, minlength=len(scaled))
+    return {item.name: float(counts[j]) / n for j, (item, _) in enumerate(scaled)}
+
+
+def rerun_ties(pick: str, shares: dict[str, float]) -> list[str]:
+    """The trials beside `pick` that, with it, hold RERUN_AGREEMENT of a rerun's picks, the most
+    often picked first (none picked less often than RERUN_MIN_SHARE)."""
+    named: list[str] = []
+    held = shares.get(pick, 0.0)
+    for name, share in sorted(shares.items(), key=lambda kv: -kv[1]):
+        if held >= RERUN_AGREEMENT or share < RERUN_MIN_SHARE:
+            break
+        if name != pick:
+            named.append(name)
+            held += share
+    return named
 
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: RankBy = RankBy.THROUGHPUT,
@@ -267,8 +341,7 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
     `max_repeats` (or kept from an earlier run, with none measured now: repeats 0) are not asked
     for again. Without `may_stop`, none is stopped, and none is called equal or decided: the
     intervals cannot show yet how much whole processes differ. A contender the model predicts
-    ahead of the pick (`disputes`) stays undecided whatever its few processes read: one slow
-    process would otherwise settle the question against it."""
+    ahead of the pick (`disputes`) is raced first, whatever its few processes read."""
     live = [i for i in order(items, by) if i.name not in stopped]
     if not live:
         return RaceStep(None, (), (), False, (), 0.0)
@@ -277,17 +350,26 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
     live = [i for i in live if i.name not in stop]
     chosen = pick(live, tolerance, by, ties) if may_stop else live[0]
     assert chosen is not None
-    equal = [i for i in live if i.name != chosen.name and may_stop and acceptable(i, leader, tolerance, by, ties)]
     enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
-    known = {chosen.name, *(i.name for i in equal)}
-    # What could still beat the pick: a contender it may lose more than the tolerance to. (One it
-    # is as good as, within the noise, never would; a cheaper one is not acceptable in place of
-    # the best, or it would be the pick.)
-    undecided = [i for i in live if i.name not in known
-                 and (not may_stop or not acceptable(chosen, i, tolerance, by, ties)
-                      or (disputes is not None and disputes(i.name, chosen.name)))]
-    # Kept records (repeats 0: no raw samples now) are judged on their intervals as they are.
-    undecided = [i for i in undecided if not (i.repeats == 0 and as_good(chosen, i, tolerance, by))]
+    # The configs a rerun might pick instead (rerun_picks): named equal where the pick is expected
+    # to lose at most the tolerance to them, else undecided (the pick may lose more: race them).
+    # Before the noise between processes is known, every other contender is undecided.
+    named = rerun_ties(chosen.name, rerun_picks(live, tolerance, by)) if may_stop else \
+        [i.name for i in live if i.name != chosen.name]
+    by_name = {i.name: i for i in live}
+    fine = {n for n in named if may_stop and acceptable(chosen, by_name[n], tolerance, by, ties)}
+    if disputes is not None:
+        # A contender the model predicts ahead of the pick, whatever its few processes read, is the
+        # most worth measuring again.
+        disputed = [i.name for i in live if i.name != chosen.name and disputes(i.name, chosen.name)]
+        fine -= set(disputed)
+        named = [*disputed, *(n for n in named if n not in disputed)]
+    equal = [by_name[n] for n in named if n in fine]
+    undecided = [by_name[n] for n in named if n not in fine]
+    # Trials without draws (kept from an earlier run: no raw samples now) are judged on their
+    # intervals as they are.
+    undecided += [i for i in live if _ranking_scale(i, by) is None and i.name != chosen.name
+                  and i.name not in named and not as_good(chosen, i, tolerance, by)]
     # A duel: the pick and its strongest rival, the undecided contender most likely to be as
     # good. Repeats for weaker rivals rarely change the pick, and at a few percent of noise
     # between processes each would take all its repeats; once the strongest rival and the pick

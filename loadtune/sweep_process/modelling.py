@@ -33,7 +33,7 @@ class Modelling:
     def __init__(self, runs: Mapping[str, TrialRun], config: Config, emit: events.OnEvent) -> None:
         self.runs, self.config, self.emit = runs, config, emit
         self._model: tuple[tuple[Any, ...], PipelineModel | None] | None = None
-        self._held_out: tuple[tuple[Any, ...], float | None] | None = None
+        self._held_out: float | None = None
         self.model_fell_back = False
         self.ties: Ties = frozenset()
         self.tie_notes: tuple[ModelTie, ...] = ()
@@ -57,19 +57,18 @@ class Modelling:
         return self._model[1]
 
     def held_out_error(self) -> float | None:
-        """Median |predicted / measured - 1| of each measured trial, by the model fitted to the others."""
-        records = self._modelled()
-        key = tuple((r.trial, r.repeats, r.throughput) for r in records)
-        if self._held_out is None or self._held_out[0] != key:
-            self._held_out = (key, leave_one_out_error(records))
-        return self._held_out[1]
+        """Median |predicted / measured - 1| of each measured trial, by the model fitted to the
+        others (a fit for each: taken once, when the strategy asks after the first round)."""
+        if self._held_out is None:
+            self._held_out = leave_one_out_error(self._modelled())
+        return self._held_out
 
     def error(self) -> float | None:
         """How far off the model's predictions have been: the larger of its held-out error on the
-        trials measured (each predicted by the model fitted to the others) and its error on the
+        first round (each trial predicted by the model fitted to the others) and its error on the
         trials predicted before they ran (median |predicted / measured - 1| of each)."""
         before, checked = prediction_error(self.records)
-        errors = [e for e in (self.held_out_error(), before if checked else None) if e is not None]
+        errors = [e for e in (self._held_out, before if checked else None) if e is not None]
         return max(errors) if errors else None
 
     def ahead(self, a: Trial, b: Trial, by: RankBy) -> bool:

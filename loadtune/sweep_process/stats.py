@@ -83,6 +83,13 @@ class ProcessNoise:
     dof: int
 
 
+# What the spread between processes is before a sweep shows it: a prior worth PRIOR_DOF degrees of
+# freedom, which the sweep's own repeats outweigh as they come. Processes on the machines measured
+# here differ by 2-16% (benchmarks/repeatability.py): 5% is their middle. A few repeats that happen
+# to agree (two processes within 0.5%) do not make a sweep sure of a spread it has barely seen.
+PRIOR = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=4)
+
+
 def window_figures(measurement: Measurement, run_epoch_batches: int | None = None) -> list[tuple[float, float]]:
     """Each window's (repeat's) wait ratio and throughput, as the run would see them."""
     return [(f.wait_ratio, f.throughput) for f in run_figures(measurement, run_epoch_batches)]
@@ -90,8 +97,9 @@ def window_figures(measurement: Measurement, run_epoch_batches: int | None = Non
 
 def pooled_noise(measurements: Iterable[Measurement], run_epoch_batches: int | None = None) -> ProcessNoise | None:
     """The spread between repeats (processes) of each trial, pooled over the trials that have
-    at least two (a one-way random-effects analysis: each trial's own mean taken out): what a
-    trial's own batches cannot show. None when no trial has two."""
+    at least two (a one-way random-effects analysis: each trial's own mean taken out), with the
+    PRIOR's degrees of freedom beside theirs: what a trial's own batches cannot show. None when
+    no trial has two."""
     log_ss = wait_ss = 0.0
     dof = 0
     for measurement in measurements:
@@ -105,7 +113,9 @@ def pooled_noise(measurements: Iterable[Measurement], run_epoch_batches: int | N
         dof += len(figures) - 1
     if dof == 0:
         return None
-    return ProcessNoise(math.sqrt(log_ss / dof), math.sqrt(wait_ss / dof), dof)
+    prior = PRIOR.dof
+    return ProcessNoise(math.sqrt((log_ss + prior * PRIOR.throughput_log_sd ** 2) / (dof + prior)),
+                        math.sqrt((wait_ss + prior * PRIOR.wait_ratio_sd ** 2) / (dof + prior)), dof + prior)
 
 
 def _within(windows: tuple[Window, ...], epochs: RunEpochs, rng: np.random.Generator) -> np.ndarray | None:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 # TARGETS_PER_ROUND configs. Near the best, configs a few percent apart cannot be told apart by
 # one process each (processes differ by several percent): more rounds would measure the plateau
 # config by config and pick the luckiest. What is left unmeasured keeps its predicted row.
-MAX_MODEL_ROUNDS = 2
+MAX_MODEL_ROUNDS = 1
 # Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
 # model fitted to the others) the model does not fit the pipeline: the sweep measures as ofat does.
 MODEL_FALLBACK_ERROR = 0.15
@@ -344,7 +344,7 @@ def _optimistic(score: float, error: float, by: RankBy) -> float:
 
 # At most this many configs are measured in one round of the model strategy, the most promising
 # first (the model is refitted after each round and may rule out the rest).
-TARGETS_PER_ROUND = 2
+TARGETS_PER_ROUND = 3
 
 
 def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured: Mapping[Settings, str],
