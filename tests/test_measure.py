@@ -53,7 +53,7 @@ def test_exact_wait_step_and_first_batch():
         assert window.h2d_s == (0.0,) * 5
         assert window.samples == (4,) * 5
         assert window.epoch_start == (False,) * 5
-    stats = summarize(m, noise=ProcessNoise(0.0, 0.0, 10))  # processes that never differ: no width
+    stats = summarize(m, noise=ProcessNoise(0.0, 0.0, 10), drift=None)  # processes that never differ: no width
     assert stats.wait_ratio.mean == pytest.approx(0.25)
     assert stats.throughput.mean == pytest.approx(4 / 0.040)
     assert stats.wait_ratio.lo == pytest.approx(0.25) and stats.wait_ratio.hi == pytest.approx(0.25)

@@ -88,7 +88,7 @@ def test_the_trials_throughput_is_the_runs_and_the_windows_is_kept_beside_it():
     epoch = [0.9, 0.3, 0.1, 0.1] + [0.1] * 4
     m = Measurement(0.1, tuple(window(epoch, [True] + [False] * 7) for _ in range(3)), dataset_batches=32,
                     window_epoch_batches=8)
-    stats = summarize(m, noise=ProcessNoise(0.0, 0.0, 10))  # processes that never differ
+    stats = summarize(m, noise=ProcessNoise(0.0, 0.0, 10), drift=None)  # processes that never differ
     assert stats.throughput.mean == pytest.approx(8 / ((1.4 + 28 * 0.1) / 32))
     assert stats.window_throughput == pytest.approx(8 * 8 / sum(epoch))
     assert stats.run_epoch_batches == 32

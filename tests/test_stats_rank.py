@@ -7,7 +7,7 @@ from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.ranking import rank
-from loadtune.sweep_process.stats import PRIOR, ProcessNoise, pooled_noise, summarize
+from loadtune.sweep_process.stats import MACHINE_DRIFT, PRIOR, ProcessNoise, pooled_noise, summarize
 
 
 def window(wait, step, samples=8, starts=None):
@@ -27,7 +27,7 @@ QUIET = ProcessNoise(throughput_log_sd=0.0, wait_ratio_sd=0.0, dof=10)  # proces
 
 def test_zero_spread_gives_zero_width():
     windows = tuple(window([0.02] * 10, [0.02] * 10) for _ in range(6))
-    stats = summarize(Measurement(0.1, windows), noise=QUIET)
+    stats = summarize(Measurement(0.1, windows), noise=QUIET, drift=None)
     assert stats.wait_ratio.lo == pytest.approx(0.5) == stats.wait_ratio.hi
     assert not stats.noisy
 
@@ -102,7 +102,7 @@ def test_epoch_starts_are_resampled_apart_from_steady_batches():
     identical starts and identical steady batches the interval has no width."""
     starts = [True] + [False] * 15
     windows = tuple(window([0.3] + [0.01] * 15, [0.05] * 16, starts=starts) for _ in range(3))
-    stats = summarize(Measurement(0.1, windows), noise=QUIET)
+    stats = summarize(Measurement(0.1, windows), noise=QUIET, drift=None)
     assert stats.throughput.lo == pytest.approx(stats.throughput.mean)
     assert stats.throughput.hi == pytest.approx(stats.throughput.mean)
     assert stats.epoch_start_ms == pytest.approx(300.0)
@@ -141,7 +141,7 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     alone = summarize(one)
     assert alone.throughput.relative_spread < 0.001, "its own batches show no spread"
     noise = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=6)
-    widened = summarize(one, noise=noise)
+    widened = summarize(one, noise=noise, drift=None)
     assert widened.throughput.mean == alone.throughput.mean
     # The config's own draws: 5% of 200 samples/s over sqrt(1) repeat, Student's t with 6 degrees
     # of freedom (2.447 standard deviations each side, 1.96 were the spread known exactly).
@@ -149,17 +149,22 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     # Its interval is where a rerun's estimate lands: the difference of two such estimates.
     assert np.log(200 / widened.throughput.lo) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
     assert np.log(widened.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
-    known = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=10_000))
+    known = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=10_000), drift=None)
     assert np.log(known.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 1.96, 1), rel=0.06)
-    guessed = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=2))
+    guessed = summarize(one, noise=ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=2), drift=None)
     assert np.log(guessed.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 4.303, 1), rel=0.15), \
         "a spread pooled from two repeats' differences is barely known: t with 2 degrees of freedom"
     assert 0.0 <= widened.wait_ratio.lo < 0.2 < widened.wait_ratio.hi <= 1.0
     assert widened.wait_ratio.hi - 0.2 == pytest.approx(rerun_half(0.02, 2.447, 1), rel=0.06)
-    four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise)
+    four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise, drift=None)
     assert four.throughput.relative_spread == pytest.approx(widened.throughput.relative_spread / 2, rel=0.1), \
         "the spread of a mean of 4 repeats is half that of one"
-    same = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(20))))
+    drifting = summarize(one, noise=noise)  # the machine's drift between sweeps (MACHINE_DRIFT) added
+    assert np.log(drifting.throughput.hi / 200) == pytest.approx(
+        np.hypot(rerun_half(0.05, 2.447, 1), 1.96 * np.sqrt(2) * MACHINE_DRIFT.throughput_log_sd), rel=0.06)
+    assert drifting.throughput_draws is not None and np.log(drifting.throughput_draws / 200).std() == \
+        pytest.approx(np.log(widened.throughput_draws / 200).std()), "decisions inside a sweep need no drift"
+    same = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(20))), drift=None)
     alone_noise = pooled_noise([Measurement(0.1, tuple(steady(200.0) for _ in range(20)))])
     assert alone_noise.throughput_log_sd == pytest.approx(0.05 * np.sqrt(4 / 23))
     assert same.throughput.relative_spread < 0.03, "twenty processes that agree outweigh the prior"

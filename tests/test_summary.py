@@ -188,7 +188,7 @@ def test_the_table_never_cuts_a_figure(width):
         assert r.trial in out or short_trial(r.trial) in out or \
             (width == 80 and all(word in out for word in short_trial(r.trial).split())), r.trial
     headers = " ".join(out.split("─")[0].split())
-    assert "samples/s [95% CI]" in headers and "rank" in headers
+    assert "samples/s [95%]" in headers and "rank" in headers
     if width >= 160:
         console = Console(width=width, file=io.StringIO(), color_system=None)
         console.print(results_table(records(), width=width))

@@ -442,9 +442,9 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
             ranks.append(Text(f"{mark}{shown}", style=winner_style))
             samples.append(_with_interval(row, "throughput", label, 1))
             waits.append(_with_interval(row, "wait_ratio", label, 3))
-        figures += [Column(f"{label}\nrank", tuple(ranks)), Column(f"{label}\nsamples/s [95% CI]", tuple(samples)),
+        figures += [Column(f"{label}\nrank", tuple(ranks)), Column(f"{label}\nsamples/s [95%]", tuple(samples)),
                     Column(f"{label}\npredicted", tuple(predicted), priority=3),
-                    Column(f"{label}\nwait ratio [95% CI]", tuple(waits), priority=2)]
+                    Column(f"{label}\nwait ratio [95%]", tuple(waits), priority=2)]
         if label in comparison.transfers:
             figures.append(Column(f"{label}\nfrom {comparison.labels[0]}", tuple(transfers), priority=1))
     flags = Column("flags", tuple(Text(str(row[FLAGS_COLUMN]), style="yellow") for row in rows), "left",

@@ -81,7 +81,7 @@ def short_trial(name: str) -> str:
 
 # The ranked table's columns, in order, and how soon each is left out when the output is narrow
 # (0: never; the CSV holds them all).
-RESULT_COLUMNS = {"rank": 0, "trial": 0, "samples/s [95% CI]": 0, "predicted": 4, "wait ratio [95% CI]": 1,
+RESULT_COLUMNS = {"rank": 0, "trial": 0, "samples/s [95%]": 0, "predicted": 4, "wait ratio [95%]": 1,
                   "speedup": 2, "% of ideal": 3, "wait ms": 5, "p95 ms": 8, "step ms": 6, "1st batch s": 9,
                   "epoch start ms": 7}
 
@@ -100,15 +100,15 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
         names.append(f"{r.trial or ''} ({r.data_check})" if r.status == Status.OK and r.data_flagged else r.trial or "")
         if r.status != Status.OK:
             status = r.status or ""
-            row: dict[str, Cell] = {"rank": "-", "samples/s [95% CI]": Text(status, style=STATUS_STYLE.get(status, ""))}
+            row: dict[str, Cell] = {"rank": "-", "samples/s [95%]": Text(status, style=STATUS_STYLE.get(status, ""))}
             styles.append("dim")
         else:
             mark = "=" if r.tied_with_best else ""
             row = {
                 "rank": "-" if r.data_flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
-                "samples/s [95% CI]": _interval(r, "throughput", 1),
+                "samples/s [95%]": _interval(r, "throughput", 1),
                 "predicted": _fmt(r.predicted_throughput, 1),
-                "wait ratio [95% CI]": _interval(r, "wait_ratio", 3),
+                "wait ratio [95%]": _interval(r, "wait_ratio", 3),
                 "speedup": _fmt(r.speedup), "% of ideal": _fmt(r.pct_of_ideal, 1),
                 "wait ms": _fmt(r.wait_ms, 1), "p95 ms": _fmt(r.wait_p95_ms, 1), "step ms": _fmt(r.step_ms, 1),
                 "1st batch s": _fmt(r.first_batch_s, 2), "epoch start ms": _fmt(r.epoch_start_ms, 1),
@@ -574,9 +574,12 @@ def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
 
 
 LEGEND = (
-    "rank: 1 = best by throughput; '=' marks trials shown within the tolerance (default 3%) of the best "
-    "(tied); 'ref' is the ideal (the step fed from memory), not a setting; '-' with (duplicates) or "
-    "(different): the trial delivered other samples than the baseline (data_check), so it is not ranked.",
+    "rank: 1 = best by throughput; '=' marks trials as good as the best (shown within the tolerance, default "
+    "3%, or costing at most half of it on average); 'ref' is the ideal (the step fed from memory), not a "
+    "setting; '-' with (duplicates) or (different): the trial delivered other samples than the baseline "
+    "(data_check), so it is not ranked.",
+    "samples/s, wait ratio: the training run's, each epoch start weighed by the run's epoch (in files before "
+    "format 4, the windows' own); [95%]: where a rerun of the sweep on this machine lands, 95% of the time.",
     "predicted: the pipeline model's throughput for the trial, made before it ran.",
     "wait ratio: share of the loop spent waiting for data and copying it to the device; "
     "speedup: throughput / baseline; % of ideal: throughput / the ideal's.",

@@ -88,6 +88,12 @@ class ProcessNoise:
 # here differ by 2-16% (benchmarks/repeatability.py): 5% is their middle. A few repeats that happen
 # to agree (two processes within 0.5%) do not make a sweep sure of a spread it has barely seen.
 PRIOR = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=4)
+# A machine's speed drifts over minutes as a whole (its neighbours, its memory bandwidth): a sweep
+# rerun minutes later reads every config a few percent higher or lower together. No single sweep
+# can see it; on the development machine, reruns of the same sweeps differed by 3-4% as a whole
+# beyond their processes' spread (benchmarks/repeatability.py). A trial's interval (where a rerun
+# lands) holds it; comparisons inside one sweep do not need it.
+MACHINE_DRIFT = ProcessNoise(throughput_log_sd=0.03, wait_ratio_sd=0.01, dof=0)
 
 
 def window_figures(measurement: Measurement, run_epoch_batches: int | None = None) -> list[tuple[float, float]]:
@@ -165,25 +171,31 @@ def _t(dof: int, rng: np.random.Generator) -> np.ndarray:
     return rng.standard_t(dof, size=BOOTSTRAP_RESAMPLES)
 
 
-def rerun_interval(mean: float, draws: np.ndarray | None, log: bool = True) -> Interval:
+def rerun_interval(mean: float, draws: np.ndarray | None, log: bool = True, drift_sd: float = 0.0) -> Interval:
     """The 95% interval a rerun's estimate lands in: the draws of the config's own figure, their
     spread about `mean` widened by RERUN_WIDTH (the rerun's noise is as large as this run's), on
-    the log scale for throughputs and ratios, as they are for a wait ratio."""
+    the log scale for throughputs and ratios, as they are for a wait ratio; with `drift_sd`, the
+    machine's drift between the two sweeps (each sweep's level off by that much) added to each
+    side in quadrature."""
     if draws is None:
         return Interval(mean, mean, mean)
     finite = draws[np.isfinite(draws) & ((draws > 0) if log else True)]
     if finite.size == 0 or not math.isfinite(mean) or (log and mean <= 0):
         return Interval(mean, mean, mean)
     tail = (1 - CONFIDENCE) / 2 * 100
-    if log:
-        lo, hi = mean * np.exp(RERUN_WIDTH * np.percentile(np.log(finite / mean), [tail, 100 - tail]))
-    else:
-        lo, hi = mean + RERUN_WIDTH * np.percentile(finite - mean, [tail, 100 - tail])
+    deviations = np.log(finite / mean) if log else finite - mean
+    low, high = RERUN_WIDTH * np.percentile(deviations, [tail, 100 - tail])
+    drift = RERUN_WIDTH * drift_sd * _Z95
+    low, high = -math.hypot(min(low, 0.0), drift), math.hypot(max(high, 0.0), drift)
+    lo, hi = (mean * math.exp(low), mean * math.exp(high)) if log else (mean + low, mean + high)
     return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
 
 
+_Z95 = 1.959964  # the normal's two-sided 95% point
+
+
 def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | None = None,
-              run_epoch_batches: int | None = None) -> TrialStats:
+              run_epoch_batches: int | None = None, drift: ProcessNoise | None = MACHINE_DRIFT) -> TrialStats:
     """The run's wait ratio and throughput (means over the windows) with their intervals, and
     per-batch figures.
 
@@ -193,7 +205,8 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     freedom that spread was pooled from, and never less than what the trial's own batches show
     (a block bootstrap). Without either level known (one window, no pooled spread), the draws
     are the batches' bootstrap alone. The intervals are where a rerun's estimate lands
-    (rerun_interval); the draws are what decisions compare.
+    (rerun_interval), the machine's `drift` between sweeps held; the draws are what decisions
+    compare.
     """
     windows = measurement.windows
     epochs = run_epochs(measurement, run_epoch_batches)
@@ -203,6 +216,9 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     rng = np.random.default_rng(seed)
     own = _within(windows, epochs, rng)
     noise = noise if noise is not None else pooled_noise([measurement], run_epoch_batches)
+    # The machine's drift between sweeps, where the spread between processes is known (before,
+    # the intervals say only how well each process was measured).
+    drift = drift if drift is not None and noise is not None else ProcessNoise(0.0, 0.0, 0)
     tp_draws: np.ndarray | None = None
     wr_draws: np.ndarray | None = None
     if own is not None:
@@ -222,8 +238,8 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     copy_s = float(np.mean(copies)) if copies and len(copies) == len(wait) else 0.0
     copy_gb_per_s = measurement.batch_bytes / copy_s / 1e9 if copy_s > 0 and measurement.batch_bytes else None
     return TrialStats(
-        wait_ratio=rerun_interval(wait_ratio, wr_draws, log=False),
-        throughput=rerun_interval(throughput, tp_draws),
+        wait_ratio=rerun_interval(wait_ratio, wr_draws, log=False, drift_sd=drift.wait_ratio_sd),
+        throughput=rerun_interval(throughput, tp_draws, drift_sd=drift.throughput_log_sd),
         wait_ms=float(wait.mean() * 1e3),
         wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
         h2d_ms=float(h2d.mean() * 1e3),
