@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from loadtune.config import Config
-from loadtune.sweep_process.plan import combined_trial, ofat_plan
+from loadtune.sweep_process.plan import combined_trial, grid_plan, ofat_plan, swept_values
 from tests.conftest import tiny_config
 
 
@@ -76,3 +76,21 @@ def test_no_combined_when_it_repeats_a_trial_or_baseline_wins():
     assert combined_trial(cfg, [(t, baseline_wins[t.name]) for t in trials], False) is None
     no_baseline = {"baseline": None, "num_workers=0": 3, "num_workers=2": 1, "prefetch_factor=4": 2}
     assert combined_trial(cfg, [(t, no_baseline[t.name]) for t in trials], False) is None
+
+
+def test_combinations_keep_the_baselines_value_of_a_key_its_sweep_leaves_out():
+    # prefetch_factor: [1, 4] from the baseline's 2: num_workers=2 with persistent workers and
+    # the baseline's prefetch depth is a combination too, and the one-at-a-time trials are not
+    # doubled by it.
+    cfg = config(loader={"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
+                 sweep={"num_workers": [0, 2], "prefetch_factor": [1, 4], "persistent_workers": [True]})
+    assert swept_values(cfg) == {"num_workers": [1, 0, 2], "prefetch_factor": [2, 1, 4],
+                                 "persistent_workers": [False, True]}
+    names = [t.name for t in grid_plan(cfg, accelerator=False)]
+    assert "num_workers=2, persistent_workers=true" in names
+    assert "persistent_workers=true" in names and "num_workers=2" in names
+    assert names[0] == "baseline" and len(names) == len(set(names))
+    settings = [t.settings for t in grid_plan(cfg, accelerator=False)]
+    assert len(settings) == len(set(settings))
+    # 2 worker counts x 3 depths x 2, and no workers once (its worker-only settings collapse)
+    assert len(names) == 2 * 3 * 2 + 1

@@ -90,13 +90,27 @@ def trial_for(config: Config, changes: Mapping[str, Any], accelerator: bool) -> 
     return Trial(label, "+".join(keys), label, _freeze(kwargs), refusal(kwargs, accelerator))
 
 
+def swept_values(config: Config) -> dict[str, list[Any]]:
+    """Each swept key's values with the baseline's own first: a sweep lists the values to try
+    instead of the baseline's (`prefetch_factor: [1, 4]` from 2), and a combination may keep the
+    baseline's value of one key while changing another (num_workers=2 with persistent workers,
+    prefetch_factor left at 2)."""
+    base = config.loader.model_dump()
+    out: dict[str, list[Any]] = {}
+    for key, values in config.sweep.items():
+        own = [base[key]] if key in base and not any(_same(v, base[key]) for v in values) else []
+        out[key] = [*own, *values]
+    return out
+
+
 def grid_plan(config: Config, accelerator: bool) -> list[Trial]:
-    """Every combination of the swept values (settings that mean nothing without workers
-    collapse when num_workers is 0), baseline first."""
-    keys = list(config.sweep)
+    """Every combination of the swept values and the baseline's (settings that mean nothing
+    without workers collapse when num_workers is 0), baseline first."""
+    space = swept_values(config)
+    keys = list(space)
     trials = [baseline_trial(config)]
     seen = {trials[0].settings}
-    for values in itertools.product(*(config.sweep[k] for k in keys)):
+    for values in itertools.product(*(space[k] for k in keys)):
         trial = trial_for(config, dict(zip(keys, values)), accelerator)
         if trial.settings not in seen:
             seen.add(trial.settings)

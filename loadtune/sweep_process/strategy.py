@@ -20,6 +20,7 @@ from loadtune.sweep_process.plan import (
     grid_plan,
     ofat_plan,
     on_top,
+    swept_values,
 )
 from loadtune.sweep_process.ranking import rank
 from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
@@ -191,7 +192,7 @@ class _Ofat:
         for key in keys:
             self.swept_on[key] = _others(base_trial, key, self.config)
             sweeps[key] = {}
-            for value in self.config.sweep[key]:
+            for value in swept_values(self.config)[key]:
                 if repr(value) in self.far.get(key, ()):
                     continue
                 trial = on_top(self.config, base_trial, {key: value}, self.accelerator)
@@ -296,7 +297,7 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy =
                 continue  # nothing else moved since: sweeping it again would repeat the same answer
             swept_with[key] = others
             candidates: dict[str, Trial] = {current.name: current}
-            for value in config.sweep[key]:
+            for value in swept_values(config)[key]:
                 trial = on_top(config, current, {key: value}, accelerator)
                 candidates.setdefault(trial.name, trial)
             new = [t for t in candidates.values() if t.name not in scores]
