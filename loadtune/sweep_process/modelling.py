@@ -65,8 +65,9 @@ class Modelling:
 
     def error(self) -> float | None:
         """How far off the model's predictions have been: the larger of its held-out error on the
-        first round (each trial predicted by the model fitted to the others) and its error on the
-        trials predicted before they ran (median |predicted / measured - 1| of each)."""
+        first round (each trial predicted by the model fitted to the others; only once the model
+        strategy has taken it: held_out_error) and its error on the trials predicted before they
+        ran (median |predicted / measured - 1| of each)."""
         before, checked = prediction_error(self.records)
         errors = [e for e in (self._held_out, before if checked else None) if e is not None]
         return max(errors) if errors else None

@@ -26,7 +26,7 @@ from loadtune.trial_process.device import is_accelerator
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob
 from loadtune.trials import Trial
 
-# How long the machine is watched before the first trial, to warn when it is busy already.
+# How long the machine's load is sampled before the first trial, to warn when it is busy already.
 BUSY_WATCH_S = 0.25
 # The first build of a dataset may fill a cache (download, decode, generate): allowed this long
 # at least, whatever measure.timeout_s says about a trial.

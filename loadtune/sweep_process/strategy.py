@@ -189,10 +189,11 @@ class _Ofat:
         new = []
         measured = {t.settings: t.name for t in self.known.values()}
         sweeps: dict[str, dict[str, str]] = {}
+        values_of = swept_values(self.config)
         for key in keys:
             self.swept_on[key] = _others(base_trial, key, self.config)
             sweeps[key] = {}
-            for value in swept_values(self.config)[key]:
+            for value in values_of[key]:
                 if repr(value) in self.far.get(key, ()):
                     continue
                 trial = on_top(self.config, base_trial, {key: value}, self.accelerator)
@@ -289,6 +290,7 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy =
     scores = dict(measure([current], 1))
     visits = [Visit(current, 1)]
     swept_with: dict[str, Settings] = {}  # key -> the other settings when it was last swept
+    values_of = swept_values(config)
     for round_no in range(1, MAX_GREEDY_ROUNDS + 1):
         moved = False
         for key in config.sweep:
@@ -297,7 +299,7 @@ def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy =
                 continue  # nothing else moved since: sweeping it again would repeat the same answer
             swept_with[key] = others
             candidates: dict[str, Trial] = {current.name: current}
-            for value in swept_values(config)[key]:
+            for value in values_of[key]:
                 trial = on_top(config, current, {key: value}, accelerator)
                 candidates.setdefault(trial.name, trial)
             new = [t for t in candidates.values() if t.name not in scores]
@@ -344,7 +346,7 @@ def _optimistic(score: float, error: float, by: RankBy) -> float:
 
 
 # At most this many configs are measured in one round of the model strategy, the most promising
-# first (the model is refitted after each round and may rule out the rest).
+# first (what is left is raced only where the refitted model predicts it ahead of the pick).
 TARGETS_PER_ROUND = 3
 
 
@@ -387,8 +389,9 @@ def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = 
     """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
     with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
     measured trials and refitted after every round, predicts every config of the space (every
-    combination of the swept values); what it cannot rule out, with its own error, is measured
-    (model_targets), until nothing is left. Then what the pick's verdict advises. When the model
+    combination of the swept values and the baseline's); what it cannot rule out, with its own
+    error, is measured (model_targets), for at most MAX_MODEL_ROUNDS rounds. Then what the pick's
+    verdict advises. When the model
     predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
     if modeler is None:
         raise ValueError("the model strategy needs the runner's model")
