@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -76,32 +77,69 @@ def _shm_entries() -> set[str]:
     return set(os.listdir(SHM)) if SHM.is_dir() else set()
 
 
-def _another_tests(name: str, marker: str) -> bool:
-    """Whether a /dev/shm file is a live process's that is not this test's (the other test of make
-    test's parallel step, say): torch names its files torch_<pid>_..."""
+def _marker_of(name: str) -> str | None:
+    """The test marker of the live process that made a /dev/shm file ("" for a process outside the
+    tests); None when the file is not torch's or its process is gone: torch names its files
+    torch_<pid>_..."""
     prefix, _, rest = name.partition("_")
     pid = rest.partition("_")[0]
     if prefix != "torch" or not pid.isdigit():
-        return False
+        return None
     try:
-        return psutil.Process(int(pid)).environ().get(MARKER_VAR) != marker
-    except psutil.Error:  # gone (or not readable): counted as this test's
-        return False
+        return psutil.Process(int(pid)).environ().get(MARKER_VAR, "")
+    except psutil.Error:  # gone (or not readable)
+        return None
+
+
+class _ShmMakers(threading.Thread):
+    """While a test runs, the marker of each /dev/shm file's maker, read while it lives: a worker
+    killed by another test (the other one of make test's parallel step) can leave an empty file
+    that outlives it."""
+
+    POLL_S = 0.05
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.makers: dict[str, str] = {}
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.wait(self.POLL_S):
+            for name in _shm_entries() - self.makers.keys():
+                if (maker := _marker_of(name)) is not None:
+                    self.makers[name] = maker
+
+    def stop(self) -> dict[str, str]:
+        self._done.set()
+        self.join()
+        return self.makers
+
+
+def _another_tests(name: str, marker: str, makers: dict[str, str]) -> bool:
+    """Whether a /dev/shm file is another test's: its process, alive now or seen alive while the
+    test ran, carries another marker. A file whose maker was never seen is counted as this test's."""
+    maker = makers.get(name)
+    if maker is None:
+        maker = _marker_of(name)
+    return maker is not None and maker != marker
 
 
 @pytest.fixture
 def clean(marker):
     """The `marker` of the test; afterwards, none of its processes and no new /dev/shm file."""
     before = _shm_entries()
+    makers = _ShmMakers()
+    makers.start()
     yield marker
     deadline = time.monotonic() + 5
     while processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
+    seen = makers.stop()
     new = _shm_entries() - before
     while new and time.monotonic() < deadline + 2:  # let other programs' short-lived files go
         time.sleep(0.2)
         new &= _shm_entries()
-    new = {name for name in new if not _another_tests(name, marker)}
+    new = {name for name in new if not _another_tests(name, marker, seen)}
     assert not new, f"left in /dev/shm: {sorted(new)}"
 
 
