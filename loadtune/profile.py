@@ -121,7 +121,9 @@ class _ProfiledWindow:
     def start(self) -> None:
         pass
 
-    def ready(self) -> bool:
+    def ready(self, settled: bool) -> bool:
+        if not settled:
+            return False
         if not self.running:
             self.profiler.__enter__()
             self.running = True

@@ -142,7 +142,7 @@ def test_warmup_runs_on_until_sampling_is_ready_and_order_of_hooks():
         def start(self) -> None:
             events.append("start")
 
-        def ready(self) -> bool:
+        def ready(self, settled: bool) -> bool:
             events.append("asked")
             return next(answers)
 
@@ -164,10 +164,66 @@ def test_warmup_ends_at_warmup_batches_when_sampling_is_ready_at_once():
     loader = FakeLoader(clock, length=1000, fetch_s=0.010)
     class Ready:
         def start(self) -> None: ...
-        def ready(self) -> bool:
-            return True
+        def ready(self, settled: bool) -> bool:
+            return settled
         def end(self) -> None: ...
 
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=2, repeats=1, clock=clock,
                      sampling=Ready())
     assert m.warmup_s == pytest.approx(0.030 + 2 * 0.040)
+
+
+def test_ranks_whose_clocks_end_the_extra_warmup_at_different_batches_still_ask_together():
+    """Each rank's extra warm-up ends by its own clock; ranks ask `ready` after every batch from
+    warmup_batches on and decide together, so their collectives pair and they start together."""
+    import threading
+
+    ranks = 2
+    barrier = threading.Barrier(ranks, timeout=10)
+    votes: list[list[bool]] = [[] for _ in range(ranks)]
+    asked: list[list[int]] = [[] for _ in range(ranks)]
+    results: list[object] = [None] * ranks
+
+    class Agree:
+        """A collective, as RankContext.agree: True on every rank only when True on every rank."""
+
+        def __init__(self, rank: int, done: list[int]) -> None:
+            self.rank, self.done = rank, done
+
+        def start(self) -> None: ...
+
+        def ready(self, settled: bool) -> bool:
+            asked[self.rank].append(self.done[0])
+            votes[self.rank].append(settled)
+            barrier.wait()
+            agreed = all(votes[r][len(votes[self.rank]) - 1] for r in range(ranks))
+            barrier.wait()
+            return agreed
+
+        def end(self) -> None: ...
+
+    def run(rank: int) -> None:
+        clock = FakeClock()
+        loader = FakeLoader(clock, length=1000, fetch_s=0.010)
+        done = [0]
+        step_s = 0.030 if rank == 0 else 0.060  # rank 1's clock passes the limit two batches sooner
+
+        def step(batch: object) -> None:
+            clock.advance(step_s)
+            done[0] += 1
+
+        results[rank] = measure_loop(loader, step, warmup_batches=2, batches=3, repeats=1, clock=clock,
+                                     sampling=Agree(rank, done), extra_warmup_batches=10,
+                                     extra_warmup_max_s=0.15)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(ranks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert asked[0] == asked[1], "both ranks ask after the same batches"
+    # Rank 0 settles after 2 + 4 batches (0.16 s past the base), rank 1 after 2 + 3 (0.21 s): both wait
+    # for rank 0.
+    assert votes[1] == [False, False, False, True, True] and votes[0] == [False, False, False, False, True]
+    assert asked[0] == [2, 3, 4, 5, 6]
+    assert [r.warmup_batches for r in results] == [6, 6]  # type: ignore[attr-defined]

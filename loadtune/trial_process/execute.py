@@ -184,8 +184,8 @@ class _Sampling:
         if self.reporter:
             self.channel.start_sampling(self.main_pids)
 
-    def ready(self) -> bool:
-        local = self.channel.sampling_ready() if self.reporter else True
+    def ready(self, settled: bool) -> bool:
+        local = settled and (self.channel.sampling_ready() if self.reporter else True)
         return self.rank.agree(local) if self.rank is not None else local
 
     def end(self) -> None:

@@ -110,7 +110,10 @@ class Sampling(Protocol):
     """The sweep's sampling of this process tree around the counted windows (see execute)."""
 
     def start(self) -> None: ...  # once the first batch is in, before the warm-up batches
-    def ready(self) -> bool: ...  # whether the first reading is taken: the counted windows may start
+    # Whether the counted windows may start: this process's warm-up is `settled` and the first
+    # reading is taken. Asked after every warm-up batch from the warmup_batches-th on, whatever
+    # `settled` says: with ranks it is a collective, so every rank must ask at the same batches.
+    def ready(self, settled: bool) -> bool: ...
     def end(self) -> None: ...  # just after the last counted batch
 
 
@@ -243,7 +246,10 @@ def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling
     After `base` batches, up to `extra_batches` more run while fewer than `extra_max_s`
     seconds have passed since (workers' first batches: see MeasureSpec). The warm-up then
     goes on, batch after batch (never pausing, which would let the queue fill), until
-    `sampling.ready()`: a sampler's first reading never overlaps a counted window.
+    `sampling.ready()`: a sampler's first reading never overlaps a counted window. Whether the
+    extra batches are done goes by this process's clock, so it is handed to `sampling.ready`
+    rather than deciding alone: ranks decide it together (a rank that stopped asking a batch
+    before another would pair its collectives wrongly, and the group would hang).
     """
     batch, done, base_done_at = first, 0, None
     while True:
@@ -255,8 +261,8 @@ def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling
             continue
         if base_done_at is None:
             base_done_at = clock()
-        settling = done < base + extra_batches and clock() - base_done_at < extra_max_s
-        if not settling and (sampling is None or sampling.ready()):
+        settled = not (done < base + extra_batches and clock() - base_done_at < extra_max_s)
+        if sampling.ready(settled) if sampling is not None else settled:
             return done
 
 
