@@ -4,6 +4,7 @@ each rank runs the same here."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -34,13 +35,24 @@ def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:
         with in_group(job.device, job.measure.timeout_s, job.group) as context:
             return measure_here(job, context, channel)
     if job.ranks > 1:
-        return combine_ranks(launch(job, functools.partial(measure_here, channel=channel)))
+        return combine_ranks(launch(job, functools.partial(measure_here, channel=channel),
+                                    before_retry=functools.partial(_sampling_over, channel)))
     return measure_here(job, None, channel)
+
+
+def _sampling_over(channel: SweepChannel, started: bool) -> None:
+    """Before ranks stalled at their start are launched again: if rank 0 had asked the sweep to
+    sample (its first batch was in), the sweep stops that sampler; the new ranks ask again."""
+    if started:
+        channel.end_sampling()
 
 
 def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel) -> Measurement:
     """The trial in this process; `rank` is its place in the group when it is one of several."""
     started = time.perf_counter()
+    phases = rank.phases if rank is not None else None
+    if phases is not None:
+        phases.enter("setup")
     install_fetch_notes()
     source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     dataset = source.dataset
@@ -64,7 +76,7 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
             epoch_batches=plan.feed_cut, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
             fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
-            extra_warmup_max_s=m.warmup_per_worker_max_s)
+            extra_warmup_max_s=m.warmup_per_worker_max_s, on_phase=phases.enter if phases is not None else None)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
@@ -190,7 +202,8 @@ class _Sampling:
 
     def end(self) -> None:
         if self.reporter:
-            self.channel.end_sampling()
+            with self.rank.waiting() if self.rank is not None else contextlib.nullcontext():
+                self.channel.end_sampling()  # waits for the sweep (ACK_TIMEOUT_S at most)
         if self.rank is not None:
             self.rank.barrier()  # no rank tears its workers down before the last sample
 

@@ -195,6 +195,7 @@ def measure_loop(
     cpu_clock: Clock = time.thread_time,
     extra_warmup_batches: int = 0,
     extra_warmup_max_s: float = 0.0,
+    on_phase: Callable[[str], None] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -207,8 +208,11 @@ def measure_loop(
     counted part in `region(name)`, names from REGIONS: a profiler's record_function),
     `probe` (read at each window's edges: Window.cpu, .loaders), `cpu_clock` (the training
     thread's CPU inside each wait: Window.wait_cpu_s) and `fingerprint` (each counted batch's
-    keys and labels: Window.keys, .labels, taken outside the timed parts).
+    keys and labels: Window.keys, .labels, taken outside the timed parts) and `on_phase` (told
+    "first batch", "warm-up", "window 1" ... "window N" and "teardown" as each begins, outside
+    the timed parts: see trial_process.phases).
     """
+    phase = on_phase if on_phase is not None else _no_phase
     feed = Feed(loader, epoch_batches)
     counted = _Counted(fetch=feed.next, position=lambda: feed.position, move=transfer, step=step, clock=clock,
                        cpu_clock=cpu_clock,
@@ -220,23 +224,33 @@ def measure_loop(
             move=_in_region(region, REGIONS[1], transfer) if transfer is not None else None,
             step=_in_region(region, REGIONS[2], step))
     try:
+        phase("first batch")
         t0 = clock()
         batch, _ = feed.next()
         first_batch_s = clock() - t0
         first_batch_bytes = batch_bytes(batch)
+        phase("warm-up")
         if sampling is not None:
             sampling.start()
         done = _warm_up(feed, batch, lambda b: step(transfer(b) if transfer is not None else b), clock, sampling,
                         base=max(warmup_batches, 1), extra_batches=extra_warmup_batches,
                         extra_max_s=extra_warmup_max_s)
         warmup_s = clock() - t0 - first_batch_s
-        windows = tuple(_window(counted, batches) for _ in range(repeats))
+        windows: list[Window] = []
+        for n in range(1, repeats + 1):
+            phase(f"window {n}")
+            windows.append(_window(counted, batches))
+        phase("teardown")
         if sampling is not None:
             sampling.end()
-        return Measurement(first_batch_s=first_batch_s, windows=windows, batch_bytes=first_batch_bytes,
+        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
                            warmup_s=warmup_s, warmup_batches=done)
     finally:
         feed.close()
+
+
+def _no_phase(name: str) -> None:
+    pass
 
 
 def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling | None, *,

@@ -8,6 +8,10 @@ an all_reduce of a small tensor, so a rank waits for the slowest as it would und
 `RankContext` is what the measured loop needs to know of its rank. A rank that fails writes
 why to a file and exits; the launcher then stops the others and the trial fails with that
 reason, naming the rank.
+
+Each rank also tells the trial process its phase (see phases): a rank that stalls is named with
+its phase and Python stack, the ranks are stopped, and the trial fails with that one line; a
+stall before the first batch is tried once more, on a fresh rendezvous, first.
 """
 
 from __future__ import annotations
@@ -17,15 +21,16 @@ import os
 import tempfile
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator
 
 from loadtune.errors import LoadtuneError
 from loadtune.trial_process.failures import SIGNAL_HINTS, describe, signal_text
 from loadtune.trial_process.jobs import TrialJob
+from loadtune.trial_process.phases import PhaseBoard, RankPhases, Stall, StallLimits, StallWatch
 
 # How often the launcher checks on its ranks: also how fast a failing rank stops the others.
 MONITOR_INTERVAL_S = 0.05
@@ -68,6 +73,7 @@ class RankContext:
     world_size: int
     local_rank: int
     device: str
+    phases: RankPhases | None = None  # told this rank's phases and waits, in a launch of ranks
 
     @property
     def reporter(self) -> bool:
@@ -101,33 +107,46 @@ class RankContext:
         import torch.distributed as dist
 
         tensor = self._flag(1.0)
+        phases = self.phases
 
         def step_and_reduce(batch: Any) -> None:
             step(batch)
             tensor.fill_(1.0)
+            if phases is None:
+                dist.all_reduce(tensor)
+                return
+            phases.wait_start()
             dist.all_reduce(tensor)
+            phases.wait_end()
 
         return step_and_reduce
+
+    def waiting(self) -> ContextManager[None]:
+        """Around a wait for the other ranks (or for the sweep): not this rank's own stall."""
+        return self.phases.waiting() if self.phases is not None else nullcontext()
 
     def agree(self, ready: bool) -> bool:
         """True on every rank only when it is True on every rank."""
         import torch.distributed as dist
 
         flag = self._flag(0.0 if ready else 1.0)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        with self.waiting():
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return float(flag.item()) == 0.0
 
     def gather_pids(self) -> list[int]:
         import torch.distributed as dist
 
         pids: list[Any] = [None] * self.world_size
-        dist.all_gather_object(pids, os.getpid())
+        with self.waiting():
+            dist.all_gather_object(pids, os.getpid())
         return [int(p) for p in pids]
 
     def barrier(self) -> None:
         import torch.distributed as dist
 
-        dist.barrier()
+        with self.waiting():
+            dist.barrier()
 
 
 def rank_device(device: str, local_rank: int) -> str:
@@ -135,9 +154,13 @@ def rank_device(device: str, local_rank: int) -> str:
     return f"cuda:{local_rank}" if device.startswith("cuda") else device
 
 
-def join_group(device: str, timeout_s: float, group: GroupSpec | None = None) -> RankContext:
+def join_group(device: str, timeout_s: float, group: GroupSpec | None = None,
+               phases: RankPhases | None = None) -> RankContext:
     """Join the process group of a trial's ranks: the one the launcher's environment describes
-    (RANK, WORLD_SIZE, MASTER_ADDR, ...), or, given `group`, the one met in its store."""
+    (RANK, WORLD_SIZE, MASTER_ADDR, ...), or, given `group`, the one met in its store; `phases`
+    is told the rendezvous (and that joining waits for the other ranks)."""
+    if phases is not None:
+        phases.enter("rendezvous")
     import torch
     import torch.distributed as dist
 
@@ -154,11 +177,12 @@ def join_group(device: str, timeout_s: float, group: GroupSpec | None = None) ->
         torch.cuda.set_device(torch.device(device))
     backend = "nccl" if device.startswith("cuda") else "gloo"
     bound = {"device_id": torch.device(device)} if backend == "nccl" else {}
-    if store is not None:
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **bound)
-    else:
-        dist.init_process_group(backend, timeout=timeout, **bound)
-    return RankContext(rank, world, local, device)
+    with phases.waiting() if phases is not None else nullcontext():
+        if store is not None:
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **bound)
+        else:
+            dist.init_process_group(backend, timeout=timeout, **bound)
+    return RankContext(rank, world, local, device, phases)
 
 
 def join_single() -> None:
@@ -183,9 +207,10 @@ def leave_group() -> None:
 
 
 @contextmanager
-def in_group(device: str, timeout_s: float, group: GroupSpec | None = None) -> Iterator[RankContext]:
+def in_group(device: str, timeout_s: float, group: GroupSpec | None = None,
+             phases: RankPhases | None = None) -> Iterator[RankContext]:
     """This process as one rank of a group (see join_group), left at the end of the block."""
-    context = join_group(device, timeout_s, group)
+    context = join_group(device, timeout_s, group, phases)
     try:
         yield context
     finally:
@@ -193,14 +218,15 @@ def in_group(device: str, timeout_s: float, group: GroupSpec | None = None) -> I
 
 
 def _rank_file(folder: str, rank: int, kind: str) -> Path:
-    """rank<N>.<kind> in the launch's folder: `started` when a rank begins, `error` why it failed."""
+    """rank<N>.<kind> in the launch's folder: `started` when a rank begins, `error` why it failed,
+    `stack` its threads' stacks when the trial process asks (see phases)."""
     return Path(folder) / f"rank{rank}.{kind}"
 
 
-def rank_main(job: TrialJob, errors: str, measure_rank: MeasureRank) -> Any:
+def rank_main(job: TrialJob, errors: str, measure_rank: MeasureRank, board: PhaseBoard | None = None) -> Any:
     """One rank's whole life: join, measure, leave. On failure, why goes to a file (before the
     group is left, which would fail the others first) and the rank exits with code 1, so the
-    launcher stops the others at once."""
+    launcher stops the others at once. Its phases go to `board`, read by the trial process."""
     import signal
 
     import torch
@@ -209,6 +235,7 @@ def rank_main(job: TrialJob, errors: str, measure_rank: MeasureRank) -> Any:
     # The launcher's own SIGTERM handler, inherited through fork, would raise inside DataLoader
     # teardown when the launcher stops this rank; torchrun also gives each rank one thread.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    phases = RankPhases(board, rank) if board is not None and 0 <= rank < board.ranks else None
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
     try:
@@ -216,15 +243,20 @@ def rank_main(job: TrialJob, errors: str, measure_rank: MeasureRank) -> Any:
     except OSError:
         pass
     try:
-        with in_group(job.device, job.measure.timeout_s) as context:
+        with in_group(job.device, job.measure.timeout_s, phases=phases) as context:
             try:
-                return measure_rank(job, context)
+                result = measure_rank(job, context)
             except BaseException as exc:
                 _write_error(errors, rank, describe(exc))
                 raise
+            if phases is not None and phases.phase != "teardown":
+                phases.enter("teardown")  # leaving the group, and the process's exit
     except BaseException as exc:  # noqa: BLE001 - told to the trial through the file
         _write_error(errors, rank, describe(exc))
         raise SystemExit(1) from None
+    if phases is not None:
+        phases.returned()
+    return result
 
 
 def _write_error(folder: str, rank: int, text: str) -> None:
@@ -314,20 +346,57 @@ def launch_config(ranks: int, folder: str) -> Any:
     return config
 
 
-def launch(job: TrialJob, measure_rank: MeasureRank) -> list[Any]:
+# A stall before the first batch is tried this many times more, each on a fresh rendezvous.
+STALL_RETRIES = 1
+
+
+class _Stalled(Exception):
+    """One launch stopped by the stall watch; whether rank 0 had asked the sweep to sample."""
+
+    def __init__(self, stall: Stall, sampling_started: bool) -> None:
+        super().__init__()
+        self.stall, self.sampling_started = stall, sampling_started
+
+
+def launch(job: TrialJob, measure_rank: MeasureRank, before_retry: Callable[[bool], None] | None = None) -> list[Any]:
     """Run `job` on job.ranks ranks on this host, `measure_rank` in each; their results in rank order.
 
     Ranks are forked from this (trial) process, which has torch and the user's modules
-    loaded already; the rendezvous is on a free local port. Any rank failing fails all."""
+    loaded already; the rendezvous is on a free local port. Any rank failing fails all. A rank
+    that stalls (see phases) fails all too, named with its phase and stack; when that happens
+    before the first batch, the ranks are launched once more, afresh (a new rendezvous, port
+    and folder), after `before_retry(rank 0 had started the sweep's sampling)`."""
+    _quiet_launcher()
+    limits = StallLimits.for_timeout(job.measure.timeout_s)
+    for attempt in range(STALL_RETRIES + 1):
+        try:
+            return _launch_once(job, measure_rank, limits)
+        except _Stalled as stalled:
+            retried = attempt > 0
+            if attempt < STALL_RETRIES and stalled.stall.before_first_batch:
+                if stalled.stall.full:  # no reason will name it
+                    Path(stalled.stall.full).unlink(missing_ok=True)
+                if before_retry is not None:
+                    before_retry(stalled.sampling_started)
+                continue
+            raise RankFailedError(stalled.stall.reason(retried)) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _launch_once(job: TrialJob, measure_rank: MeasureRank, limits: StallLimits) -> list[Any]:
     from torch.distributed.launcher.api import elastic_launch
 
-    _quiet_launcher()
     # In the sweep's scratch folder: a trial killed at its timeout cannot clean up after itself.
     with tempfile.TemporaryDirectory(prefix="loadtune-ranks-", dir=job.scratch) as errors:
         config = launch_config(job.ranks, errors)
+        board = PhaseBoard(job.ranks, errors)
+        watch = StallWatch(board, limits)
         try:
-            results = elastic_launch(config, rank_main)(job, errors, measure_rank)
+            with watch:
+                results = elastic_launch(config, rank_main)(job, errors, measure_rank, board)
         except Exception as exc:  # noqa: BLE001 - ChildFailedError, or the launcher's own
+            if watch.stall is not None:
+                raise _Stalled(watch.stall, board.reached(0, "warm-up")) from None
             raise RankFailedError(_failure_reason(exc, errors)) from None
     return [results[r] for r in sorted(results)]
 
