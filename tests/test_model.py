@@ -40,7 +40,7 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
     settings = {"num_workers": workers, "prefetch_factor": prefetch if workers else None,
                 "persistent_workers": persistent and workers > 0, "pin_memory": False, "batch_size": BATCH}
     guess = model.predict(settings)
-    period_ms = 1e3 * BATCH / guess.throughput
+    period_ms = 1e3 * BATCH * model.ranks / guess.throughput  # each rank's
     if workers:
         fetch_ms = (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample) * BATCH
         share = model.fetch_cpu_ms_per_sample * BATCH / fetch_ms
@@ -259,17 +259,89 @@ def test_model_strategy_falls_back_to_ofat_when_the_model_does_not_fit():
     assert set(misfit.measured) == set(ofat.measured)
 
 
-def test_ranks_each_run_a_pipeline_on_their_share_of_the_cores():
-    """Two ranks on twice the cores, each its own DataLoader: the same per-rank pipeline, and
-    throughput summed over the ranks."""
-    doubled = [dataclasses.replace(r, ranks=2, cpu_count=2 * int(CORES), throughput=2 * r.throughput)
-               for r in first_round(TRUTH)]
-    fitted = fit(doubled, DATASET_LEN)
-    assert fitted is not None and fitted.ranks == 2 and fitted.cores == CORES
-    kwargs = {"num_workers": 3, "prefetch_factor": 4, "batch_size": BATCH}
-    assert fitted.predict(kwargs).throughput == pytest.approx(2 * TRUTH.predict(kwargs).throughput, rel=1e-9)
-    assert fitted.predict(kwargs, ranks=1, cores=CORES).throughput == \
-        pytest.approx(TRUTH.predict(kwargs).throughput, rel=1e-9)
+def made_up_ranked(model: PipelineModel, workers: int, prefetch: int | None = 2, persistent: bool = False,
+                   name: str | None = None) -> Record:
+    """made_up on `model.ranks` ranks sharing `model.cores * model.ranks` cores: throughput summed
+    over the ranks, each rank's figures as one rank's, the step timed without waiting for another."""
+    one = made_up(model, workers, prefetch, persistent, name)
+    return dataclasses.replace(one, ranks=model.ranks, cpu_count=int(model.cores * model.ranks))
+
+
+def test_a_two_rank_sweep_is_evidence_and_predicts_four_ranks_exactly():
+    """Trials measured on 2 ranks fit the same figures, and the fitted model predicts 4 ranks (and
+    1) as the truth does: the ranks' pace, their shared cores and the collective included."""
+    truth2 = dataclasses.replace(TRUTH, cores=CORES / 2, ranks=2, core_share=1.0)
+    records = [made_up_ranked(truth2, w, p, pw, name=f"t{i}") for i, (w, p, pw) in enumerate(FIRST_ROUND)]
+    fitted = fit(records, DATASET_LEN)
+    assert fitted is not None and fitted.ranks == 2 and fitted.cores == CORES / 2
+    for name in ("fetch_cpu_ms_per_sample", "fetch_wait_ms_per_sample", "step_ms_per_sample", "fetch_cv"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth2, name), rel=1e-9, abs=1e-9), name
+    for kwargs in ({"num_workers": 3, "prefetch_factor": 4, "batch_size": BATCH},
+                   {"num_workers": 0, "batch_size": BATCH},
+                   {"num_workers": 2, "persistent_workers": True, "batch_size": BATCH}):
+        for ranks in (1, 4):
+            assert fitted.predict(kwargs, ranks=ranks).throughput == \
+                pytest.approx(truth2.predict(kwargs, ranks=ranks).throughput, rel=1e-9), (kwargs, ranks)
+
+
+def test_ranks_step_together_at_the_slowest_ranks_pace():
+    """No workers, fetches that vary: each step waits for the slowest of the ranks' fetches, so
+    the period is the mean of the maximum over the ranks' draws, not of one rank's; without
+    variation, ranks change nothing. The wait is the ranks' mean wait for their own batch."""
+    from loadtune.results.model import SIM_EPOCHS, _draws
+
+    fetch_ms, step_ms, n = 10.0, 5.0, 40
+    flat = [simulate(0, 0, False, fetch_ms, 0.0, 0.0, step_ms, 0.0, n, ranks=r).period_ms for r in (1, 2, 4)]
+    assert flat == pytest.approx([fetch_ms + step_ms] * 3, rel=1e-12)
+    for ranks in (2, 4):
+        draws = _draws(n * SIM_EPOCHS * ranks, 0.5)
+        per_batch = [draws[i * ranks:(i + 1) * ranks] for i in range(n * SIM_EPOCHS)][n:]  # the first epoch dropped
+        sim = simulate(0, 0, False, fetch_ms, 0.5, 0.0, step_ms, 0.0, n, ranks=ranks)
+        assert sim.period_ms == pytest.approx(sum(fetch_ms * max(b) + step_ms for b in per_batch) / len(per_batch))
+        assert sim.wait_ms == pytest.approx(fetch_ms * sum(sum(b) for b in per_batch) / (len(per_batch) * ranks))
+        assert sim.period_ms > simulate(0, 0, False, fetch_ms, 0.5, 0.0, step_ms, 0.0, n).period_ms
+
+
+def test_ranks_share_the_machines_cores_not_a_slice_each():
+    """Two ranks of one worker each on 2 cores, each thread busy half the time: a worker meets the
+    other rank's worker, and both training threads at once (ranks step together), on 2 cores; on
+    a core of its own it would meet its own training thread alone."""
+    from loadtune.results.model import _contention
+
+    # Worker: 1 other worker (k = 0, 1), the training threads with p 0.5: max(1, (1 + k + 2) / 2) or
+    # max(1, (1 + k) / 2). Training thread: both training threads and k of 2 workers: max(1, (2 + k) / 2).
+    assert _contention(1, 0.5, 0.5, 2.0, ranks=2) == pytest.approx((0.5 * (0.5 * 1.5 + 0.5 * 2.0) + 0.5 * 1.0,
+                                                                    0.25 * 1.0 + 0.5 * 1.5 + 0.25 * 2.0))
+    assert _contention(1, 0.5, 0.5, 1.0) == pytest.approx((0.5 * 2.0 + 0.5 * 1.0, 0.5 * 1.0 + 0.5 * 2.0))
+
+
+def test_ranks_meet_in_a_collective_unless_the_step_was_timed_there():
+    """A step the fetch never holds up: on ranks the period is the step and its collective
+    (COLLECTIVE_MS); a model fitted on ranks holds it in its step already; a step timed on the
+    target's ranks holds its own."""
+    from loadtune.results.model import COLLECTIVE_MS
+
+    quick = dataclasses.replace(TRUTH, main_fetch_ms_per_sample=0.0, fetch_cpu_ms_per_sample=0.0,
+                                fetch_wait_ms_per_sample=0.0, fetch_cv=0.0, step_cpu_ms_per_sample=0.0,
+                                cores=8.0, dataset_len=None)
+    kwargs = {"num_workers": 0, "batch_size": BATCH}
+    step = quick.step_ms_per_sample * BATCH
+    for ranks in (1, 2, 4):
+        added = COLLECTIVE_MS if ranks > 1 else 0.0
+        assert quick.added_collective_ms(ranks) == added
+        assert quick.predict(kwargs, cores=8.0, ranks=ranks).period_ms == pytest.approx(step + added)
+        assert quick.predict(kwargs, cores=8.0, ranks=ranks, collective_ms=0.0).period_ms == pytest.approx(step)
+    at2 = dataclasses.replace(quick, ranks=2, cores=4.0)
+    assert at2.added_collective_ms(4) == 0.0 and at2.added_collective_ms(1) == -COLLECTIVE_MS
+    assert at2.predict(kwargs, ranks=4).throughput == pytest.approx(4e3 * BATCH / step)
+    assert at2.predict(kwargs, ranks=1, cores=8.0).throughput == pytest.approx(1e3 * BATCH / (step - COLLECTIVE_MS))
+
+
+def test_each_rank_runs_its_share_of_an_epoch():
+    """A DistributedSampler gives each of R ranks 1/R of the dataset: shorter epochs, more starts."""
+    assert TRUTH.epoch_length(BATCH) == 50 and TRUTH.epoch_length(BATCH, ranks=2) == 25
+    assert TRUTH.epoch_length(BATCH, ranks=4) == 13
+    assert dataclasses.replace(TRUTH, ranks=2).epoch_length(BATCH, ranks=4) == 25
 
 
 def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows():

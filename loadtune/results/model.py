@@ -53,6 +53,13 @@ SATURATED_CAP_WEIGHT = 0.5
 MIN_PERIOD_MS = 1e-6
 # A model fitted to fewer measured trials than this predicts nothing.
 MIN_TRIALS_TO_FIT = 2
+# A step's collective among ranks of one host (DDP's all_reduce: ranks meet at every step), in
+# ms, where nothing measured says. A small all_reduce between processes of one host is latency,
+# waking each rank: measured with gloo on 2 cores (benchmarks/transfer.py's grids, their ideal rows,
+# the step fed from memory) 0.92 and 0.82 ms more a step with 2 ranks than with 1 (cpu, io), 0.74 ms
+# with 4: no growth from 2 ranks to 4. A step timed on the target's ranks (`--step-ms`) holds its
+# own collective instead.
+COLLECTIVE_MS = 0.85
 
 
 @dataclass(frozen=True)
@@ -133,32 +140,47 @@ class PipelineModel:
     core_share: float  # what each core beyond the first adds for CPU-bound threads (fitted; < 1 on shared cores)
     dataset_len: int | None  # samples in one of the run's epochs (per rank), for any batch size's epoch length
     factors: tuple[tuple[str, str, float], ...] = ()  # (key, value, measured factor) of unexplained settings
-    ranks: int = 1  # ranks it was fitted on, each with its own DataLoader on cores of its own
+    ranks: int = 1  # ranks it was fitted on, each with its own DataLoader, sharing the cores
     trials: int = 0  # measured trials it was fitted to
     residual_log_sd: float = 0.0  # spread of log(measured / predicted) over them
+    # A step's collective among ranks (the fitted step holds it where it was fitted on ranks).
+    collective_ms: float = COLLECTIVE_MS
 
     # --- predicting --------------------------------------------------------------------------
 
-    def epoch_length(self, batch_size: int) -> float:
-        """Batches per epoch of the run for this batch size (inf when unknown: no epoch starts
-        modelled). Epochs end at the dataset's end, as in training: a sweep's figures are the
+    def epoch_length(self, batch_size: int, ranks: int | None = None) -> float:
+        """Batches per epoch of the run for this batch size on each of `ranks` ranks (default: as
+        fitted; a DistributedSampler gives each rank its share), inf when unknown: no epoch starts
+        modelled. Epochs end at the dataset's end, as in training: a sweep's figures are the
         run's (loadtune.run_epochs), whatever its windows cut."""
-        return float(math.ceil(self.dataset_len / batch_size)) if self.dataset_len else math.inf
+        if not self.dataset_len:
+            return math.inf
+        share = self.dataset_len * self.ranks / (self.ranks if ranks is None else max(ranks, 1))
+        return float(math.ceil(share / batch_size))
+
+    def added_collective_ms(self, ranks: int) -> float:
+        """What a step's collective among `ranks` ranks adds to the fitted step (which holds one
+        where it was fitted on ranks; negative where it did and one rank is asked for)."""
+        return self.collective_ms * (int(ranks > 1) - int(self.ranks > 1))
 
     def predict(self, kwargs: Mapping[str, Any], cores: float | None = None, step_scale: float = 1.0,
-                ranks: int | None = None) -> Prediction:
+                ranks: int | None = None, collective_ms: float | None = None) -> Prediction:
         """The config's throughput (samples/s, all ranks together) and wait ratio, on `cores`
         usable cores (default: the ones it was fitted on) shared by `ranks` ranks (default: as
-        fitted), each with its own DataLoader, with the step's time scaled by `step_scale`."""
-        ranks = self.ranks if ranks is None else ranks
+        fitted), each with its own DataLoader, with the step's time scaled by `step_scale` and
+        `collective_ms` added to each step (default: what the ranks' collective adds, see
+        added_collective_ms; give 0 with a step timed on the target's ranks)."""
+        ranks = self.ranks if ranks is None else max(ranks, 1)
         s = effective_settings(kwargs)
         batch = int(s["batch_size"] or kwargs.get("batch_size") or 1)
         workers = int(s["num_workers"] or 0)
         prefetch = int(s["prefetch_factor"] or 0)
         machine = self.cores * self.ranks if cores is None else cores
         h2d = self.h2d_pinned_ms if s["pin_memory"] else self.h2d_ms
+        extra = self.added_collective_ms(ranks) if collective_ms is None else collective_ms
         core = _predict(self, batch, workers, prefetch, bool(s["persistent_workers"]), h2d,
-                        max(_rank_cores(self, machine, ranks), 0.05), step_scale, machine / max(ranks, 1))
+                        max(_rank_cores(self, machine, ranks), 0.05), step_scale, machine / ranks,
+                        ranks=ranks, collective_ms=extra)
         factor = 1.0
         for key, value, f in self.factors:
             if format_value(s.get(key, kwargs.get(key))) == value:
@@ -194,41 +216,49 @@ class Simulated:
 
 
 def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv: float, handover_ms: float,
-             step_ms: float, start_ms: float, epoch_batches: float) -> Simulated:
-    """The DataLoader's protocol over whole epochs, in ms.
+             step_ms: float, start_ms: float, epoch_batches: float, ranks: int = 1) -> Simulated:
+    """The DataLoader's protocol over whole epochs, in ms, on each of `ranks` ranks in step.
 
     Batch j of an epoch goes to worker j mod W; the first prefetch × W indices go out when the
     epoch's iterator is made, and each batch received sends out the index prefetch × W ahead
     (to the same worker). The loop takes batches in order: it waits for batch j's worker, takes
     `handover_ms` to receive it, then steps for `step_ms`. Without persistent workers each
     epoch's workers start `start_ms` after its iterator is made (with them, that is the resume).
+    Ranks step together (DDP's all_reduce): each has its own workers and fetches (their own
+    draws), and every rank's next step starts when the slowest rank's batch is in, so the pace is
+    the expected maximum over the ranks. The wait is the ranks' mean.
     """
     n = int(min(epoch_batches, SIM_EPOCH_BATCHES)) if math.isfinite(epoch_batches) else SIM_EPOCH_BATCHES
     n = max(n, 1)
-    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms)
-    run = _Run(_draws((n + prefetch * workers) * SIM_EPOCHS, round(cv, 4)), fetch_ms)
+    ranks = max(ranks, 1)
+    queue = _Queue(workers, prefetch, persistent, handover_ms, step_ms, start_ms, ranks)
+    run = _Run(_draws((n + prefetch * workers) * SIM_EPOCHS * ranks, round(cv, 4)), fetch_ms)
     epoch_t: list[float] = []
-    mid = (0.0, 0.0)  # the last epoch's middle half: (its time, its batches)
+    mid = (0.0, 0.0, 0.0)  # the last epoch's middle half: (its time, its batches, the ranks' mean wait in it)
     for e in range(SIM_EPOCHS):
         start = run.t
         if e == 1:
             run.busy = 0.0
-        received = _epoch_with_workers(run, queue, n) if workers else _epoch_in_process(run, step_ms, n)
+        received = _epoch_with_workers(run, queue, n) if workers else _epoch_in_process(run, step_ms, n, ranks)
         epoch_t.append(run.t - start)
         if e == SIM_EPOCHS - 1 and n >= 8:
             lo, hi = n // 4, (3 * n) // 4
-            mid = (received[hi] - received[lo], float(hi - lo))
+            first = (e * n + lo + 1) * ranks
+            waits = run.waits[first:first + (hi - lo) * ranks]
+            mid = (received[hi] - received[lo], float(hi - lo), sum(waits) / len(waits))
     kept = SIM_EPOCHS - 1
     total = sum(epoch_t[1:])
-    share = run.busy / (workers * total) if workers and total > 0 else 0.0
+    share = run.busy / (workers * ranks * total) if workers and total > 0 else 0.0
     if not math.isfinite(epoch_batches) or epoch_batches > n:
         # A steady state from the middle of an epoch, and each epoch's extra cost spread over its
         # real length.
         steady = mid[0] / mid[1] if mid[1] else total / (kept * n)
         extra = max(0.0, total / kept - n * steady)
         per_epoch = extra / epoch_batches if math.isfinite(epoch_batches) else 0.0
-        return Simulated(steady + per_epoch, max(0.0, steady - step_ms) + per_epoch, min(1.0, share))
-    return Simulated(total / (kept * n), sum(run.waits[n:]) / (kept * n), min(1.0, share))
+        # One rank: the period less its step; more: their mean wait (the rest waits for the slowest).
+        wait = max(0.0, steady - step_ms) if ranks == 1 or not mid[1] else mid[2]
+        return Simulated(steady + per_epoch, wait + per_epoch, min(1.0, share))
+    return Simulated(total / (kept * n), sum(run.waits[n * ranks:]) / (kept * n * ranks), min(1.0, share))
 
 
 @dataclass(frozen=True)
@@ -241,6 +271,7 @@ class _Queue:
     handover_ms: float
     step_ms: float
     start_ms: float
+    ranks: int = 1
 
 
 @dataclass
@@ -261,35 +292,41 @@ class _Run:
         return took
 
 
-def _epoch_in_process(run: _Run, step_ms: float, n: int) -> list[float]:
-    """An epoch of `n` batches fetched by the loop itself; when each was received."""
+def _epoch_in_process(run: _Run, step_ms: float, n: int, ranks: int = 1) -> list[float]:
+    """An epoch of `n` batches fetched by the loop itself on each rank; when each was in on
+    every rank."""
     received = [0.0] * n
     for j in range(n):
-        took = run.fetch()
-        run.waits.append(took)
-        received[j] = run.t + took
-        run.t += took + step_ms
+        took = [run.fetch() for _ in range(ranks)]
+        run.waits.extend(took)
+        received[j] = run.t + max(took)
+        run.t += max(took) + step_ms
     return received
 
 
 def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
-    """An epoch of `n` batches from the workers; when each was received."""
-    start = run.t
-    received = [0.0] * n
-    free = [start + queue.start_ms] * queue.workers
+    """An epoch of `n` batches from each rank's workers; when each was in on every rank."""
+    start, ranks = run.t, queue.ranks
+    received = [[0.0] * n for _ in range(ranks)]
+    free = [[start + queue.start_ms] * queue.workers for _ in range(ranks)]
     depth = queue.prefetch * queue.workers
+    slowest = [0.0] * n
     for j in range(n):
         k = j % queue.workers
-        sent = start if j < depth else received[j - depth]
-        took = run.fetch()
-        run.busy += took
-        done = max(sent, free[k]) + took
-        free[k] = done
-        got = max(done, run.t) + queue.handover_ms
-        run.waits.append(got - run.t)
-        received[j] = got
-        run.t = got + queue.step_ms
-    return received
+        latest = run.t
+        for r in range(ranks):
+            sent = start if j < depth else received[r][j - depth]
+            took = run.fetch()
+            run.busy += took
+            done = max(sent, free[r][k]) + took
+            free[r][k] = done
+            got = max(done, run.t) + queue.handover_ms
+            run.waits.append(got - run.t)
+            received[r][j] = got
+            latest = max(latest, got)
+        slowest[j] = latest
+        run.t = latest + queue.step_ms
+    return slowest
 
 
 def _binomial(count: int, share: float) -> np.ndarray:
@@ -302,27 +339,37 @@ def _binomial(count: int, share: float) -> np.ndarray:
     return dist
 
 
-def _contention(workers: int, worker_busy: float, main_busy: float, cores: float) -> tuple[float, float]:
+def _contention(workers: int, worker_busy: float, main_busy: float, cores: float,
+                ranks: int = 1) -> tuple[float, float]:
     """How much a worker's and the training thread's CPU phases stretch: the expected
-    max(1, runnable threads / cores) each sees while it runs, the others runnable independently
-    with their busy shares (a worker `worker_busy` of the time, the training thread `main_busy`)."""
+    max(1, runnable threads / cores) each sees while it runs, on the `cores` that `ranks` ranks
+    share, each rank with `workers` workers. Workers are runnable independently, each
+    `worker_busy` of the time; the ranks' training threads `main_busy` of the time, all at once
+    (ranks step together, so their own CPU phases, receiving a batch and the step's host part,
+    fall together)."""
 
     def stretch(runnable: np.ndarray) -> np.ndarray:
         return np.maximum(1.0, runnable / cores)
 
-    # The training thread sees every worker; a running worker sees the others and the training thread.
-    main = float(np.sum(_binomial(workers, worker_busy) * stretch(np.arange(workers + 1) + 1.0)))
+    # A training thread sees every rank's workers and the other training threads; a running
+    # worker sees the other workers and, `main_busy` of the time, every training thread.
+    node_workers = workers * ranks
+    main = float(np.sum(_binomial(node_workers, worker_busy) * stretch(np.arange(node_workers + 1) + ranks)))
     if not workers:
         return 1.0, main
-    alongside = np.arange(workers) + 1.0  # itself and k others
-    others = _binomial(workers - 1, worker_busy)
-    worker = float(np.sum(others * (main_busy * stretch(alongside + 1) + (1 - main_busy) * stretch(alongside))))
+    alongside = np.arange(node_workers) + 1.0  # itself and k others
+    others = _binomial(node_workers - 1, worker_busy)
+    worker = float(np.sum(others * (main_busy * stretch(alongside + ranks) + (1 - main_busy) * stretch(alongside))))
     return worker, main
 
 
 def _rank_cores(model: PipelineModel, machine_cores: float, ranks: int) -> float:
     """What each of `ranks` ranks gets of a machine's usable cores, in cores that work like the
-    first: each core beyond the first adds `core_share` (the machine's, shared by its ranks)."""
+    first: each core beyond the first adds `core_share`, a figure of the machine (cores that share
+    a physical core, caches, memory bandwidth), so ranks share the working cores between them.
+    Measured (benchmarks/transfer.py): two ranks decoding JPEGs without workers took 24% longer a
+    fetch than one rank did; a fetch that spins until its own thread time has passed took no
+    longer, as hyperthreads do not show in a thread's time."""
     working = 1 + (machine_cores - 1) * model.core_share if machine_cores > 1 else machine_cores
     return working / max(ranks, 1)
 
@@ -334,16 +381,21 @@ def _starting(workers: int, cores: float) -> float:
 
 
 def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, persistent: bool, h2d_ms: float,
-             cores: float, step_scale: float = 1.0, usable_cores: float | None = None) -> Prediction:
-    """One rank's prediction on `cores` working cores of its own (see _rank_cores); its usable
-    cores (default: `cores`) set how many workers start at once."""
-    step = model.step_ms_per_sample * batch * step_scale
+             cores: float, step_scale: float = 1.0, usable_cores: float | None = None, ranks: int | None = None,
+             collective_ms: float = 0.0) -> Prediction:
+    """One rank's prediction on `cores` working cores (its share of the machine's, see
+    _rank_cores), with `ranks` ranks (default: as fitted) in step sharing the machine; its usable
+    cores (default: `cores`) set how many workers start at once. `collective_ms` is added to each
+    step (waiting, not CPU)."""
+    ranks = model.ranks if ranks is None else ranks
+    step_cpu = model.step_cpu_ms_per_sample * batch * step_scale
+    step = max(model.step_ms_per_sample * batch * step_scale + collective_ms, step_cpu, 0.0)
     case = _Case(
         batch=batch, workers=workers, prefetch=prefetch, persistent=persistent, cores=cores,
         fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
-        step=step, step_cpu=min(model.step_cpu_ms_per_sample * batch * step_scale, step),
+        step=step, step_cpu=min(step_cpu, step),
         handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
-        epoch=model.epoch_length(batch))
+        epoch=model.epoch_length(batch, ranks), ranks=ranks)
     if workers == 0:
         return _predict_in_process(model, case)
     return _predict_with_workers(model, case, usable_cores or cores)
@@ -366,6 +418,7 @@ class _Case:
     handover: float
     h2d: float
     epoch: float  # batches per epoch (inf: no epoch starts)
+    ranks: int = 1  # ranks in step, sharing the machine (cores × ranks working cores)
 
 
 def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
@@ -379,7 +432,7 @@ def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
         share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
         alone += alone * share * (1 / case.cores - 1)
         step += case.step_cpu * (1 / case.cores - 1)
-    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch)
+    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch, case.ranks)
     period = max(sim.period_ms, MIN_PERIOD_MS)
     return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False)
 
@@ -413,6 +466,10 @@ def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float
     period = max(period, capped, MIN_PERIOD_MS)
     step_wall = case.step + (pace.main_stretch - 1) * case.step_cpu
     wait_ratio = max(0.0, 1 - step_wall / period)
+    if case.ranks > 1:
+        # Each rank's wait for its own batch and its copy; the rest of the period it waits for
+        # the slowest rank, inside the step's collective.
+        wait_ratio = min(wait_ratio, (pace.wait + case.h2d) / period)
     crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH
     hidden = not crowded and pace.fetch / case.workers <= pace.main_wall
     return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden)
@@ -428,14 +485,15 @@ class _Pace:
     wasted: float = 1.0  # work per useful batch (more where fetched batches go unused)
     fetch: float = 0.0  # a fetch's wall time, stretched
     main_wall: float = 0.0  # the loop's own time per batch (step, copy, hand-over)
+    wait: float = 0.0  # per batch, simulated: the ranks' mean wait for their own batch
     saturated: bool = False  # the cores are short even with no crowding
 
 
 def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[float], float]) -> _Pace:
     """Busy threads beyond the cores: each thread's CPU phases stretch by the crowding it meets
     (a fixed point, at most 4 rounds: the stretch slows the pace, which changes how busy each
-    thread is), and each busy thread beyond the cores costs `oversubscription` more CPU
-    (switches, caches)."""
+    thread is), and each busy thread of a rank beyond its share of the cores costs
+    `oversubscription` more CPU (switches, caches)."""
     pace = _Pace()
     workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
     for attempt in range(4):
@@ -443,16 +501,21 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
         main_cpu = (case.step_cpu + handover) * pace.main_stretch
         main_wall = case.step - case.step_cpu + case.h2d + main_cpu
         sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
-                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch)
+                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch,
+                       case.ranks)
         period = sim.period_ms
         useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
         pace.wasted = max(1.0, sim.worker_share / useful) if useful > 0 else 1.0
-        pace.period, pace.fetch, pace.main_wall = period, fetch, main_wall
+        pace.period, pace.fetch, pace.main_wall, pace.wait = period, fetch, main_wall, sim.wait_ms
         if attempt == 0:
             pace.saturated = cap(pace.wasted) >= period
         worker_busy = min(1.0, sim.worker_share * fetch_cpu * pace.worker_stretch / fetch) if fetch > 0 else 0.0
         main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
-        ws, ms = _contention(workers, worker_busy, main_busy, case.cores)
+        ws, ms = _contention(workers, worker_busy, main_busy, case.cores * case.ranks, case.ranks)
+        # The cost of threads beyond the cores is fitted on one process tree: each rank pays it
+        # for its own beyond its share (counted over the whole host, four ranks of six workers
+        # on two cores would pay for 20 threads, far past any the fit saw: measured, the cpu
+        # pipeline on 4 ranks ran with workers faster than without, as so counted it would not).
         excess = max(0.0, workers * worker_busy + main_busy - case.cores)
         ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
         if abs(ws - pace.worker_stretch) < 1e-3 and abs(ms - pace.main_stretch) < 1e-3:
@@ -486,8 +549,7 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
     fetch_cpu, fetch_wait = _fetch_figures(evidence)
     handover = _handover_figure(evidence)
-    steps = _uncontended([e for e in evidence if e.step_ms is not None] or list(evidence))
-    step = _median((e.step_ms / e.batch_size for e in steps if e.step_ms is not None), 0.0)
+    step = _step_figure(evidence)
     step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
     step_cpu = min(max(step_cpu, 0.0), step)
     pinned = [e.h2d_ms for e in evidence if e.settings["pin_memory"]]
@@ -503,6 +565,18 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
         cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
         dataset_len=dataset_len, ranks=evidence[0].ranks, trials=len(evidence))
+
+
+def _step_figure(evidence: Sequence[Evidence]) -> float:
+    """The step's wall time per sample, uncontended. On ranks a step as timed holds its collective
+    and the wait for the slowest rank's batch (the simulation adds that wait): the trial that
+    waited least shows the step and its collective alone, where the workers had every rank's
+    batch ready (one rank: the median of the uncontended trials)."""
+    timed = [e for e in evidence if e.step_ms is not None] or list(evidence)
+    if timed[0].ranks > 1:
+        ready = [e for e in timed if e.workers] or timed
+        return min((e.step_ms / e.batch_size for e in ready if e.step_ms is not None), default=0.0)
+    return _median((e.step_ms / e.batch_size for e in _uncontended(timed) if e.step_ms is not None), 0.0)
 
 
 def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
@@ -636,10 +710,10 @@ def _factor_baseline(evidence: Sequence[Evidence], baseline: Mapping[str, Any] |
 
 def _search(model: PipelineModel, core: Sequence[Evidence]) -> dict[str, float]:
     """The figures of FITTED_GRIDS the trials can show, by a coordinate search over their grids
-    from the middles, then each as near its neutral value (the first of its grid) as explains
-    the trials all but as well: a handful of trials cannot tell a figure from its neighbours, and
-    a figure pushed to an extreme to explain one more trial moves every prediction for another
-    machine."""
+    from the middles and from the neutral values (the first of each grid; the better of the two),
+    then each as near its neutral value as explains the trials all but as well: a handful of
+    trials cannot tell a figure from its neighbours, and a figure pushed to an extreme to explain
+    one more trial moves every prediction for another machine."""
     logs = np.log([e.throughput for e in core])
     grids = {name: grid for name, grid in FITTED_GRIDS.items() if _can_show(name, model, core)}
     params = {name: grid[len(grid) // 2] for name, grid in grids.items()}
@@ -651,14 +725,22 @@ def _search(model: PipelineModel, core: Sequence[Evidence]) -> dict[str, float]:
             losses[point] = _loss(_fitted(model, figures), core, logs)
         return losses[point]
 
-    for _ in range(FIT_PASSES):
-        moved = False
-        for name, grid in grids.items():
-            best = min((loss_at({**params, name: value}), value) for value in grid)[1]
-            if best != params[name]:
-                params[name], moved = best, True
-        if not moved:
-            break
+    def descend(params: dict[str, float]) -> dict[str, float]:
+        for _ in range(FIT_PASSES):
+            moved = False
+            for name, grid in grids.items():
+                best = min((loss_at({**params, name: value}), value) for value in grid)[1]
+                if best != params[name]:
+                    params[name], moved = best, True
+            if not moved:
+                break
+        return params
+
+    # From the middles, and from the neutral corner: the figures trade off against each other
+    # (on ranks sharing cores, crowding and variation both slow the pace), so one start can stop
+    # where no single figure's move helps.
+    params = min((descend(start) for start in (params, {name: grid[0] for name, grid in grids.items()})),
+                 key=loss_at)
     threshold = min(losses.values(), default=0.0) * (1 + FIT_PARSIMONY) + FIT_PARSIMONY_FLOOR
     for name, grid in grids.items():
         for value in grid[:grid.index(params[name])]:

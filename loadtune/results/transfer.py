@@ -22,7 +22,7 @@ from rich.text import Text
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
 from loadtune.results.choice import recommended as measured_pick
-from loadtune.results.model import PipelineModel, Prediction, evidence_of, fit, prediction_error
+from loadtune.results.model import COLLECTIVE_MS, PipelineModel, Prediction, evidence_of, fit, prediction_error
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.report import Travel, dataloader_line, short_trial
 from loadtune.results.table import Column, fitted_table
@@ -372,7 +372,8 @@ def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = Tr
     out = []
     if target.ranks > source.ranks and not step_given:
         out.append(f"{target.ranks} ranks meet at every step (DDP's all_reduce), which the {source.ranks}-rank sweep "
-                   f"never timed: the step is taken as measured; give --step-ms from a step timed on the target")
+                   f"never timed: the step is taken as measured plus {COLLECTIVE_MS:g} ms for the collective "
+                   f"(gloo between processes of one host); give --step-ms from a step timed on the target")
     per_rank, measured = target.cores / target.ranks, source.cores / source.ranks
     if per_rank > measured * (1 + EXTRAPOLATION_MARGIN):
         out.append(f"{per_rank:g} cores per rank is {per_rank / measured:.1f}x the {measured:g} measured: the model "
@@ -386,8 +387,9 @@ def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = Tr
 
 
 def predict_space(model: PipelineModel, configs: Sequence[Mapping[str, Any]], cores: float, ranks: int,
-                  step_scale: float) -> list[tuple[dict[str, Any], Prediction]]:
-    return [(dict(s), model.predict(s, cores=cores, ranks=ranks, step_scale=step_scale)) for s in configs]
+                  step_scale: float, collective_ms: float | None = None) -> list[tuple[dict[str, Any], Prediction]]:
+    return [(dict(s), model.predict(s, cores=cores, ranks=ranks, step_scale=step_scale, collective_ms=collective_ms))
+            for s in configs]
 
 
 def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float) -> int | None:
@@ -427,7 +429,9 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     rows = []
     configs = space(records)
     keys = varying(configs)
-    for settings, p in predict_space(model, configs, resolved.cores, resolved.ranks, step_scale):
+    # A step timed on the target holds its ranks' collective; else the model adds what more ranks cost.
+    collective = 0.0 if step_given else None
+    for settings, p in predict_space(model, configs, resolved.cores, resolved.ranks, step_scale, collective):
         rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / resolved.ranks,
                               p.wait_ratio, p.cpu_bound,
                               measured.get(settings_key(settings)) if _same_machine(source, resolved) else None,
@@ -617,7 +621,9 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
         return None  # no evidence to fit (a file from before the model), or nothing measured there
     cores_a, ranks_a, step_a = machine_of(a)
     cores_b, ranks_b, step_b = machine_of(b)
-    step_moved = bool(step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS)
+    # On other ranks a step as timed also holds the collective and the wait for the slowest rank:
+    # the model adds those itself, so the step counts as moved only between files of equal ranks.
+    step_moved = bool(step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS) and ranks_a == ranks_b
     if math.isclose(cores_a, cores_b) and ranks_a == ranks_b and not step_moved:
         return None
     try:
