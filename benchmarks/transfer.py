@@ -3,31 +3,36 @@
 For each pipeline (benchmarks/recommend.py's cpu, io and mixed: a CPU-bound decode, an I/O
 latency, a mixed one; and images: the demo's JPEGs decoded, cropped and flipped by
 torchvision, a real decode):
-  source: the default sweep (`loadtune sweep CONFIG`) on all usable cores: what a user has;
+  sources: the default sweep (`loadtune sweep CONFIG`) on all usable cores: what a user has;
+    and the same on 2 ranks (`--ranks 2`, source-r2);
   targets, each measured as a grid (`--strategy grid`, every trial 3 processes: the truth):
     cores1:    one usable core (the sweep launched under os.sched_setaffinity to core 0);
     ranks2:    `--ranks 2` on the same machine (two DataLoaders share the cores);
+    ranks4:    `--ranks 4` on the same machine;
     step-half: the step's sleep halved, on all cores (a faster accelerator);
-  then `loadtune predict SOURCE.csv` for each target (`--cores 1`, `--ranks 2`, `--step-ms`
-  the source's step halved) through the command line, read from its --json. ranks2 is judged
-  twice: `--ranks 2` alone (the step as measured on one rank), and `ranks2+step` with the
-  target's own step (its ideal row: the step fed from memory, each step's all_reduce included),
-  as a user who timed the DDP step on the target would give it.
+  then `loadtune predict SOURCE.csv` for each target (`--cores 1`, `--ranks 2`, `--ranks 4`,
+  `--step-ms` the source's step halved) through the command line, read from its --json. ranks2
+  is judged twice: `--ranks 2` alone (the step as measured on one rank, the collective added by
+  the model), and `ranks2+step` with the target's own step (its ideal row: the step fed from
+  memory, each step's all_reduce included), as a user who timed the DDP step on the target would
+  give it. ranks4 is judged from the one-rank source and, as `ranks4 from r2`, from the 2-rank one.
 Printed per pipeline and target: the predicted pick, its measured throughput in the target's
 grid against the grid's best (pick / best), the source's own pick there, and the median and
 worst |predicted / measured - 1| over the target's grid. Goals, per target and pipeline:
 pick / best >= 0.95 and median error <= 0.15. The grid's best is the highest of ~30 noisy
 figures (the winner's curse), so pick / best reads low by a few percent even for the right pick:
 the grid's own tie call (tied_with_best, 3%) is printed beside it, and where the pick reads below
-0.95 on a one-core or step-half target, the two are run head to head (--head-to-head ROUNDS,
-default 6: fresh processes of benchmarks/plain_loop.py, alternating, on one core for cores1),
-and the goal is judged on that.
+0.95 the two are run head to head (--head-to-head ROUNDS, default 6: fresh processes of
+benchmarks/plain_loop.py, alternating, on one core for cores1; on ranks, fresh process groups of
+benchmarks/ranked_referee.py, A B B A, the ratio with its 95% interval), and the goal is judged
+on that.
 
-    python benchmarks/transfer.py [--pipelines cpu,io,mixed,images] [--repeats 3] [--keep DIR] [--reuse DIR]
+    python benchmarks/transfer.py [--pipelines cpu,io,mixed,images] [--targets ranks2,ranks4] [--repeats 3]
+                                  [--keep DIR] [--reuse DIR] [--judge ranks2,ranks4]
 
 --reuse DIR reads the CSVs an earlier run wrote with --keep DIR (and runs predict again); with
 --sources it sweeps the sources again first (after a change to the default sweep or the model).
-About 60 minutes on 2 cores.
+About 60 minutes on 2 cores for the one-rank targets, 35 more for ranks2 and ranks4.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from ranked_referee import referee  # noqa: E402
 from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
 
 from loadtune.results.record import Record, read_records  # noqa: E402
@@ -60,13 +66,18 @@ from loadtune.trials import IDEAL  # noqa: E402
 GOAL_PICK = 0.95
 GOAL_MEDIAN_ERROR = 0.15
 DEFAULT_PIPELINES = ("cpu", "io", "mixed", "images")
-TARGETS = ("cores1", "ranks2", "step-half")
-# Judged twice: ranks2 as `--ranks 2` alone, and with the target's own step (`--step-ms` from the
-# grid's ideal row: the step fed from memory, timed there, its all_reduce included), as a user
-# who timed their DDP step on the target would give it.
-# The goals hold for these (ranks2 alone is printed: the step it assumes was timed on one rank).
-GOAL_TARGETS = ("cores1", "ranks2+step", "step-half")
-JUDGED = (("cores1", "cores1"), ("ranks2", "ranks2"), ("ranks2", "ranks2+step"), ("step-half", "step-half"))
+TARGETS = ("cores1", "ranks2", "ranks4", "step-half")
+# The sources: the default sweep on one rank, and on two (`--ranks 2`), which predicts four.
+SOURCES = {"source": [], "source-r2": ["--ranks", "2"]}
+# (target grid, how it is predicted, from which source). ranks2 is judged twice: `--ranks 2`
+# alone, and with the target's own step (`--step-ms` from the grid's ideal row: the step fed
+# from memory, timed there, its all_reduce included), as a user who timed their DDP step on the
+# target would give it.
+JUDGED = (("cores1", "cores1", "source"), ("ranks2", "ranks2", "source"), ("ranks2", "ranks2+step", "source"),
+          ("ranks4", "ranks4", "source"), ("ranks4", "ranks4 from r2", "source-r2"),
+          ("step-half", "step-half", "source"))
+GOAL_TARGETS = tuple(how for _, how, _ in JUDGED)
+RANKS = {"ranks2": 2, "ranks4": 4}
 SWEEP_TIMEOUT_S = 3600
 
 
@@ -84,20 +95,21 @@ def grid_args(repeats: int) -> list[str]:
     return ["--strategy", "grid", "--repeats", str(repeats), "--set", f"measure.min_repeats={repeats}"]
 
 
-def measure_source(name: str, work: Path) -> Path:
+def measure_source(name: str, work: Path, sources: tuple[str, ...] = tuple(SOURCES)) -> Path:
     config = write_config(work, name, PIPELINES[name], False)
-    seconds = sweep(config, work / f"{name}-source.csv", [])
-    print(f"{name}: source (default sweep, all cores) in {seconds:.0f} s")
+    for source in sources:
+        seconds = sweep(config, work / f"{name}-{source}.csv", SOURCES[source])
+        print(f"{name}: {source} (default sweep{' '.join(['', *SOURCES[source]])}, all cores) in {seconds:.0f} s")
     return config
 
 
-def measure(name: str, work: Path, repeats: int) -> None:
-    config = measure_source(name, work)
+def measure(name: str, work: Path, repeats: int, targets: tuple[str, ...], sources: tuple[str, ...]) -> None:
+    config = measure_source(name, work, sources)
     step_s = PIPELINES[name]["step"].get("sleep_s")
-    for target in TARGETS:
+    for target in targets:
         extra = grid_args(repeats)
-        if target == "ranks2":
-            extra += ["--ranks", "2"]
+        if target in RANKS:
+            extra += ["--ranks", str(RANKS[target])]
         if target == "step-half":
             if step_s is None:
                 print(f"{name}: step-half needs a sleep step; skipped")
@@ -109,8 +121,16 @@ def measure(name: str, work: Path, repeats: int) -> None:
 
 def head_to_head(name: str, target: str, result: dict[str, Any], work: Path, rounds: int) -> None:
     """The pick against the grid's best, alternating fresh plain-loop processes (A B, B A, ...):
-    the grid's best is the highest of ~30 noisy figures; head to head says whether it is faster."""
+    the grid's best is the highest of ~30 noisy figures; head to head says whether it is faster.
+    On ranks, by the ranked referee (fresh process groups of plain-loop ranks, A B B A)."""
     config = work / f"{name}.yaml"
+    if target in RANKS:
+        got = referee(config, result["pick_settings"], result["best_settings"], RANKS[target], rounds,
+                      log=lambda line: print(f"    {line}", flush=True))
+        result["head_to_head"] = got.ratio
+        result["head_to_head_interval"] = (got.low, got.high)
+        result["head_to_head_runs"] = {"pick": got.a_runs, "best": got.b_runs}
+        return
     if target == "step-half":
         data = yaml.safe_load(config.read_text())
         data["step"]["sleep_s"] = data["step"]["sleep_s"] / 2
@@ -136,9 +156,9 @@ def predict(source: Path, args: list[str]) -> dict[str, Any]:
     return json.loads(proc.stdout)
 
 
-def judge(name: str, target: str, how: str, work: Path) -> dict[str, Any] | None:
-    source, truth = work / f"{name}-source.csv", work / f"{name}-{target}.csv"
-    if not truth.exists():
+def judge(name: str, target: str, how: str, source_name: str, work: Path) -> dict[str, Any] | None:
+    source, truth = work / f"{name}-{source_name}.csv", work / f"{name}-{target}.csv"
+    if not truth.exists() or not source.exists():
         return None
     measured: dict[tuple, Record] = {}
     ideal = None
@@ -148,12 +168,12 @@ def judge(name: str, target: str, how: str, work: Path) -> dict[str, Any] | None
         elif r.ran and not r.data_flagged and not r.asked_by:
             # (a trial a verdict's advice asked for sets more than the space's keys: in_order...)
             measured.setdefault(key(settings_of(r)), r)
-    src = predict(source, [])
-    step_ms = src["source"]["step_ms"]
+    step_ms = predict(source, [])["source"]["step_ms"]
     if how == "ranks2+step" and (ideal is None or ideal.step_ms is None):
         return None
     args = {"cores1": ["--cores", "1"], "ranks2": ["--ranks", "2"],
             "ranks2+step": ["--ranks", "2", "--step-ms", f"{ideal.step_ms if ideal else 0:.3f}"],
+            "ranks4": ["--ranks", "4"], "ranks4 from r2": ["--ranks", "4"],
             "step-half": ["--step-ms", f"{step_ms / 2:.3f}"]}[how]
     out = predict(source, args)
     # The candidates: the sweep's space (a trial the grid's verdicts asked for beyond it is no
@@ -201,7 +221,15 @@ def main() -> int:
                              f"{GOAL_PICK} of it (one core and step-half targets; 0: none)")
     parser.add_argument("--sources", action="store_true",
                         help="with --reuse: sweep the sources again (this version's default sweep), keep the grids")
+    parser.add_argument("--targets", default=",".join(TARGETS), help="the target grids to measure")
+    parser.add_argument("--only-sources", default=",".join(SOURCES), help="the sources to sweep")
+    parser.add_argument("--judge", default="", help="judge only these (comma-separated, e.g. ranks2,ranks4 from r2)")
     args = parser.parse_args()
+    targets = tuple(t for t in args.targets.split(",") if t)
+    sources = tuple(t for t in args.only_sources.split(",") if t)
+    if set(targets) - set(TARGETS) or set(sources) - set(SOURCES):
+        parser.error(f"targets are {', '.join(TARGETS)}; sources {', '.join(SOURCES)}")
+    judged = [j for j in JUDGED if not args.judge or j[1] in args.judge.split(",")]
     names = [n.strip() for n in args.pipelines.split(",") if n.strip()]
     unknown = [n for n in names if n not in PIPELINES]
     if unknown:
@@ -211,20 +239,23 @@ def main() -> int:
     print(machine_line())
     if args.reuse is None:
         for name in names:
-            measure(name, work, args.repeats)
+            measure(name, work, args.repeats, targets, sources)
     elif args.sources:
         for name in names:
-            measure_source(name, work)
-    results = [r for name in names for target, how in JUDGED if (r := judge(name, target, how, work)) is not None]
+            measure_source(name, work, sources)
+    results = [r for name in names for target, how, source in judged
+               if (r := judge(name, target, how, source, work)) is not None]
     for r in results:
-        if args.head_to_head and r["pick_share"] is not None and r["pick_share"] < GOAL_PICK \
-                and r["target"] in ("cores1", "step-half"):
-            head_to_head(r["pipeline"], r["target"], r, work, args.head_to_head)
-            h = r["head_to_head"]
-            print(f"{r['pipeline']}/{r['target']}: head to head, {args.head_to_head} rounds of fresh plain loops: "
-                  f"pick / grid's best {'-' if h is None else f'{h:.3f}'} (median of the rounds' ratios); "
-                  f"runs {r['head_to_head_runs']}")
-    print(f"\n{'pipeline':<8} {'target':<11} {'pick / best':>11} {'tied':>5} {'carried':>8} {'median err':>10} "
+        if args.head_to_head and r["pick_share"] is not None and r["pick_share"] < GOAL_PICK:
+            target = "ranks4" if r["target"].startswith("ranks4") else r["target"].split("+")[0]
+            head_to_head(r["pipeline"], target, r, work, args.head_to_head)
+            h, low_high = r["head_to_head"], r.get("head_to_head_interval")
+            how = "fresh process groups of plain-loop ranks (ranked_referee.py), A B B A" if target in RANKS \
+                else "fresh plain loops"
+            interval = f" [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high and None not in low_high else ""
+            print(f"{r['pipeline']}/{r['target']}: head to head, {args.head_to_head} rounds of {how}: "
+                  f"pick / grid's best {'-' if h is None else f'{h:.3f}'}{interval}; runs {r['head_to_head_runs']}")
+    print(f"\n{'pipeline':<8} {'target':<14} {'pick / best':>11} {'tied':>5} {'carried':>8} {'median err':>10} "
           f"{'worst':>6} {'signed':>7} {'n':>3}  pick")
     failed = []
     for r in results:
@@ -232,7 +263,7 @@ def main() -> int:
         carried = "-" if r["source_pick_share"] is None else f"{r['source_pick_share']:.3f}"
         if r.get("head_to_head") is not None:
             share += f" h{r['head_to_head']:.2f}"
-        print(f"{r['pipeline']:<8} {r['target']:<11} {share:>11} {str(r['pick_tied']):>5} {carried:>8} "
+        print(f"{r['pipeline']:<8} {r['target']:<14} {share:>11} {str(r['pick_tied']):>5} {carried:>8} "
               f"{r['median_error']:>10.3f} {r['worst_error']:>6.3f} {r['signed_median']:>+7.3f} {r['compared']:>3}  "
               f"{r['pick']} (grid best: {r['best']})")
         share = r.get("head_to_head") or r["pick_share"]  # head to head, where it was run
