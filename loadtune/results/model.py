@@ -255,8 +255,9 @@ def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv:
         steady = mid[0] / mid[1] if mid[1] else total / (kept * n)
         extra = max(0.0, total / kept - n * steady)
         per_epoch = extra / epoch_batches if math.isfinite(epoch_batches) else 0.0
-        # One rank: the period less its step; more: their mean wait (the rest waits for the slowest).
-        wait = max(0.0, steady - step_ms) if ranks == 1 or not mid[1] else mid[2]
+        # The ranks' mean wait for their own batch (on one rank, the period less its step; on
+        # more, the rest of the period waits for the slowest).
+        wait = mid[2] if mid[1] else max(0.0, steady - step_ms)
         return Simulated(steady + per_epoch, wait + per_epoch, min(1.0, share))
     return Simulated(total / (kept * n), sum(run.waits[n * ranks:]) / (kept * n * ranks), min(1.0, share))
 

@@ -367,12 +367,14 @@ def resolve(target: Target, source: Source) -> ResolvedTarget:
                           shm_gb=target.shm_gb if target.shm_gb is not None else source.shm_gb)
 
 
-def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = True) -> list[str]:
-    """What the target asks beyond what the source measured, and how far."""
+def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = True,
+                   collective_ms: float = COLLECTIVE_MS) -> list[str]:
+    """What the target asks beyond what the source measured, and how far (`collective_ms`: what
+    the model adds for the ranks' collective)."""
     out = []
     if target.ranks > source.ranks and not step_given:
         out.append(f"{target.ranks} ranks meet at every step (DDP's all_reduce), which the {source.ranks}-rank sweep "
-                   f"never timed: the step is taken as measured plus {COLLECTIVE_MS:g} ms for the collective "
+                   f"never timed: the step is taken as measured plus {collective_ms:g} ms for the collective "
                    f"(gloo between processes of one host); give --step-ms from a step timed on the target")
     per_rank, measured = target.cores / target.ranks, source.cores / source.ranks
     if per_rank > measured * (1 + EXTRAPOLATION_MARGIN):
@@ -447,7 +449,8 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     pick = next((r for r in rows if r.recommended), None)
     picked = settings_key(source.pick) if source.pick is not None else None
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
-    return Forecast(source, resolved, tuple(rows), pick, tuple(extrapolations(source, resolved, step_given)), model,
+    beyond = extrapolations(source, resolved, step_given, model.collective_ms)
+    return Forecast(source, resolved, tuple(rows), pick, tuple(beyond), model,
                     tolerance, source_pick, tuple(notes), prediction_error(records))
 
 
