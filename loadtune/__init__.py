@@ -7,11 +7,12 @@ The command line is `loadtune`; from Python (a notebook, a script):
     result.recommended, result.loader_kwargs, result.frame
     loadtune.compare("small.csv", "large.csv").verdict
     loadtune.predict("small.csv", cores=16, ranks=4).recommended   # another machine
+    for batch in loadtune.watch(loader): ...       # the real training run, watched
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from loadtune.version import __version__  # noqa: F401 - part of the package's interface
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from loadtune.results.sweep import SweepResult
     from loadtune.results.transfer import Forecast
     from loadtune.sweep_process.events import Event
+    from loadtune.training_process.watched import Watched
 
 
 def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Overrides = None,
@@ -48,3 +50,10 @@ def predict(csv: str | Path, **target: Unpack[PredictKeywords]) -> Forecast:
     from loadtune.api import predict as run
 
     return run(csv, **target)
+
+
+def watch(loader: Any, *, out: str | Path | None = None, every_s: float = 60.0, name: str | None = None) -> Watched:
+    """The loader a training loop already has, watched as it trains; see loadtune.api.watch."""
+    from loadtune.api import watch as start
+
+    return start(loader, out=out, every_s=every_s, name=name)

@@ -9,7 +9,7 @@ in a trial process of its own), returning typed results instead of printing them
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence, TypedDict
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypedDict
 
 from loadtune.errors import LoadtuneError
 from loadtune.options import ConfigSource, Overrides, SweepOptions
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from loadtune.results.compare import Comparison
     from loadtune.results.transfer import Forecast
     from loadtune.sweep_process.events import Event
+    from loadtune.training_process.watched import Watched
 
 
 class PredictKeywords(TypedDict, total=False):
@@ -87,4 +88,17 @@ def predict(csv: str | Path, *, cores: float | None = None, ranks: int = 1, step
     return forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
 
 
-__all__ = ["LoadtuneError", "SweepOptions", "SweepResult", "compare", "load", "predict", "sweep"]
+def watch(loader: Any, *, out: str | Path | None = None, every_s: float = 60.0,
+          name: str | None = None) -> "Watched":
+    """The loader a training loop already has, watched as it trains: `for batch in
+    loadtune.watch(loader): ...` iterates as the loader does, records each batch's wait and step
+    (the warm-up dropped as a sweep drops it) with the evidence a sweep's trial records, says a
+    line every `every_s` seconds (a warning with the remedy when the loop waits for data), and
+    writes `out` (default results/watch-NAME.csv: rows with status `watched`) at every interval
+    and when the process ends. docs/watch.md."""
+    from loadtune.training_process.watched import watch as start
+
+    return start(loader, out=out, every_s=every_s, name=name)
+
+
+__all__ = ["LoadtuneError", "SweepOptions", "SweepResult", "compare", "load", "predict", "sweep", "watch"]

@@ -261,9 +261,10 @@ def compare(
     force: bool = typer.Option(False, "--force", help="Compare files of different configs anyway."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Align sweeps from several machines or scales and say whether the conclusion holds."""
+    """Align sweeps from several machines or scales and say whether the conclusion holds; set a
+    watched run beside what a sweep measured or predicted for its loader's config."""
     from loadtune.results.compare import compare as compare_results
-    from loadtune.results.compare import comparison_lines, comparison_table, load_results, write_aligned
+    from loadtune.results.compare import comparison_lines, comparison_table, load_results, run_table, write_aligned
 
     console = _console()
     try:
@@ -272,7 +273,10 @@ def compare(
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console.print(comparison_table(comparison, width=console.width), crop=False)
+    if len(comparison.sweep_labels) != 1 or not comparison.run_labels:
+        console.print(comparison_table(comparison, width=console.width), crop=False)
+    if comparison.runs:
+        console.print(run_table(comparison, width=console.width), crop=False)
     for line in comparison_lines(comparison):
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     if out is not None:
@@ -283,7 +287,8 @@ def compare(
 
 @app.command()
 def predict(
-    csv: Path = typer.Argument(..., help="A results CSV of `loadtune sweep` (this version's columns)."),
+    csv: Path = typer.Argument(..., help="A results CSV of `loadtune sweep`, or of a watched run (`loadtune "
+                               "watch`: one watched config is enough), with this version's columns."),
     cores: Optional[float] = typer.Option(None, "--cores", help="Usable cores of the target machine, shared by "
                                           "all its ranks (default: the source's)."),
     ranks: int = typer.Option(1, "--ranks", min=1, help="Ranks on the target, each with its own DataLoader."),
@@ -300,7 +305,7 @@ def predict(
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON on stdout."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Predict the settings for another machine (cores, ranks, step) from a sweep's CSV."""
+    """Predict the settings for another machine (cores, ranks, step) from a sweep's or a watched run's CSV."""
     from loadtune.kinds import TOLERANCE
     from loadtune.results.transfer import (
         Target,
@@ -344,7 +349,8 @@ def report(
                                  "samples beside the CSV."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Show results CSVs as ranked tables with what limits each trial, and draw them."""
+    """Show results CSVs as ranked tables with what limits each trial (a watched run: each loader and
+    rank, and what to run next), and draw them."""
     from loadtune.results.record import load_records
     from loadtune.results.report import (
         LEGEND,
@@ -357,6 +363,7 @@ def report(
         report_title,
         results_table,
     )
+    from loadtune.results.watched import WATCHED_LEGEND, watched_lines, watched_table
 
     console = _console()
     try:
@@ -367,7 +374,18 @@ def report(
             draw_csvs(csvs, plot)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    for path, rows in tables:
+    legends: list[str] = []
+    for path, all_rows in tables:
+        run_rows = [r for r in all_rows if r.watched]
+        if run_rows:
+            title = f"{report_title(run_rows, path.name)} (a watched run)"
+            console.print(watched_table(run_rows, title=title, width=console.width), crop=False)
+            _print_lines(console, watched_lines(run_rows, path))
+            legends += [line for line in WATCHED_LEGEND if line not in legends]
+        rows = [r for r in all_rows if not r.watched]
+        if run_rows and not rows:
+            continue
+        legends += [line for line in LEGEND if line not in legends]
         console.print(results_table(rows, title=report_title(rows, path.name), width=console.width), crop=False)
         for line in not_run_lines(rows):
             console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
@@ -380,7 +398,7 @@ def report(
             _print_lines(console, repeat_lines(path, rows))
         for line in noise_warnings(rows):
             console.print(f"[yellow]Warning:[/] {escape(str(line))}", highlight=False, soft_wrap=True)
-    for line in LEGEND:
+    for line in legends:
         console.print(line, style="dim", highlight=False, soft_wrap=True, markup=False)
     if plot is not None:
         console.print(f"Chart: {plot}", highlight=False, markup=False)
@@ -416,16 +434,57 @@ def profile(
 @app.command()
 def init(
     path: Optional[Path] = typer.Argument(None, help="Where to write the starter config (default loadtune.yaml)."),
+    source: Optional[Path] = typer.Option(None, "--from", help="A watched run's CSV (loadtune watch): the config's "
+                                          "loader block holds the watched loader's settings, its sweep the values "
+                                          "around them; you fill in the dataset factory."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Write a commented starter config that runs the demo dataset."""
-    from loadtune.starter import DEFAULT_STARTER_PATH, write_starter
+    """Write a commented starter config that runs the demo dataset, or one from a watched run (--from)."""
+    from loadtune.starter import DEFAULT_STARTER_PATH, write_from_run, write_starter
 
     try:
-        written = write_starter(path or DEFAULT_STARTER_PATH)
+        if source is not None:
+            written, loader = write_from_run(source, path or DEFAULT_STARTER_PATH)
+        else:
+            written, loader = write_starter(path or DEFAULT_STARTER_PATH), None
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    typer.echo(f"Wrote {written}; edit it, then run: loadtune sweep {written}")
+    if loader is not None:
+        typer.echo(f"Wrote {written} with the settings of {loader!r}, watched in {source}; fill in its "
+                   f"dataset.factory, then run: loadtune sweep {written}")
+    else:
+        typer.echo(f"Wrote {written}; edit it, then run: loadtune sweep {written}")
+
+
+# Options end at SCRIPT: what follows it is the script's, untouched, options included.
+SCRIPT_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@app.command(context_settings=SCRIPT_ARGS)
+def watch(
+    ctx: typer.Context,
+    script: str = typer.Argument(..., metavar="SCRIPT [ARGS]...", help="The training script, run as `python SCRIPT "
+                                 "ARGS` runs it (with --module, a module, as `python -m`); what follows it is "
+                                 "passed to it untouched."),
+    out: Optional[Path] = typer.Option(None, "--out", help="CSV to write (default results/watch-NAME.csv, NAME the "
+                                       "script's)."),
+    every: float = typer.Option(60.0, "--every", help="Seconds between the progress lines (and the intervals the "
+                                "figures are measured over)."),
+    module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module name, run as `python -m` runs it."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
+) -> None:
+    """Run an unchanged training script with every DataLoader it iterates watched; its output and
+    exit status pass through, and its loaders' figures go to a results CSV (status watched)."""
+    if not (math.isfinite(every) and every > 0):
+        raise typer.BadParameter(f"must be above 0, got {every:g}", param_hint="--every")
+    from loadtune.training_process.script import run_script
+
+    try:
+        status = run_script(script, list(ctx.args), out=str(out) if out is not None else None, every_s=every,
+                            module=module)
+    except LoadtuneError as exc:
+        _fail(str(exc), debug)
+    raise typer.Exit(status)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ class Status(Word):
     FAILED = "failed"
     TIMEOUT = "timeout"
     PREDICTED = "predicted"  # a config the pipeline model scored and the sweep never measured
+    WATCHED = "watched"  # measured in a real training run (loadtune watch), not a sweep trial
 
 
 class Strategy(Word):

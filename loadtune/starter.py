@@ -3,11 +3,18 @@
 
 It points at the built-in demo dataset and uses short measurements, so the first sweep
 takes about a minute; the comments say what to change for a real training job.
+
+`loadtune init --from FILE` writes one from a watched run instead (`from_run`): its loader block
+holds the watched loader's settings, its sweep block the values `loadtune predict` predicts from
+the run, its step the run's own as a stand-in; the dataset factory is the one thing a run cannot
+say, left for the user to fill in.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 from loadtune.errors import LoadtuneError
 
@@ -122,17 +129,171 @@ output: null
 """
 
 
-def write_starter(path: Path | str = DEFAULT_STARTER_PATH) -> Path:
-    """Write STARTER_CONFIG to `path` (creating its folder); never overwrites an existing file."""
+def write_starter(path: Path | str = DEFAULT_STARTER_PATH, text: str = STARTER_CONFIG) -> Path:
+    """Write `text` (STARTER_CONFIG) to `path` (creating its folder); never overwrites an existing file."""
     path = Path(path)
     if path.exists() or path.is_symlink():
         raise LoadtuneError(f"{path}: already exists; not overwriting it (remove it or give another path)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("x", encoding="utf-8") as f:  # "x": fails rather than replace a file
-            f.write(STARTER_CONFIG)
+            f.write(text)
     except FileExistsError:
         raise LoadtuneError(f"{path}: already exists; not overwriting it (remove it or give another path)") from None
     except OSError as exc:
         raise LoadtuneError(f"{path}: cannot write the starter config: {exc.strerror or exc}") from None
     return path
+
+
+# --- from a watched run ----------------------------------------------------------------------------
+
+# What dataset.factory says until the user fills it in: a run cannot say how its dataset is built.
+FACTORY_PLACEHOLDER = "FILL_IN.py:make_dataset"
+# The step when the run's row has none (a stand-in, in seconds).
+DEFAULT_STEP_S = 0.05
+STEP_DIGITS = 4  # sleep_s written to a tenth of a millisecond
+
+
+def _yaml(value: Any) -> str:
+    """A plain value as YAML writes it (strings quoted as JSON, which YAML reads alike)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def _name(text: str) -> str:
+    """A config name (letters, digits, '.', '_', '-') from a script's or loader's name."""
+    stem = text[:-3] if text.endswith(".py") else text
+    cleaned = "".join(c if c.isalnum() or c in "._-" else "-" for c in stem).strip("-.")
+    return cleaned or "watched"
+
+
+def from_run(source: Path | str) -> tuple[str, str]:
+    """The starter config's text for the loader a watched run spent most time in, and its name.
+    Not a results CSV, or one without a watched row: a LoadtuneError naming the file."""
+    from pydantic import ValidationError
+
+    from loadtune.config import LoaderSpec
+    from loadtune.results.record import load_records
+    from loadtune.results.watched import (
+        WORKERS_PER_CORE,
+        cores_per_rank,
+        default_sweep,
+        info_for,
+        kept_settings,
+        loaders,
+        on_accelerator,
+        read_loader_info,
+        settings_text,
+    )
+
+    source = Path(source)
+    records = load_records(source)
+    watched = loaders(records)
+    if not watched:
+        raise LoadtuneError(f"{source}: no watched row (status watched) that ran: init --from reads the CSV of a "
+                            "watched run (loadtune watch, loadtune.watch)")
+    loader = watched[0]
+    name = loader.trial or "train"
+    infos = read_loader_info(source)
+    info = info_for(infos, name)
+    ranks = int(loader.ranks or 1)
+    settings = {"batch_size": loader.batch_size, "num_workers": int(loader.num_workers or 0),
+                "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
+                "persistent_workers": bool(loader.persistent_workers) if loader.num_workers else False,
+                "pin_memory": bool(loader.pin_memory), "main_threads": loader.main_threads,
+                "worker_threads": loader.worker_threads if loader.num_workers else None}
+    kept, aside = kept_settings(info)
+    block = {k: v for k, v in settings.items() if v is not None}
+    refused = []
+    for key, value in kept.items():
+        if key in block:
+            continue
+        try:
+            LoaderSpec.model_validate({**block, key: value})
+        except ValidationError:
+            refused.append(f"{key}={value!r}")
+            continue
+        block[key] = value
+    lines = [f"# loadtune sweep config written by `loadtune init --from {source}`: the loader {name!r} the run",
+             f"# watched: {loader.throughput:.1f} samples/s{' in all' if ranks > 1 else ''}, wait ratio "
+             f"{loader.wait_ratio:.3f}, with {settings_text(loader)}{f' on {ranks} ranks' if ranks > 1 else ''}.",
+             "#",
+             "#   1. Fill in dataset.factory below: a run cannot say how its dataset is built.",
+             f"#   2. loadtune sweep THIS_FILE{f' --ranks {ranks}' if ranks > 1 else ''}"
+             "      measures the settings around the run's own",
+             f"#      (loadtune predict {source} says what the model expects of them, from the run alone).",
+             "# Every key: docs/reference.md#config-reference; `loadtune init` writes a starter with each explained."]
+    others = [r.trial for r in watched[1:]]
+    if others:
+        lines.append(f"# The run also watched {', '.join(str(o) for o in others)}: each its own pipeline; this is "
+                     "the one it spent most time in.")
+    script = Path(loader.config_name).stem if loader.config_name else ""
+    config_name = _name("-".join(dict.fromkeys(part for part in (script, name) if part)))
+    lines += ["", f"name: {config_name}", "", "dataset:",
+              "  # FILL IN: \"path/to/file.py:callable\" (relative to this file) or \"pkg.module:callable\" that",
+              "  # returns the dataset your script trains on, built as the script builds it; kwargs go to it."]
+    dataset = info.dataset if info is not None else None
+    if dataset:
+        script = " ".join([info.script or "", *info.argv]).strip() if info is not None else ""
+        ran = f" (run as: {script})" if script else ""
+        lines += [f"  # The run's dataset was a {dataset}{ran};",
+                  "  # its constructor's arguments are not known from the run. Where that class needs",
+                  "  # only the kwargs below, name it instead:",
+                  f"  # factory: {_yaml(dataset)}"]
+    lines += [f"  factory: {_yaml(FACTORY_PLACEHOLDER)}", "  kwargs: {}", "",
+              "# loader: the watched DataLoader's settings (the CSV's columns"
+              f"{', and ' + source.stem + '.loader.json beside it' if info is not None else ''}).", "loader:"]
+    lines += [f"  {key}: {_yaml(value)}" for key, value in block.items()]
+    for word in refused:
+        lines.append(f"  # {word}: the run's, not a value the loader block takes")
+    for word in aside:
+        lines.append(f"  # {word}: not a loader key; to keep it, return your DataLoader from the factory "
+                     "(docs/your-data.md)")
+    sweep = default_sweep(loader)
+    accelerator = on_accelerator(loader)
+    lines += ["", f"# sweep: the values around the run's own that `loadtune predict {source}` predicts",
+              f"# (up to {WORKERS_PER_CORE} workers per usable core of a rank: {cores_per_rank(loader):g} cores here).",
+              "sweep:"]
+    for key, values in sweep.items():
+        if key == "pin_memory" and not accelerator:
+            lines.append("  # pin_memory: [false, true]   # with an accelerator (the run fed the CPU)")
+            continue
+        lines.append(f"  {key}: [{', '.join(_yaml(v) for v in values)}]")
+    step_s = round(loader.step_ms / 1e3, STEP_DIGITS) if loader.step_ms is not None else DEFAULT_STEP_S
+    measured = f"the run's step, {loader.step_ms:.1f} ms a batch" if loader.step_ms is not None else "a guess"
+    lines += ["", f"# step: {measured}, as a stand-in that waits (no host CPU). For your own step",
+              "# (its CPU competes with the workers): step.factory (docs/your-data.md).", "step:",
+              f"  sleep_s: {_yaml(step_s)}", ""]
+    epoch = loader.run_epoch_batches
+    epoch_note = "   # the run's epoch in batches (each rank's share)" if epoch else ""
+    device_note = f"   # the run used {loader.device}" if loader.device else ""
+    lines += ["measure:", f"  run_epoch_batches: {_yaml(epoch)}{epoch_note}", "",
+              f"device: auto{device_note}", "output: null", ""]
+    text = "\n".join(lines)
+    _check(text, source)
+    return text, name
+
+
+def _check(text: str, source: Path) -> None:
+    """The written config loads (its factory aside, which the user fills in): else a bug, said
+    with the file it came from."""
+    import yaml
+
+    from loadtune.config import Config
+
+    try:
+        Config.model_validate(yaml.safe_load(text))
+    except Exception as exc:  # noqa: BLE001 - any failure here is one line naming the run's file
+        raise LoadtuneError(f"{source}: the config written from this run does not load: {exc}") from None
+
+
+def write_from_run(source: Path | str, path: Path | str = DEFAULT_STARTER_PATH) -> tuple[Path, str]:
+    """Write the starter config from a watched run (from_run) to `path`; never overwrites a file.
+    The written path and the loader it holds."""
+    text, name = from_run(source)
+    return write_starter(path, text), name

@@ -315,17 +315,37 @@ def _check_commands(line: str, where: str) -> list[str]:
             problems.append(f"{where}: `loadtune {name}` is not a command ({', '.join(sorted(OPTIONS))})")
             continue
         rest = re.split(r"[;|`)]|&&", line[m.end():], maxsplit=1)[0]
-        for token in rest.split():
+        tokens = rest.split()
+        if name == "watch":  # what follows SCRIPT is the script's own
+            tokens = _before_script(tokens)
+        for token in tokens:
             option = re.match(r"^\[?(--[a-z][\w-]*)", token)
             if option and option.group(1) not in OPTIONS[name]:
                 problems.append(f"{where}: `loadtune {name}` has no option {option.group(1)}")
     return problems
 
 
+def _before_script(tokens: list[str]) -> list[str]:
+    """`loadtune watch`'s own tokens: its options (and their values) before SCRIPT."""
+    kept: list[str] = []
+    value_next = False
+    for token in tokens:
+        if value_next:
+            value_next = False
+        elif token.startswith("-"):
+            value_next = token.lstrip("[") in ("--out", "--every")
+        else:
+            break
+        kept.append(token)
+    return kept
+
+
 def test_the_check_finds_a_wrong_command_and_option():
     assert _check_commands("loadtune sweep my.yaml --nope 3", "x") == ["x: `loadtune sweep` has no option --nope"]
     assert _check_commands("$ loadtune swept my.yaml", "x")[0].startswith("x: `loadtune swept` is not a command")
     assert _check_commands("torchrun --nnodes 2 -m loadtune sweep my.yaml --out a.csv  # --x", "x") == []
+    assert _check_commands("loadtune watch --every 5 train.py --epochs 3", "x") == []
+    assert _check_commands("loadtune watch --nope train.py", "x") == ["x: `loadtune watch` has no option --nope"]
 
 
 @pytest.mark.parametrize("block", SHELL_BLOCKS, ids=lambda b: b.id)
@@ -479,8 +499,11 @@ CONTRACT_NAMES = [
     "`dataset.factory`", "train_dataloader()",
     "loadtune.sweep(config, *, out=None, overrides=None, **options)", "`.rows`", "`.frame`", "`.recommended`",
     "`.loader_kwargs`", "`strategy`", "`configs/remote.yaml`", "`make lint`",
-    "| 130 |", "| 3 |", "`format_version`", "The format version is **4**",
+    "| 130 |", "| 3 |", "`format_version`", "The format version is **5**",
     "`measure.run_epoch_batches`", "`window_throughput`", "`run_epoch_batches`", "`equal`",
+    "loadtune.watch(loader, *, out=None, every_s=60.0, name=None)",
+    "loadtune watch [--out FILE] [--every S] SCRIPT [ARGS]...", "`watched`", "`dist_rank`",
+    "loadtune predict FILE", "loadtune init --from FILE", "`NAME.loader.json`",
 ]
 
 

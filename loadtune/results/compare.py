@@ -1,8 +1,11 @@
-"""Compare result CSVs of one config run on different machines, scales or days.
+"""Compare result CSVs of one config run on different machines, scales or days, and a sweep
+against a real training run (a file of watched rows).
 
-Rows are aligned by trial, columns by file. For each file: its winner, Kendall's tau-b between
-its ranking and the first file's, and per trial the flags that say where the conclusion moved.
-Builds plain data and renderables; printing and exit codes are the CLI's job.
+Rows are aligned by trial, columns by file. For each sweep: its winner, Kendall's tau-b between
+its ranking and the first sweep's, and per trial the flags that say where the conclusion moved.
+For each file of a run: what the first sweep measured or predicted for each watched loader's
+config, beside what the run measured. Builds plain data and renderables; printing and exit codes
+are the CLI's job.
 """
 
 from __future__ import annotations
@@ -19,10 +22,21 @@ from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
-from loadtune.results.record import Record, load_records, missing_columns, plain_frame
+from loadtune.results.record import MEASURED_STATUSES, Record, load_records, missing_columns, plain_frame
 from loadtune.results.report import short_trial
-from loadtune.results.table import Column, fitted_table
-from loadtune.results.transfer import MODEL_COLUMNS, TransferCheck, target_text, transfer_check
+from loadtune.results.table import Cell, Column, fitted_table
+from loadtune.results.transfer import (
+    MEASURED,
+    MODEL_COLUMNS,
+    RUN_AGREES_SHARE,
+    RUN_AGREES_WAIT_RATIO,
+    RunCheck,
+    TransferCheck,
+    run_checks,
+    target_text,
+    transfer_check,
+)
+from loadtune.results.watched import combine_ranks, is_run
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL
@@ -47,6 +61,10 @@ PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
 FLAGS_COLUMN = "flags"
 # Per file after the first, on another machine: what the first file's model predicted there.
 TRANSFER_COLUMN = "predicted_from_first"
+# Per file of a run, on its watched loaders' rows: what the first sweep said of their configs
+# (column -> RunCheck attribute).
+RUN_COLUMNS = {"sweep_throughput": "sweep_throughput", "sweep_wait_ratio": "sweep_wait_ratio",
+               "sweep_figure": "figure"}
 FLAG_SEPARATOR = "; "
 
 WINNER_CHANGED = "winner changed"
@@ -70,8 +88,13 @@ class ResultSet:
     """One results CSV: its path, a short label unique among the compared files, its rows."""
     path: Path
     label: str
-    frame: pd.DataFrame
-    records: tuple[Record, ...] = ()  # the rows the frame was made from
+    frame: pd.DataFrame  # of a run, its loaders' ranks combined
+    records: tuple[Record, ...] = ()  # the rows as read
+
+    @property
+    def run(self) -> bool:
+        """A real training run's rows (status watched), not a sweep's."""
+        return is_run(self.records)
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +111,19 @@ class Comparison:
     # label -> what the first file's pipeline model predicted for that file's machine (other
     # cores, ranks or step), against what it measured
     transfers: dict[str, TransferCheck] = field(default_factory=dict)
+    # the labels of the files of a real run (the conclusion is the sweeps'), and per file of a run
+    # what the first sweep said of each watched loader's config beside what the run measured
+    run_labels: tuple[str, ...] = ()
+    runs: dict[str, tuple[RunCheck, ...]] = field(default_factory=dict)
+
+    @property
+    def sweep_labels(self) -> tuple[str, ...]:
+        return tuple(label for label in self.labels if label not in self.run_labels)
+
+    @property
+    def reference(self) -> str | None:
+        """The sweep the runs are set against: the first."""
+        return self.sweep_labels[0] if self.sweep_labels else None
 
 
 # --- reading -------------------------------------------------------------------------------
@@ -110,13 +146,13 @@ def _labels(paths: Sequence[Path]) -> list[str]:
 
 def _read(path: Path) -> tuple[list[Record], pd.DataFrame]:
     """A results CSV through the one reader: its records and their plain frame (see
-    record.plain_frame)."""
+    record.plain_frame; a run's loaders with their ranks combined)."""
     records = load_records(path)
     trials = [r.trial for r in records]
     duplicated = next((t for i, t in enumerate(trials) if t in trials[:i]), None)
     if duplicated is not None:
         raise ResultsError(f"{path}: trial {duplicated!r} appears more than once")
-    frame = plain_frame(records)
+    frame = plain_frame(combine_ranks(records) if is_run(records) else records)
     frame["status"] = frame["status"].str.lower()
     return records, frame
 
@@ -253,27 +289,40 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     two winners is tied with the best in the other's file: a swap within noise), when a trial helps
     beyond its interval in one file and hurts beyond it in another, or when a file has no
     ranked trial while the first has one. Tie-group and status changes are flagged only.
+
+    Files of a real run (watched rows) rank nothing: the conclusion is the sweeps' (the first
+    sweep is the reference), and each run is set against the first sweep (transfer.run_checks).
+    A run is never refused as another config: a script is no sweep config.
     """
     results = list(results)
     if len(results) < 2:
         raise ResultsError(f"compare needs at least two results CSVs, got {len(results)}")
-    if not force:
-        _check_same_config(results)
+    sweeps = [r for r in results if not r.run]
+    if not force and len(sweeps) > 1:
+        _check_same_config(sweeps)
     labels = [r.label for r in results]
+    sweep_labels = [r.label for r in sweeps]
     trials = _trial_order(results)
     winners = {r.label: winner_of(r.frame) for r in results}
     table = _aligned(results, trials)
     # Each trial's flags, in the order the checks run; the reasons the conclusion changed.
     flags: dict[str, list[str]] = {t: [] for t in trials}
     reasons: list[str] = []
-    _flag_winners(results, winners, flags, reasons)
-    _flag_sides(results, trials, flags, reasons)
-    _flag_statuses(table, labels, trials, flags)
+    if sweeps:
+        _flag_winners(sweeps, winners, flags, reasons)
+        _flag_sides(sweeps, trials, flags, reasons)
+    _flag_statuses(table, sweep_labels if sweeps else labels, trials, flags)
     changed = bool(reasons)
     verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}" if changed else VERDICT_HOLDS
-    transfers = _transfers(results)
+    transfers = _transfers(sweeps) if len(sweeps) > 1 else {}
     for label, check in transfers.items():
         table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
+    runs = _run_checks(sweeps[0], [r for r in results if r.run]) if sweeps else {}
+    for label, checks in runs.items():
+        by_trial = {c.trial: c for c in checks}
+        for column, attribute in RUN_COLUMNS.items():
+            table[f"{column}{LABEL_SEPARATOR}{label}"] = [getattr(by_trial[t], attribute) if t in by_trial else None
+                                                          for t in trials]
     table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
     return Comparison(
         labels=tuple(labels),
@@ -281,12 +330,20 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
         table=table,
         winners=winners,
         differences=_differences(results),
-        tau=_taus(results),
+        tau=_taus(sweeps),
         flags={t: f for t, f in flags.items() if f},
         verdict=verdict,
         changed=changed,
         transfers=transfers,
+        run_labels=tuple(r.label for r in results if r.run),
+        runs=runs,
     )
+
+
+def _run_checks(sweep: ResultSet, runs: Sequence[ResultSet]) -> dict[str, tuple[RunCheck, ...]]:
+    """Each run against the sweep: what it said of each watched loader's config."""
+    modelled = not missing_columns(sweep.path, MODEL_COLUMNS)
+    return {run.label: tuple(run_checks(sweep.records, run.records, modelled=modelled)) for run in runs}
 
 
 def _differences(results: Sequence[ResultSet]) -> dict[str, dict[str, FileValue]]:
@@ -300,7 +357,10 @@ def _differences(results: Sequence[ResultSet]) -> dict[str, dict[str, FileValue]
 
 
 def _taus(results: Sequence[ResultSet]) -> dict[str, float | None]:
-    """Kendall's tau-b of each file's ranking against the first's, over the trials both ranked."""
+    """Kendall's tau-b of each file's ranking against the first's, over the trials both ranked
+    (a run ranks nothing: none)."""
+    if not results:
+        return {}
     first_ranks = _ranked(results[0].frame).set_index("trial")["rank"]
     tau: dict[str, float | None] = {}
     for result in results:
@@ -418,11 +478,16 @@ def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int)
 def comparison_table(comparison: Comparison, title: str = "", width: int | None = None) -> Table:
     """Trials as rows; per file its rank (`=`: tied with best), samples/s with its 95% interval
     and what the pipeline model predicted for it, the wait ratio with its interval; rows that
-    did not run show their status; then the trial's flags. At `width`, the least important
-    columns are left out, and trial names shortened, rather than a figure cut."""
+    did not run show their status, a run's rows (watched) their figures; then the trial's flags.
+    Beside a run, the sweeps alone (run_table sets the runs against them). At `width`, the least
+    important columns are left out, and trial names shortened, rather than a figure cut."""
     rows = comparison.table.to_dict("records")
+    labels = comparison.labels
+    if comparison.run_labels and comparison.sweep_labels:
+        labels = comparison.sweep_labels
+        rows = [row for row in rows if any(row[f"status{LABEL_SEPARATOR}{label}"] != ABSENT for label in labels)]
     figures: list[Column] = []
-    for label in comparison.labels:
+    for label in labels:
         ranks, samples, predicted, waits, transfers = [], [], [], [], []
         for row in rows:
             status = row[f"status{LABEL_SEPARATOR}{label}"]
@@ -430,7 +495,7 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
                              if status in (Status.OK, Status.PREDICTED) else "")
             transfers.append(_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)
                              if label in comparison.transfers else "")
-            if status != Status.OK:
+            if status not in MEASURED_STATUSES:
                 ranks.append(Text(status, style=STATUS_STYLE.get(status, "")))
                 samples.append("")
                 waits.append("")
@@ -438,7 +503,8 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
             rank = row[f"rank{LABEL_SEPARATOR}{label}"]
             mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
             winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
-            shown = "ref" if row["trial"] == IDEAL else "-" if rank is None or rank is pd.NA else rank
+            shown = "ref" if row["trial"] == IDEAL else "run" if status == Status.WATCHED else \
+                "-" if rank is None or rank is pd.NA else rank
             ranks.append(Text(f"{mark}{shown}", style=winner_style))
             samples.append(_with_interval(row, "throughput", label, 1))
             waits.append(_with_interval(row, "wait_ratio", label, 3))
@@ -456,22 +522,79 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
 
 
 def comparison_lines(comparison: Comparison) -> list[str]:
-    """Plain lines to show under the table: winners, what differs, tau, the verdict (last)."""
-    first = comparison.labels[0]
-    lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}"
-                                    for label in comparison.labels)]
+    """Plain lines to show under the table: winners, what differs, tau, each run against the
+    first sweep, the verdict (last; with fewer than two sweeps there is no conclusion to hold)."""
+    sweeps = comparison.sweep_labels
+    first = sweeps[0] if sweeps else comparison.labels[0]
+    lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}" for label in sweeps)] \
+        if sweeps else []
     for column, values in comparison.differences.items():
         shown = ", ".join(f"{label} {'-' if v is None else format(v, 'g') if isinstance(v, float) else v}"
                           for label, v in values.items())
         lines.append(f"differs: {column}: {shown}")
-    taus = [f"{label} {'-' if comparison.tau[label] is None else format(comparison.tau[label], '.2f')}"
-            for label in comparison.labels[1:]]
-    lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
+    if len(sweeps) > 1:
+        taus = [f"{label} {'-' if comparison.tau.get(label) is None else format(comparison.tau[label], '.2f')}"
+                for label in sweeps[1:]]
+        lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
     for label, check in comparison.transfers.items():
         measured = "not measured there" if check.pick_measured_share is None else \
             f"measured {check.pick_measured_share:.2f} of its best ({check.measured_best})"
         lines.append(f"predicted from {first} for {label} ({target_text(check.target)}): {check.predicted_pick}, "
                      f"{measured}; median |predicted/measured - 1| {check.median_error:.0%} over "
                      f"{check.compared} trials")
-    lines.append(comparison.verdict)
+    for label, checks in comparison.runs.items():
+        lines.extend(run_check_line(c, label, first) for c in checks)
+        if not checks:
+            lines.append(f"{label}: no watched loader ran: nothing to set against {first}")
+    if not sweeps:
+        lines.append("Runs only: their figures side by side; no sweep to set them against, and no ranking.")
+    if len(sweeps) > 1 or not comparison.run_labels:
+        lines.append(comparison.verdict)
     return lines
+
+
+def run_check_line(check: RunCheck, run: str, sweep: str) -> str:
+    """One watched loader against what the sweep said of its config, saying which figure is whose."""
+    ranks = f", {check.ranks} ranks" if check.ranks > 1 else ""
+    measured = f"{run} (the run): {check.trial} ({check.config}{ranks}) ran {check.throughput:.1f} samples/s, " \
+               f"wait ratio {check.wait_ratio:.3f}"
+    if check.sweep_throughput is None or check.ratio is None:
+        return f"{measured}; {sweep} (the sweep) cannot say what this config does there (no model, or nothing " \
+               "measured)."
+    if check.figure == MEASURED:
+        said = f"{sweep} (the sweep) measured {check.sweep_throughput:.1f}, wait ratio {check.sweep_wait_ratio:.3f} " \
+               f"(its trial {check.sweep_trial}, on a machine like the run's)"
+    else:
+        where = target_text(check.target) if check.target is not None else "the run's machine"
+        said = f"{sweep} (the sweep)'s model predicted {check.sweep_throughput:.1f}, wait ratio " \
+               f"{check.sweep_wait_ratio:.3f} for it on the run's machine ({where})"
+    agrees = "" if check.agrees is None else \
+        f": within {RUN_AGREES_SHARE:.0%} and {RUN_AGREES_WAIT_RATIO:g} of the wait ratio, the sweep holds in the run" \
+        if check.agrees else f": more than {RUN_AGREES_SHARE:.0%} or {RUN_AGREES_WAIT_RATIO:g} of the wait ratio " \
+        "apart, so the sweep's stand-in (its step, its data, its machine) is not the run"
+    pick = "" if check.pick is None or check.pick_throughput is None else \
+        f". For that machine the sweep's model recommends {check.pick}: {check.pick_throughput:.1f} samples/s " \
+        f"predicted, {check.pick_throughput / check.throughput:.2f}x what the run measured"
+    return f"{measured}; {said}; run / sweep {check.ratio:.2f}{agrees}{pick}."
+
+
+def run_table(comparison: Comparison, width: int | None = None) -> Table:
+    """Each run's watched loaders (ranks combined) beside what the first sweep said of their configs."""
+    rows = [(label, c) for label, checks in comparison.runs.items() for c in checks]
+    sweep = comparison.reference or ""
+
+    def cells(get: Any) -> tuple[Cell, ...]:
+        return tuple(get(label, c) for label, c in rows)
+
+    columns = [
+        Column("run", cells(lambda label, c: label), "left", names=True),
+        Column("loader", cells(lambda label, c: c.trial), "left", names=True),
+        Column("config", cells(lambda label, c: c.config), "left", priority=3, wrap=True),
+        Column("run samples/s", cells(lambda label, c: _fmt(c.throughput, 1))),
+        Column(f"{sweep} samples/s", cells(lambda label, c: _fmt(c.sweep_throughput, 1))),
+        Column("run / sweep", cells(lambda label, c: _fmt(c.ratio, 2))),
+        Column("run wait ratio", cells(lambda label, c: _fmt(c.wait_ratio, 3)), priority=1),
+        Column(f"{sweep} wait ratio", cells(lambda label, c: _fmt(c.sweep_wait_ratio, 3)), priority=1),
+        Column("sweep's figure", cells(lambda label, c: c.figure or "-"), "left", priority=2),
+    ]
+    return fitted_table([columns], width, f"Runs against {sweep}: measured in the run, and what {sweep} said")

@@ -105,6 +105,8 @@ def evidence_of(record: Record) -> Evidence | None:
     if not record.ran or record.trial == IDEAL or record.data_flagged or not record.batch_size \
             or not record.throughput or record.throughput <= 0:
         return None
+    if record.watched and record.dist_rank is not None and (record.ranks or 1) > 1:
+        return None  # one rank's own figures: evidence once the ranks are combined (watched.combine_ranks)
     cores = float(record.cpu_count or 1)
     if record.cpu_quota:
         cores = min(cores, float(record.cpu_quota))
@@ -677,13 +679,15 @@ def run_epoch_samples(records: Sequence[Record]) -> int | None:
 
 
 def fit(records: Sequence[Record], dataset_len: int | None = None,
-        baseline: Mapping[str, Any] | None = None) -> PipelineModel | None:
-    """The model fitted to every measured record at once, or None with fewer than
-    MIN_TRIALS_TO_FIT. `dataset_len`: samples in one of the run's epochs (default: what the
-    records say, run_epoch_samples). `baseline` holds the settings unexplained keys are factors
-    against (default: the most common value of each among the records)."""
+        baseline: Mapping[str, Any] | None = None, min_trials: int = MIN_TRIALS_TO_FIT) -> PipelineModel | None:
+    """The model fitted to every measured record at once, or None with fewer than `min_trials`
+    (MIN_TRIALS_TO_FIT: what a sweep fits to; `loadtune predict` fits one measured config, the
+    figures it cannot show kept neutral: see unshown_figures). `dataset_len`: samples in one of
+    the run's epochs (default: what the records say, run_epoch_samples). `baseline` holds the
+    settings unexplained keys are factors against (default: the most common value of each among
+    the records)."""
     evidence = [e for r in records if (e := evidence_of(r)) is not None]
-    if len(evidence) < MIN_TRIALS_TO_FIT:
+    if len(evidence) < max(min_trials, 1):
         return None
     if dataset_len is None:
         dataset_len = run_epoch_samples(records)
@@ -794,6 +798,53 @@ def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> 
     fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
     share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
     return any(e.workers * share + 1 > e.cores for e in evidence if e.workers)
+
+
+# The runs that show a figure no measured config showed (unshown_figures).
+RUN_WITH_WORKERS = "num_workers > 0"
+RUN_RESTARTING_WORKERS = "num_workers > 0 and persistent_workers=False, over more than one epoch"
+RUN_OTHER_WORKER_COUNT = "another num_workers, without persistent workers"
+RUN_PERSISTENT_WORKERS = "num_workers > 0 and persistent_workers=True, over more than one epoch"
+RUN_CROWDED = "more busy workers than cores"
+RUN_PINNED = "pin_memory=True"
+
+
+def unshown_figures(model: PipelineModel, records: Sequence[Record],
+                    configs: Sequence[Mapping[str, Any]]) -> tuple[tuple[str, str], ...]:
+    """The model's figures that no measured record shows, so `fit` kept them at their neutral
+    values (no cost), and that a config of `configs` depends on: (figure, the run that would
+    show it). Without workers in any measured config: everything workers cost; with workers
+    that never restart: their start-up; and so on."""
+    evidence = [e for r in records if (e := evidence_of(r)) is not None]
+    asked = [effective_settings(c) for c in configs]
+    with_workers = [c for c in asked if c["num_workers"]]
+    out: list[tuple[str, str]] = []
+    if not with_workers:
+        return ()
+    workers = [e for e in evidence if e.workers]
+    if not any(e.handover_ms is not None for e in workers):
+        out.append(("handover_ms_per_sample", RUN_WITH_WORKERS))
+    epochs = model.dataset_len is not None
+    restarting = [e for e in workers if not e.settings["persistent_workers"] and e.epoch_start_ms is not None]
+    asked_restarting = {int(c["num_workers"]) for c in with_workers if not c["persistent_workers"]}
+    if epochs and asked_restarting and not restarting:
+        out += [("worker_start_ms", RUN_RESTARTING_WORKERS), ("worker_start_per_worker_ms", RUN_RESTARTING_WORKERS)]
+    elif epochs and len({_starting(e.workers, e.cores) for e in restarting}) == 1 and \
+            asked_restarting - {e.workers for e in restarting}:
+        out.append(("worker_start_per_worker_ms", RUN_OTHER_WORKER_COUNT))
+    if epochs and any(c["persistent_workers"] for c in with_workers) and \
+            not any(e.settings["persistent_workers"] and e.epoch_start_ms is not None for e in workers):
+        out.append(("persistent_resume_ms", RUN_PERSISTENT_WORKERS))
+    if not _can_show("worker_put_ms", model, evidence):
+        out.append(("worker_put_ms", RUN_WITH_WORKERS))
+    fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
+    share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
+    if not _can_show("core_share", model, evidence) and \
+            any(int(c["num_workers"]) * share + 1 > model.cores for c in with_workers):
+        out += [("core_share", RUN_CROWDED), ("oversubscription", RUN_CROWDED)]
+    if model.h2d_ms > 0 and any(c["pin_memory"] for c in asked) and not any(e.settings["pin_memory"] for e in evidence):
+        out.append(("h2d_pinned_ms", RUN_PINNED))
+    return tuple(out)
 
 
 def leave_one_out_error(records: Sequence[Record], dataset_len: int | None = None) -> float | None:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from loadtune.errors import LoadtuneError, ResultsError
 from loadtune.kinds import Status
-from loadtune.results.record import load_records, plain_frame
+from loadtune.results.record import MEASURED_STATUSES, load_records, plain_frame
 from loadtune.text import short
 from loadtune.trials import BASELINE, IDEAL
 
@@ -118,7 +118,7 @@ def _rows_by_trial(df: pd.DataFrame) -> dict[str, Row]:
 
 
 def _is_ok(row: Row | None, key: str = "throughput") -> TypeGuard[Row]:
-    return row is not None and _text(row.get("status")) == Status.OK and _num(row.get(key)) is not None
+    return row is not None and _text(row.get("status")) in MEASURED_STATUSES and _num(row.get(key)) is not None
 
 
 def _measured(row: Row, key: str) -> float:

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     import pandas
 
 # 1: before this column existed (migrated below); 2: before the predicted columns and rows; 3: before
-# throughput and wait_ratio were the training run's (epoch starts weighed by run_epoch_batches).
-FORMAT_VERSION = 4
+# throughput and wait_ratio were the training run's (epoch starts weighed by run_epoch_batches); 4: before
+# watched rows (status watched, dist_rank).
+FORMAT_VERSION = 5
 RUN_FIGURES_FORMAT = 4  # the first version whose figures are the training run's: what a sweep may resume
 INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
 TRUE_TEXT = frozenset({"true", "yes", "1"})
@@ -37,6 +38,8 @@ ENCODING = "utf-8"
 DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT = "same", "duplicates", "different"
 DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
 DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
+# Rows whose figures were measured: a sweep's trial that ran, or a real training run watched.
+MEASURED_STATUSES = frozenset({Status.OK, Status.WATCHED})
 
 
 def _col(kind: str, digits: int | None = None) -> Any:
@@ -213,11 +216,22 @@ class Record(_Table):
     # epochs); throughput is the run's: each start weighed by run_epoch_batches, the run's epoch.
     window_throughput: float | None = _col(FLOAT, 2)
     run_epoch_batches: int | None = _col(INT)
+    # A watched row's rank in its job's process group (0 without one); empty on a sweep's rows.
+    dist_rank: int | None = _col(INT)
     format_version: int | None = _col(INT)
 
     @property
     def ran(self) -> bool:
-        return self.status == Status.OK and self.throughput is not None and self.wait_ratio is not None
+        """It was measured and has both figures: a sweep's trial that ran (status ok) or a row of a
+        real training run (status watched). A watched row is evidence, never a ranked trial: see
+        `watched`."""
+        return self.status in MEASURED_STATUSES and self.throughput is not None and self.wait_ratio is not None
+
+    @property
+    def watched(self) -> bool:
+        """Measured in a real training run (loadtune watch), not a sweep trial: never ranked,
+        recommended or resumed; its throughput is its own rank's (dist_rank) where the run had several."""
+        return self.status == Status.WATCHED
 
     @property
     def predicted_only(self) -> bool:
@@ -231,10 +245,10 @@ class Record(_Table):
 
     @property
     def measured(self) -> Measured | None:
-        """The row's figures when it ran (status ok, both figures there), else None: a failed,
-        skipped or predicted row has none, and the type says so."""
+        """The row's figures when it ran (status ok or watched, both figures there), else None: a
+        failed, skipped or predicted row has none, and the type says so."""
         throughput, wait_ratio = self.throughput_interval, self.wait_ratio_interval
-        if self.status != Status.OK or throughput is None or wait_ratio is None:
+        if self.status not in MEASURED_STATUSES or throughput is None or wait_ratio is None:
             return None
         return Measured(self.trial or "", throughput, wait_ratio)
 

@@ -15,7 +15,7 @@ from loadtune.kinds import EndedBy, Status
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
-from loadtune.results.record import DATA_FLAGGED, Record
+from loadtune.results.record import DATA_FLAGGED, MEASURED_STATUSES, Record
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
@@ -89,10 +89,10 @@ RESULT_COLUMNS = {"rank": 0, "trial": 0, "samples/s [95%]": 0, "predicted": 4, "
 def results_table(records: Sequence[Record], title: str = "", width: int | None = None) -> Table:
     """The ranked table: `=` marks trials tied with the best; rows that did not run are dimmed;
     `predicted` is what the pipeline model said before the trial ran. Configs only predicted,
-    never measured, are left out (predicted_lines says how many; the CSV holds them). At
-    `width`, the least important columns are left out, and trial names shortened, rather than
-    a figure cut."""
-    records = [r for r in records if not r.predicted_only]
+    never measured, are left out (predicted_lines says how many; the CSV holds them), and so are
+    a real run's rows (watched.watched_table shows them). At `width`, the least important
+    columns are left out, and trial names shortened, rather than a figure cut."""
+    records = [r for r in records if not r.predicted_only and not r.watched]
     predicted = any(r.predicted_throughput is not None for r in records)  # files before the model have none
     cells: dict[str, list[Cell]] = {name: [] for name in RESULT_COLUMNS}
     names, styles = [], []
@@ -130,7 +130,7 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
 def not_run_lines(records: Sequence[Record], skipped: bool = True) -> list[str]:
     """The trials that did not run, with why; without `skipped`, only those that failed."""
     return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records
-            if r.status != Status.OK and not r.predicted_only and (skipped or r.status != Status.SKIPPED)]
+            if r.status not in MEASURED_STATUSES and not r.predicted_only and (skipped or r.status != Status.SKIPPED)]
 
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:
@@ -647,7 +647,7 @@ def repeat_lines(csv_path: Path, records: Sequence[Record]) -> list[str]:
     lines = []
     for r in records:
         kept = stored.trials.get(r.trial or "")
-        if kept is None or not r.ran or len(kept.measurements) != r.repeats:
+        if kept is None or not r.ran or r.watched or len(kept.measurements) != r.repeats:
             continue
         figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept, r.run_epoch_batches))
         lines.append(f"  {r.trial}: {figures}")

@@ -1,10 +1,12 @@
 """What another machine should use (`loadtune predict`, docs/moving.md): the pipeline model
-fitted to a sweep's measured rows, asked about a target with other usable cores, other ranks
-sharing them, another step time and, for memory, another data scale.
+fitted to a sweep's measured rows, or to a real training run's watched rows, asked about a
+target with other usable cores, other ranks sharing them, another step time and, for memory,
+another data scale.
 
-Every config of the sweep's space (each combination of the values its rows hold) is predicted
-for the target; the recommendation is the cheapest predicted within the tolerance of the
-predicted best among those that fit the target's memory. Offline: numpy and the records only.
+Every config of the space (each combination of the values a sweep's rows hold; around a watched
+loader, the default sweep, watched.default_sweep) is predicted for the target; the
+recommendation is the cheapest predicted within the tolerance of the predicted best among those
+that fit the target's memory. Offline: numpy and the records only.
 """
 
 from __future__ import annotations
@@ -22,10 +24,30 @@ from rich.text import Text
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
 from loadtune.results.choice import recommended as measured_pick
-from loadtune.results.model import COLLECTIVE_MS, PipelineModel, Prediction, evidence_of, fit, prediction_error
+from loadtune.results.model import (
+    COLLECTIVE_MS,
+    MIN_TRIALS_TO_FIT,
+    PipelineModel,
+    Prediction,
+    evidence_of,
+    fit,
+    prediction_error,
+    unshown_figures,
+)
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.report import Travel, dataloader_line, short_trial
 from loadtune.results.table import Column, fitted_table
+from loadtune.results.watched import (
+    LoaderInfo,
+    combine_ranks,
+    default_sweep,
+    for_prediction,
+    info_for,
+    kept_settings,
+    loaders,
+    paste_settings,
+    read_loader_info,
+)
 from loadtune.text import fmt
 from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
 
@@ -89,7 +111,9 @@ class Source:
     scale: float
     ram_gb: float | None
     shm_gb: float | None
-    pick: dict[str, Any] | None  # the settings of the sweep's recommendation, when the file has one
+    # the settings of the sweep's recommendation, when the file has one; of a run, the watched loader's own
+    pick: dict[str, Any] | None
+    run: str | None = None  # the watched loader, when the rows are a real training run's
 
 
 @dataclass(frozen=True)
@@ -133,6 +157,13 @@ class Forecast:
     # the model's error on the file: median |predicted/measured - 1| over the trials predicted
     # before they ran, and how many (model.prediction_error)
     error: tuple[float | None, int] = (None, 0)
+    # the model's figures no measured row shows, kept neutral, that a config predicted needs:
+    # (figure, the run that would show it) (model.unshown_figures)
+    neutral: tuple[tuple[str, str], ...] = ()
+    # the watched loader's other DataLoader keywords, carried into the paste line, and what it had
+    # that no keyword carries (its own sampler), to keep as it is
+    kept: dict[str, Any] = field(default_factory=dict)
+    aside: tuple[str, ...] = ()
 
     @property
     def carried_share(self) -> float | None:
@@ -156,7 +187,7 @@ class Forecast:
                        "step_ms": round(self.source.step_ms, 3),
                        "step_ms_range": [round(v, 3) for v in self.source.step_ms_range],
                        "scale": self.source.scale, "ram_gb": self.source.ram_gb, "shm_gb": self.source.shm_gb,
-                       "pick": self.source_pick.config if self.source_pick else None},
+                       "pick": self.source_pick.config if self.source_pick else None, "run": self.source.run},
             "target": {"cores": self.target.cores, "ranks": self.target.ranks,
                        "step_ms": _round(self.target.step_ms, 3), "scale": self.target.scale,
                        "ram_gb": self.target.ram_gb, "shm_gb": self.target.shm_gb},
@@ -166,6 +197,8 @@ class Forecast:
             "source_pick_share": _round(self.carried_share, 4),
             "extrapolated": list(self.extrapolated),
             "notes": list(self.notes),
+            "neutral": [{"figure": name, "value": getattr(self.model, name), "shown_by": run}
+                        for name, run in self.neutral],
             "model": self.model.to_json(),
             "rows": [row(r) for r in self.rows],
         }
@@ -227,13 +260,22 @@ def settings_key(settings: Mapping[str, Any]) -> SettingsKey:
 
 
 def space(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """Every config of the sweep's space: each combination of the values its rows hold (a
-    setting that needs workers is left out where there are none), cheapest first."""
+    """Every config of the space: each combination of the values a sweep's rows hold, and around
+    each watched loader the values of the default sweep (watched.default_sweep: a run measured
+    one config) with its other settings as they were (a setting that needs workers is left out
+    where there are none), cheapest first."""
     rows = [settings_of(r) for r in records
-            if r.trial != IDEAL and not r.data_flagged and (r.ran or r.predicted_only)]
+            if r.trial != IDEAL and not r.data_flagged and ((r.ran and not r.watched) or r.predicted_only)]
     # A setting that needs workers takes its values from the rows that had workers.
-    values = {k: list({format_value(s[k]): s[k] for s in rows
-                       if s["num_workers"] or k not in NEEDS_WORKERS}.values()) or [None] for k in CONFIG_KEYS}
+    found: dict[str, dict[str, Any]] = {k: {format_value(s[k]): s[k] for s in rows
+                                            if s["num_workers"] or k not in NEEDS_WORKERS} for k in CONFIG_KEYS}
+    for r in records:
+        if r.watched and r.ran and not r.data_flagged:
+            own, tried = settings_of(r), default_sweep(r)
+            for k in CONFIG_KEYS:
+                for v in tried.get(k, [own[k]] if own["num_workers"] or k not in NEEDS_WORKERS else []):
+                    found[k].setdefault(format_value(v), v)
+    values = {k: list(found[k].values()) or [None] for k in CONFIG_KEYS}
     seen: dict[SettingsKey, dict[str, Any]] = {}
     for combo in itertools.product(*values.values()):
         settings = applied(dict(zip(CONFIG_KEYS, combo)))
@@ -256,15 +298,19 @@ def _batch_size(rows: Sequence[Record]) -> int:
 
 
 def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
+    """The measured machine; its pick: the sweep's recommendation, else the watched loader's own
+    settings (what the run ran)."""
     rows = measured_rows(records)
     batch = _batch_size(rows)
     steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
     step = model.step_ms_per_sample * batch
     pick = measured_pick(records)
+    run = next((r for r in rows if r.watched), None) if pick is None else None
+    chosen = pick if pick is not None else run
     return Source(cores=model.cores * model.ranks, ranks=model.ranks, batch_size=batch, step_ms=step,
                   step_ms_range=(min(steps), max(steps)) if steps else (step, step),
                   scale=float(rows[0].scale or 1.0), ram_gb=rows[0].ram_gb, shm_gb=rows[0].shm_free_gb,
-                  pick=settings_of(pick) if pick is not None else None)
+                  pick=settings_of(chosen) if chosen is not None else None, run=run.trial if run is not None else None)
 
 
 def check_columns(path: Path | str) -> None:
@@ -275,16 +321,20 @@ def check_columns(path: Path | str) -> None:
                            f"(written by an older loadtune); rerun the sweep with this version")
 
 
-def fit_records(records: Sequence[Record], where: str = "the file") -> PipelineModel:
-    """The pipeline model fitted to every measured row, or a ResultsError saying why not."""
-    rows = measured_rows(records)
+def fit_records(records: Sequence[Record], where: str = "the file", min_trials: int = 1) -> PipelineModel:
+    """The pipeline model fitted to every measured row (a watched loader's ranks combined first),
+    or a ResultsError saying why not. One measured config is enough: the figures it cannot show
+    stay neutral (model.unshown_figures says which); the sweep's own checks ask for `min_trials`
+    MIN_TRIALS_TO_FIT."""
+    rows = measured_rows(combine_ranks(records))
     if not rows:
         raise ResultsError(f"{where}: no measured row with the model's evidence (every trial failed, was "
                            f"flagged by the data check or lacks fetch_ms): nothing to predict from")
     # Epochs run to the dataset's end, as in training (measure.epoch_batches is not in the file).
-    model = fit(rows) if len(rows) > 1 else None
+    model = fit(rows, min_trials=min_trials)
     if model is None:
-        raise ResultsError(f"{where}: the pipeline model needs at least 2 measured trials, the file has {len(rows)}")
+        raise ResultsError(f"{where}: the pipeline model needs at least {min_trials} measured trials, the file has "
+                           f"{len(rows)}")
     return model
 
 
@@ -373,7 +423,8 @@ def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = Tr
     the model adds for the ranks' collective)."""
     out = []
     if target.ranks > source.ranks and not step_given:
-        out.append(f"{target.ranks} ranks meet at every step (DDP's all_reduce), which the {source.ranks}-rank sweep "
+        out.append(f"{target.ranks} ranks meet at every step (DDP's all_reduce), which the {source.ranks}-rank "
+                   f"{'run' if source.run else 'sweep'} "
                    f"never timed: the step is taken as measured plus {collective_ms:g} ms for the collective "
                    f"(gloo between processes of one host); give --step-ms from a step timed on the target")
     per_rank, measured = target.cores / target.ranks, source.cores / source.ranks
@@ -394,8 +445,11 @@ def predict_space(model: PipelineModel, configs: Sequence[Mapping[str, Any]], co
             for s in configs]
 
 
-def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float) -> int | None:
-    """Index of the cheapest config predicted within the tolerance of the predicted best."""
+def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float,
+           keep: Mapping[str, Any] | None = None) -> int | None:
+    """Index of the cheapest config predicted within the tolerance of the predicted best; with
+    `keep`, of those, first the ones that keep these settings (settings whose effect nothing
+    measured shows: a figure kept neutral is no reason to change them)."""
     if not predicted:
         return None
     scored = [(i, t) for i, (_, t) in enumerate(predicted) if math.isfinite(t)]
@@ -403,13 +457,36 @@ def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: floa
         return None
     best = max(t for _, t in scored)
     within = [i for i, t in scored if t >= (1 - tolerance) * best] or [max(scored, key=lambda it: it[1])[0]]
-    return min(within, key=lambda i: cost_of(predicted[i][0]))
+
+    def changed(settings: Mapping[str, Any]) -> int:
+        s = applied(settings)
+        return sum(format_value(s.get(k)) != format_value(v) for k, v in (keep or {}).items()
+                   if s["num_workers"] or k not in NEEDS_WORKERS)
+
+    return min(within, key=lambda i: (changed(predicted[i][0]), cost_of(predicted[i][0])))
+
+
+# The settings whose effect a figure decides: kept as the run had them while that figure is neutral.
+JUDGED_BY = {"persistent_workers": ("worker_start_ms", "persistent_resume_ms"), "pin_memory": ("h2d_pinned_ms",)}
+
+
+def unjudged(source: Source, neutral: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """Of a run's own settings, those whose effect only figures kept neutral would show."""
+    if source.run is None or source.pick is None:
+        return {}
+    names = {name for name, _ in neutral}
+    return {key: source.pick.get(key) for key, figures in JUDGED_BY.items() if names & set(figures)}
 
 
 def forecast(records: Sequence[Record], target: Target = Target(), tolerance: float = TOLERANCE,
-             where: str = "the file", model: PipelineModel | None = None) -> Forecast:
+             where: str = "the file", model: PipelineModel | None = None,
+             loader: LoaderInfo | None = None) -> Forecast:
     """Every config of the records' space predicted for `target`, and what it should use (by
-    `model`, default: the model fitted to the records)."""
+    `model`, default: the model fitted to the records). A watched loader's ranks are combined
+    first (as a sweep records a trial on ranks); of several watched loaders, the one the run spent
+    most time in is predicted. `loader`: what NAME.loader.json says of the watched loader (its
+    other settings go into the paste line)."""
+    records, note = for_prediction(records)
     model = model or fit_records(records, where)
     source = source_of(records, model)
     step_given = target.step_ms is not None
@@ -438,9 +515,11 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
                               p.wait_ratio, p.cpu_bound,
                               measured.get(settings_key(settings)) if _same_machine(source, resolved) else None,
                               _memory(memory.need(settings, resolved.ranks, resolved.scale), resolved)))
+    neutral = unshown_figures(model, records, configs)
     fitting = [i for i, r in enumerate(rows) if r.memory.fits]
-    chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance)
-    notes = []
+    chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance,
+                    unjudged(source, neutral))
+    notes = [note] if note else []
     if not fitting:
         notes.append("no config fits the target's memory: see each row's memory")
     if chosen is not None:
@@ -450,8 +529,9 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     picked = settings_key(source.pick) if source.pick is not None else None
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
     beyond = extrapolations(source, resolved, step_given, model.collective_ms)
+    kept, aside = kept_settings(loader)
     return Forecast(source, resolved, tuple(rows), pick, tuple(beyond), model,
-                    tolerance, source_pick, tuple(notes), prediction_error(records))
+                    tolerance, source_pick, tuple(notes), prediction_error(records), neutral, kept, tuple(aside))
 
 
 def _same_machine(source: Source, target: ResolvedTarget) -> bool:
@@ -460,10 +540,16 @@ def _same_machine(source: Source, target: ResolvedTarget) -> bool:
 
 
 def forecast_file(path: Path | str, target: Target = Target(), tolerance: float = TOLERANCE) -> Forecast:
-    """`loadtune predict`: the forecast from a results CSV."""
+    """`loadtune predict`: the forecast from a results CSV (a sweep's, or a run's watched rows,
+    with NAME.loader.json beside it where there is one)."""
     records = load_records(path)
     check_columns(path)
-    return forecast(records, target, tolerance, where=str(path))
+    infos = read_loader_info(path)
+    if not infos:
+        return forecast(records, target, tolerance, where=str(path))
+    kept, _ = for_prediction(records)
+    run = next((r.trial for r in kept if r.watched and r.ran), None)
+    return forecast(records, target, tolerance, where=str(path), loader=info_for(infos, run) if run else None)
 
 
 # --- the sweep's summary: does the pick travel? --------------------------------------------------
@@ -476,7 +562,7 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
     if pick is None:
         return [], []
     try:
-        model = model or fit_records(records)
+        model = model or fit_records(records, min_trials=MIN_TRIALS_TO_FIT)
     except ResultsError:
         return [], []
     key = settings_key(applied(pick))
@@ -545,9 +631,15 @@ def forecast_lines(f: Forecast) -> list[str]:
     is extrapolated, what does not fit, and what to paste."""
     error = f.error
     source = replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms)
-    model_error = "" if error[0] is None else \
-        f", the model's error on this file {error[0]:.0%} (median over {error[1]} trials predicted before they ran)"
-    lines = [f"Measured on {target_text(source)}; {f.model.trials} trials fitted{model_error}"]
+    measured = f"Measured on {target_text(source)}" + (f" (the run, {f.source.run} watched)" if f.source.run else "")
+    if f.model.trials == 1:
+        lines = [f"{measured}; fitted to 1 measured config: the model could not be checked against a second "
+                 "measured config, so how far off its predictions are here is not known"]
+    else:
+        model_error = "" if error[0] is None else \
+            f", the model's error on this file {error[0]:.0%} (median over {error[1]} trials predicted before they ran)"
+        lines = [f"{measured}; {f.model.trials} trials fitted{model_error}"]
+    lines.extend(neutral_lines(f))
     pick = f.recommended
     if pick is None:
         return [*lines, *f.notes]
@@ -555,22 +647,56 @@ def forecast_lines(f: Forecast) -> list[str]:
                  f"{' in all' if f.target.ranks > 1 else ''}, wait ratio {pick.predicted_wait_ratio:.3f} (predicted; "
                  f"the cheapest within {f.tolerance:.0%} of the best)")
     share = f.carried_share
+    own = "The run's own settings" if f.source.run else "The sweep's own pick"
     if f.source_pick is not None and share is not None and f.source_pick.settings != pick.settings:
         if share >= 1 - f.tolerance:
-            lines.append(f"The sweep's own pick ({f.source_pick.config}) would do as well there ({share:.2f} of it); "
+            lines.append(f"{own} ({f.source_pick.config}) would do as well there ({share:.2f} of it); "
                          f"the recommendation costs less.")
         else:
-            lines.append(f"The sweep's own pick ({f.source_pick.config}) would run {share:.2f} of that there.")
+            lines.append(f"{own} ({f.source_pick.config}) would run {share:.2f} of that there.")
     elif f.source_pick is not None:
-        lines.append("The sweep's own pick is the same: it travels.")
+        lines.append("The run's own settings are the recommendation: keep them." if f.source.run else
+                     "The sweep's own pick is the same: it travels.")
     lines += [f"Extrapolated: {e}." for e in f.extrapolated]
     unfit = [r for r in f.rows if not r.memory.fits]
     if unfit:
         lines.append(f"Does not fit: {len(unfit)} config{'' if len(unfit) == 1 else 's'}, e.g. {unfit[0].config}: "
                      f"{unfit[0].memory.why}.")
     lines += list(f.notes)
-    lines.append(f"Paste (each rank): {dataloader_line({k: v for k, v in pick.settings.items() if v is not None})}")
+    settings = paste_settings(pick.settings, f.kept) if f.kept else \
+        {k: v for k, v in pick.settings.items() if v is not None}
+    aside = f"; keep {', '.join(f.aside)} as in your code" if f.aside else ""
+    lines.append(f"Paste (each rank): {dataloader_line(settings)}{aside}")
     return lines
+
+
+# What each figure model.unshown_figures names costs, in words.
+FIGURE_WORDS = {
+    "handover_ms_per_sample": "the hand-over from workers",
+    "worker_start_ms": "the workers' start at each epoch",
+    "worker_start_per_worker_ms": "each more worker's start",
+    "persistent_resume_ms": "persistent workers' resume",
+    "worker_put_ms": "a worker's put into shared memory",
+    "core_share": "crowded cores",
+    "oversubscription": "",
+    "h2d_pinned_ms": "the copy from pinned memory",
+}
+
+
+def neutral_lines(f: Forecast) -> list[str]:
+    """One line naming the figures no measured config shows, kept neutral, and the run that
+    would show them; none where every figure a config predicted needs was measured."""
+    if not f.neutral:
+        return []
+    runs: dict[str, list[str]] = {}
+    for name, run in f.neutral:
+        runs.setdefault(run, []).append(name)
+    parts = []
+    for run, names in runs.items():
+        words = ", ".join(w for w in (FIGURE_WORDS.get(n, n) for n in names) if w)
+        parts.append(f"{words} ({', '.join(names)}), shown by a run with {run}")
+    return [f"Kept neutral, as no measured config shows them (configs that need them are predicted without that "
+            f"cost): {'; '.join(parts)}."]
 
 
 def write_forecast(f: Forecast, path: Path | str) -> Path:
@@ -608,7 +734,7 @@ class TransferCheck:
     predicted: dict[str, float]  # B's trial name -> what A's model predicted for it on B's machine
 
 
-def machine_of(records: Sequence[Record]) -> tuple[float, int, float | None]:
+def machine_of(records: Sequence[Record]) -> Machine:
     """(usable cores of the machine, ranks, median step per sample)."""
     rows = measured_rows(records)
     first = evidence_of(rows[0])
@@ -617,26 +743,45 @@ def machine_of(records: Sequence[Record]) -> tuple[float, int, float | None]:
     return first.cores * first.ranks, first.ranks, statistics.median(steps) if steps else None
 
 
+Machine = tuple[float, int, float | None]
+
+
+def _step_moved(a: Machine, b: Machine) -> bool:
+    """B's step differs from A's by more than STEP_DIFFERS. On other ranks a step as timed also
+    holds the collective and the wait for the slowest rank: the model adds those itself, so the
+    step counts as moved only between machines of equal ranks."""
+    (_, ranks_a, step_a), (_, ranks_b, step_b) = a, b
+    return bool(step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS) and ranks_a == ranks_b
+
+
+def _alike(a: Machine, b: Machine) -> bool:
+    """The same usable cores, ranks and step: nothing to predict between them."""
+    return math.isclose(a[0], b[0]) and a[1] == b[1] and not _step_moved(a, b)
+
+
+def _target(source: Source, a: Machine, b: Machine) -> ResolvedTarget:
+    """B's machine as a target of the model fitted to A: its cores, ranks and, where it moved,
+    its step (scaled from the model's)."""
+    step_a, step_b = a[2], b[2]
+    step_ms = source.step_ms * step_b / step_a if _step_moved(a, b) and step_a and step_b else None
+    return resolve(Target(cores=b[0], ranks=b[1], step_ms=step_ms), source)
+
+
 def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = TOLERANCE) -> TransferCheck | None:
     """A's model asked about B's machine (its cores, ranks and, where it differs, its step), set
-    against B's measurements; None when the machines are alike or either file cannot say."""
+    against B's measurements; None when the machines are alike or either file cannot say. A watched
+    loader's ranks are combined first."""
+    a, b = combine_ranks(a), combine_ranks(b)
     if not any(r.fetch_ms is not None for r in measured_rows(a)) or not measured_rows(b):
         return None  # no evidence to fit (a file from before the model), or nothing measured there
-    cores_a, ranks_a, step_a = machine_of(a)
-    cores_b, ranks_b, step_b = machine_of(b)
-    # On other ranks a step as timed also holds the collective and the wait for the slowest rank:
-    # the model adds those itself, so the step counts as moved only between files of equal ranks.
-    step_moved = bool(step_a and step_b and abs(step_b / step_a - 1) > STEP_DIFFERS) and ranks_a == ranks_b
-    if math.isclose(cores_a, cores_b) and ranks_a == ranks_b and not step_moved:
+    if _alike(machine_of(a), machine_of(b)):
         return None
     try:
-        model = fit_records(a)
+        model = fit_records(a, min_trials=MIN_TRIALS_TO_FIT)
     except ResultsError:
         return None
     source = source_of(a, model)
-    # B's step, scaled from the model's where it moved (step_moved: both files have one)
-    step_ms = source.step_ms * step_b / step_a if step_moved and step_a and step_b else None
-    target = resolve(Target(cores=cores_b, ranks=ranks_b, step_ms=step_ms), source)
+    target = _target(source, machine_of(a), machine_of(b))
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
     # B's measured rows, each with its throughput
     there = [(r, r.throughput) for r in measured_rows(b) if r.throughput is not None]
@@ -659,3 +804,91 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     got = [throughput for r, throughput in there if settings_key(settings_of(r)) == settings_key(pick)]
     return TransferCheck(target, config_text(pick, keys), max(got) / best_throughput if got else None,
                          config_text(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)
+
+
+# --- compare: what a sweep said of a real run's config --------------------------------------------
+
+# A run agrees with what the sweep said of its config when its throughput is within this share of
+# the sweep's figure and its wait ratio within this much of it.
+RUN_AGREES_SHARE = 0.10
+RUN_AGREES_WAIT_RATIO = 0.05
+MEASURED, PREDICTED = "measured", "predicted"
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """What a sweep said of a watched loader's config (measured, where the sweep ran that config
+    on a machine like the run's; else predicted by its model for the run's machine), beside what
+    the real run measured."""
+
+    trial: str  # the watched loader, its ranks combined
+    config: str  # its settings
+    ranks: int
+    throughput: float  # what the run measured, all ranks
+    wait_ratio: float
+    sweep_throughput: float | None  # what the sweep said of this config (None: it cannot say)
+    sweep_wait_ratio: float | None
+    figure: str | None  # MEASURED or PREDICTED
+    sweep_trial: str | None = None  # the sweep's trial of this config, where it measured it
+    target: ResolvedTarget | None = None  # the run's machine, where predicted for it
+    pick: str | None = None  # the config the sweep's model recommends for the run's machine
+    pick_throughput: float | None = None  # and its prediction there
+
+    @property
+    def ratio(self) -> float | None:
+        """The run's throughput / the sweep's figure for it."""
+        return self.throughput / self.sweep_throughput if self.sweep_throughput else None
+
+    @property
+    def agrees(self) -> bool | None:
+        """Within RUN_AGREES_SHARE in throughput and RUN_AGREES_WAIT_RATIO in wait ratio."""
+        if self.ratio is None or self.sweep_wait_ratio is None:
+            return None
+        return abs(self.ratio - 1) <= RUN_AGREES_SHARE and \
+            abs(self.wait_ratio - self.sweep_wait_ratio) <= RUN_AGREES_WAIT_RATIO
+
+
+def run_checks(sweep: Sequence[Record], run: Sequence[Record], tolerance: float = TOLERANCE,
+               modelled: bool = True) -> list[RunCheck]:
+    """For each watched loader of `run` (its ranks combined), what `sweep` said of its config:
+    the sweep's measurement where it measured that config on a machine like the run's (cores,
+    ranks, step), else its model's prediction for the run's machine (`modelled`: the sweep has
+    the model's columns); and what the model recommends there."""
+    sweep = combine_ranks(sweep)
+    ran = [r for r in sweep if r.ran and not r.watched and r.trial != IDEAL and not r.data_flagged]
+    model = None
+    if modelled and measured_rows(sweep):
+        try:
+            model = fit_records(sweep)
+        except ResultsError:
+            model = None
+    by_config = {settings_key(settings_of(r)): r for r in ran}
+    there = machine_of(sweep) if measured_rows(sweep) else None
+    checks = []
+    for loader in loaders(run):
+        assert loader.throughput is not None and loader.wait_ratio is not None  # a watched loader that ran
+        settings = settings_of(loader)
+        keys = varying([settings, *(settings_of(r) for r in ran)])
+        here = machine_of([loader]) if evidence_of(loader) is not None else None
+        measured = by_config.get(settings_key(settings))
+        base = RunCheck(str(loader.trial), config_text(settings, keys), int(loader.ranks or 1),
+                        float(loader.throughput), float(loader.wait_ratio), None, None, None)
+        if measured is not None and there is not None and here is not None and _alike(there, here):
+            checks.append(replace(base, sweep_throughput=measured.throughput, sweep_wait_ratio=measured.wait_ratio,
+                                  figure=MEASURED, sweep_trial=measured.trial))
+            continue
+        if model is None or there is None or here is None:
+            checks.append(base)
+            continue
+        source = source_of(sweep, model)
+        target = _target(source, there, here)
+        step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
+        guess = model.predict(settings, cores=target.cores, ranks=target.ranks, step_scale=step_scale)
+        step_given = target.step_ms != source.step_ms
+        advice = forecast(sweep, Target(cores=target.cores, ranks=target.ranks,
+                                        step_ms=target.step_ms if step_given else None), tolerance, model=model)
+        pick = advice.recommended
+        checks.append(replace(base, sweep_throughput=guess.throughput, sweep_wait_ratio=guess.wait_ratio,
+                              figure=PREDICTED, target=target, pick=pick.config if pick else None,
+                              pick_throughput=pick.predicted_throughput if pick else None))
+    return checks

@@ -197,7 +197,8 @@ _Z95 = 1.959964  # the normal's two-sided 95% point
 
 
 def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | None = None,
-              run_epoch_batches: int | None = None, drift: ProcessNoise | None = MACHINE_DRIFT) -> TrialStats:
+              run_epoch_batches: int | None = None, drift: ProcessNoise | None = MACHINE_DRIFT,
+              batch_floor: bool = True) -> TrialStats:
     """The run's wait ratio and throughput (means over the windows) with their intervals, and
     per-batch figures.
 
@@ -205,10 +206,12 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     processes (`noise`, pooled over the sweep; else over this trial's own windows when it has
     two or more) over the square root of the windows, with Student's t tails for the degrees of
     freedom that spread was pooled from, and never less than what the trial's own batches show
-    (a block bootstrap). Without either level known (one window, no pooled spread), the draws
-    are the batches' bootstrap alone. The intervals are where a rerun's estimate lands
-    (rerun_interval), the machine's `drift` between sweeps held; the draws are what decisions
-    compare.
+    (a block bootstrap; without `batch_floor`, a run of many windows, each a minute of a training
+    run, leaves that floor out: their spread holds the batches' noise, and the bootstrap over
+    hundreds of thousands of batches would take a second). Without either level known (one
+    window, no pooled spread), the draws are the batches' bootstrap alone. The intervals are
+    where a rerun's estimate lands (rerun_interval), the machine's `drift` between sweeps held;
+    the draws are what decisions compare.
     """
     windows = measurement.windows
     epochs = run_epochs(measurement, run_epoch_batches)
@@ -216,7 +219,7 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     wait_ratio = float(np.mean([r for r, _ in per_window]))
     throughput = float(np.mean([t for _, t in per_window]))
     rng = np.random.default_rng(seed)
-    own = _within(windows, epochs, rng)
+    own = _within(windows, epochs, rng) if batch_floor or len(windows) < 2 else None
     noise = noise if noise is not None else pooled_noise([measurement], run_epoch_batches)
     # The machine's drift between sweeps, where the spread between processes is known (before,
     # the intervals say only how well each process was measured).

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loadtune.config import WORKER_ONLY
-from loadtune.measurement import CpuWindow, LoaderUse, Measurement, combine_ranks
+from loadtune.measurement import Measurement, combine_ranks
 from loadtune.trial_process.channel import SweepChannel
-from loadtune.trial_process.cpu import CpuReading, read_cpu, window_between
 from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.trial_process.factory import build_source
-from loadtune.trial_process.fetch_notes import FIELDS, count_fetches, install_fetch_notes
+from loadtune.trial_process.fetch_notes import WindowEdges, count_fetches, fetch_counters, install_fetch_notes
 from loadtune.trial_process.jobs import TrialJob
 from loadtune.trial_process.loader import EpochPlan, Epochs, apply_main_threads, epoch_plan, loader_kwargs
 from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
@@ -57,7 +56,7 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     source = build_source(job.dataset.factory, job.dataset.kwargs, job.base_dir)
     dataset = source.dataset
     workers = job.trial.loader_kwargs.get("num_workers", 0)
-    counters = _fetch_counters(workers, job.start_method)
+    counters = fetch_counters(workers, job.start_method)
     count_fetches(counters, workers)  # the training process's own fetches, without workers
     kwargs = loader_kwargs(job.trial, job.base_dir, counters, source.parts)
     try:
@@ -74,7 +73,7 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=plan.feed_cut, transfer=parts.transfer, default_batch_size=parts.batch_size,
-            sampling=sampling, copy_timer=parts.copy_timer, probe=_Edges(counters, workers) if loading else None,
+            sampling=sampling, copy_timer=parts.copy_timer, probe=WindowEdges(counters, workers) if loading else None,
             fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
             extra_warmup_max_s=m.warmup_per_worker_max_s, on_phase=phases.enter if phases is not None else None)
     except EmptyLoaderError as exc:
@@ -85,38 +84,6 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned, sampled=sampled,
                                dataset_batches=plan.dataset_batches, window_epoch_batches=plan.window_batches,
                                restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
-
-
-def _fetch_counters(workers: int, start_method: str) -> Any:
-    """Shared counters for each loading process's fetches (see fetch_notes): one slot per
-    worker and one for this process."""
-    import multiprocessing
-
-    return multiprocessing.get_context(start_method).RawArray("d", (workers + 1) * FIELDS)
-
-
-class _Edges:
-    """What the measured loop reads at each window's edges: the tree's CPU and the fetch
-    counters of each loading process."""
-
-    def __init__(self, counters: Any, workers: int) -> None:
-        self.counters, self.workers = counters, workers
-
-    def read(self) -> tuple[CpuReading, list[float]]:
-        return read_cpu(), list(self.counters)
-
-    def between(self, start: tuple[CpuReading, list[float]],
-                end: tuple[CpuReading, list[float]]) -> tuple[CpuWindow, tuple[LoaderUse, ...]]:
-        (cpu0, c0), (cpu1, c1) = start, end
-        uses = []
-        for slot in range(self.workers + 1):
-            at = slot * FIELDS
-            batches, wall_s, cpu_s = (c1[at + i] - c0[at + i] for i in range(FIELDS))
-            worker = -1 if slot == self.workers else slot
-            if worker == -1 and self.workers and not batches:
-                continue  # with workers, this process fetches nothing
-            uses.append(LoaderUse(worker, int(round(batches)), max(0.0, wall_s), max(0.0, cpu_s)))
-        return window_between(cpu0, cpu1), tuple(uses)
 
 
 class _PinProbe:

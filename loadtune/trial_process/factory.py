@@ -111,7 +111,7 @@ def build_source(spec: str, kwargs: dict, base_dir: Path | str) -> Source:
     if not isinstance(made, DataLoader) and callable(getattr(made, "train_dataloader", None)):
         made, kind = _train_loader(made, spec), SOURCE_MODULE
     if isinstance(made, DataLoader):
-        parts, settings = _taken_apart(made)
+        parts, settings = taken_apart(made)
         return Source(check_dataset(made.dataset, spec, kwargs), kind, parts, settings)
     return Source(check_dataset(made, spec, kwargs))
 
@@ -136,7 +136,7 @@ def _train_loader(module: Any, spec: str) -> Any:
     return result
 
 
-def _taken_apart(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def taken_apart(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """A DataLoader's objects to keep and its plain settings (what the config's loader block holds)."""
     from torch.utils.data import RandomSampler, SequentialSampler
     from torch.utils.data._utils.collate import default_collate, default_convert

@@ -8,6 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Sequence
 
+from loadtune.measurement import CpuWindow, LoaderUse
+from loadtune.trial_process.cpu import CpuReading, read_cpu, window_between
 from loadtune.trial_process.failures import NOTE_PREFIX
 
 # Per loading process, in a shared array of doubles: batches, fetch wall s, fetch CPU s. Slot i
@@ -21,6 +23,40 @@ def count_fetches(counters: Any, slot: int) -> None:
     """Add this process's fetches to `slot` of `counters` (None: count nothing)."""
     global _counters, _slot
     _counters, _slot = counters, slot
+
+
+def fetch_counters(workers: int, context: Any = None) -> Any:
+    """Shared counters for each loading process's fetches: one slot per worker and one for the
+    training process; `context` is the workers' multiprocessing context or start method."""
+    import multiprocessing
+
+    if context is None or isinstance(context, str):
+        context = multiprocessing.get_context(context)
+    return context.RawArray("d", (workers + 1) * FIELDS)
+
+
+class WindowEdges:
+    """What is read at each window's edges: the tree's CPU and the fetch counters of each
+    loading process (`between` gives a Window's `cpu` and `loaders`)."""
+
+    def __init__(self, counters: Any, workers: int) -> None:
+        self.counters, self.workers = counters, workers
+
+    def read(self) -> tuple[CpuReading, list[float]]:
+        return read_cpu(), list(self.counters)
+
+    def between(self, start: tuple[CpuReading, list[float]],
+                end: tuple[CpuReading, list[float]]) -> tuple[CpuWindow, tuple[LoaderUse, ...]]:
+        (cpu0, c0), (cpu1, c1) = start, end
+        uses = []
+        for slot in range(self.workers + 1):
+            at = slot * FIELDS
+            batches, wall_s, cpu_s = (c1[at + i] - c0[at + i] for i in range(FIELDS))
+            worker = -1 if slot == self.workers else slot
+            if worker == -1 and self.workers and not batches:
+                continue  # with workers, this process fetches nothing
+            uses.append(LoaderUse(worker, int(round(batches)), max(0.0, wall_s), max(0.0, cpu_s)))
+        return window_between(cpu0, cpu1), tuple(uses)
 
 
 def init_worker(user_init: Callable[[int], Any] | None, counters: Any, threads: int | None,

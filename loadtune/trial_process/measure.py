@@ -253,31 +253,51 @@ def _no_phase(name: str) -> None:
     pass
 
 
+class WarmUp:
+    """When the uncounted batches are done, batch by batch: `base` batches (the first one
+    included), then up to `extra_batches` more while fewer than `extra_max_s` seconds have passed
+    since (workers' first batches: see MeasureSpec). The sweep's trials and a watched run
+    (loadtune.training_process) drop the same batches by this one rule."""
+
+    def __init__(self, clock: Clock, *, base: int, extra_batches: int, extra_max_s: float) -> None:
+        self.clock, self.base, self.extra_batches, self.extra_max_s = clock, max(base, 1), extra_batches, extra_max_s
+        self.done = 0
+        self._base_done_at: float | None = None
+
+    def after_batch(self) -> bool | None:
+        """One more uncounted batch ran: None while fewer than `base` have, else whether the
+        extra batches are done too (settled)."""
+        self.done += 1
+        if self.done < self.base:
+            return None
+        if self._base_done_at is None:
+            self._base_done_at = self.clock()
+        return not (self.done < self.base + self.extra_batches
+                    and self.clock() - self._base_done_at < self.extra_max_s)
+
+
 def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling | None, *,
              base: int, extra_batches: int, extra_max_s: float) -> int:
     """Run the uncounted batches, `first` (already fetched) included; return how many ran.
 
-    After `base` batches, up to `extra_batches` more run while fewer than `extra_max_s`
-    seconds have passed since (workers' first batches: see MeasureSpec). The warm-up then
-    goes on, batch after batch (never pausing, which would let the queue fill), until
-    `sampling.ready()`: a sampler's first reading never overlaps a counted window. Whether the
-    extra batches are done goes by this process's clock, so it is handed to `sampling.ready`
-    rather than deciding alone: ranks decide it together (a rank that stopped asking a batch
-    before another would pair its collectives wrongly, and the group would hang).
+    Which batches are uncounted is WarmUp's rule. The warm-up then goes on, batch after batch
+    (never pausing, which would let the queue fill), until `sampling.ready()`: a sampler's first
+    reading never overlaps a counted window. Whether the extra batches are done goes by this
+    process's clock, so it is handed to `sampling.ready` rather than deciding alone: ranks decide
+    it together (a rank that stopped asking a batch before another would pair its collectives
+    wrongly, and the group would hang).
     """
-    batch, done, base_done_at = first, 0, None
+    rule = WarmUp(clock, base=base, extra_batches=extra_batches, extra_max_s=extra_max_s)
+    batch = first
     while True:
-        if done > 0:
+        if rule.done > 0:
             batch, _ = feed.next()
         run(batch)
-        done += 1
-        if done < base:
+        settled = rule.after_batch()
+        if settled is None:
             continue
-        if base_done_at is None:
-            base_done_at = clock()
-        settled = not (done < base + extra_batches and clock() - base_done_at < extra_max_s)
         if sampling.ready(settled) if sampling is not None else settled:
-            return done
+            return rule.done
 
 
 def _window(counted: _Counted, batches: int) -> Window:

@@ -1,0 +1,89 @@
+"""A PyTorch Lightning callback that watches the run's train DataLoader(s) as it trains, and writes
+the same results file `loadtune.watch` does (docs/watch.md)::
+
+    from loadtune.lightning import WatchCallback
+    trainer = lightning.Trainer(callbacks=[WatchCallback(out="results/watch-train.csv")])
+
+Installed with `pip install loadtune-torch[lightning]`; this module (and Lightning) is imported only
+by code that imports it. It subclasses `lightning.pytorch.Callback`, or, where only the older
+`pytorch_lightning` package is installed, that package's Callback.
+
+Which loaders: the ones the fit loop trains from, as the Trainer holds them after its own
+processing (`trainer.train_dataloader`, a CombinedLoader's flattened loaders: a loader Lightning
+re-made, e.g. with a DistributedSampler, is the one iterated and the one watched), and only while
+the trainer trains (`trainer.training`), so the sanity check and validation (even of the same
+loader object) are not counted. The watch starts at `on_fit_start`, since Lightning makes the first
+epoch's iterator before `on_train_start`; it ends at `on_train_end`, or `on_exception` (the rows
+measured so far, with the reason), or at `teardown` at the latest. Under DDP each rank watches its
+own loaders and rank 0 writes one row per rank (RunWatch); only rank 0 says anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from loadtune.training_process.frameworks import FrameworkWatch, failed, flat_loaders
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Callback as _Callback
+else:
+    try:
+        from lightning.pytorch import Callback as _Callback
+    except ImportError:  # the older package name
+        try:
+            from pytorch_lightning import Callback as _Callback
+        except ImportError as missing:
+            raise ImportError("loadtune.lightning needs PyTorch Lightning: pip install 'loadtune-torch[lightning]'") \
+                from missing
+
+WHO = "loadtune.lightning.WatchCallback"
+
+
+class WatchCallback(_Callback):
+    """Watches the train DataLoader(s) of each `trainer.fit`: rows named `name` in `out` (default
+    results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
+
+    def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
+                 name: str = "train") -> None:
+        super().__init__()
+        self.out, self.every_s, self.name = out, every_s, name
+        self._watch = FrameworkWatch(out=out, every_s=every_s, name=name, who=WHO)
+
+    @property
+    def run(self) -> Any:
+        """The run being watched (loadtune.training_process.run.RunWatch), None between fits."""
+        return self._watch.run
+
+    def _start(self, trainer: Any) -> None:
+        def accepts(loader: Any) -> bool:
+            if not trainer.training:
+                return False
+            return any(loader is train for train in flat_loaders(trainer.train_dataloader))
+
+        self._watch.start(accepts)
+
+    # --- Lightning's hooks ----------------------------------------------------------------------
+
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self._start(trainer)
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self._watch.watching:
+            self._start(trainer)
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._watch.stop()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._watch.stop(failed(type(exception)))
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._watch.watching:
+            self._watch.stop()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (ddp_spawn sends the callback to its processes) without a run in progress."""
+        state = dict(self.__dict__)
+        state["_watch"] = FrameworkWatch(out=self.out, every_s=self.every_s, name=self.name, who=WHO)
+        return state

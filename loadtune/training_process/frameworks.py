@@ -1,0 +1,163 @@
+"""What the framework callbacks (loadtune.lightning, loadtune.transformers) share: a watched run of
+the trainer's train DataLoader(s), started and ended by the framework's hooks.
+
+The train loaders are found the way `loadtune watch SCRIPT` finds every loader: DataLoader.__iter__
+wrapped (hook.watch_every_loader), here with a `select` that accepts only the loaders the trainer
+trains from (`accepts`, asked at each epoch's iter()), so validation and prediction loaders, and
+any other loader the process iterates, pass through unwatched. Each epoch's iter() of a DataLoader
+goes through the wrapped __iter__ once, whatever wraps the loader (a trainer's adapter that calls
+the inner loader's __iter__ is not itself a DataLoader subclass, and one that is calls the base
+__iter__ once), so each batch is watched exactly once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import math
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from loadtune.errors import ConfigError
+from loadtune.results.record import Record
+from loadtune.training_process import hook
+from loadtune.training_process.run import RunWatch, default_out
+
+
+def checked_every(every_s: Any, who: str) -> float:
+    """`every_s` as a number of seconds above 0, or a ConfigError naming the callback."""
+    if isinstance(every_s, bool) or not (isinstance(every_s, (int, float)) and math.isfinite(every_s)
+                                         and every_s > 0):
+        raise ConfigError(f"{who}: every_s must be a number of seconds above 0, got {every_s!r}")
+    return float(every_s)
+
+
+def flat_loaders(iterables: Any) -> Iterator[Any]:
+    """The loaders in a trainer's collection of them (one, or nested lists, tuples and mappings;
+    a combined loader's `flattened` list), each once."""
+    stack, seen = [iterables], set()
+    while stack:
+        item = stack.pop()
+        if item is None or id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, Mapping):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(getattr(item, "flattened", None), list):  # Lightning's CombinedLoader
+            stack.extend(reversed(item.flattened))
+        else:
+            yield item
+
+
+class FrameworkWatch:
+    """One training run's watch: `start(accepts)` when the trainer is about to iterate its train
+    loaders, `stop(reason)` when it is done (or failed). The rows are named `name` (a second train
+    loader `name 2`, ...; with ranks `name rank R`) and go to `out` (default: default_out(name))."""
+
+    def __init__(self, *, out: str | os.PathLike[str] | None, every_s: float, name: str, who: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"{who}: name must be a non-empty text, got {name!r}")
+        self.out = Path(out) if out is not None else default_out(name)
+        self.every_s = checked_every(every_s, who)
+        self.name = name
+        self.run: RunWatch | None = None
+        self._accepts: Callable[[Any], bool] | None = None
+        self._outer: tuple[RunWatch, Callable[[Any], bool] | None] | None = None
+
+    @property
+    def watching(self) -> bool:
+        return self.run is not None and not self.run.closed
+
+    def start(self, accepts: Callable[[Any], bool]) -> RunWatch:
+        """Watch, from now on, every DataLoader iterated that `accepts` (its trainer's train loaders)."""
+        if self.watching:
+            assert self.run is not None
+            self._accepts = accepts
+            return self.run
+        script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
+        self.run = RunWatch(self.out, self.every_s, script=script)
+        self._accepts = accepts
+        # `loadtune watch SCRIPT` already wraps DataLoader.__iter__ for its own run: the trainer's
+        # loaders come to this run while it trains, every other loader to that one again after.
+        outer_run, outer_select = getattr(hook, "_run", None), getattr(hook, "_select", None)
+        if getattr(hook, "_original", None) is not None and outer_run is not None and outer_run is not self.run:
+            self._outer = (outer_run, outer_select)
+        hook.watch_every_loader(self.run, self._select)
+        atexit.register(self._at_exit)  # runs before the run's own (atexit is last in, first out)
+        return self.run
+
+    def _select(self, loader: Any) -> bool:
+        run, accepts = self.run, self._accepts
+        if run is None or run.closed or accepts is None:
+            return False
+        try:
+            if not accepts(loader):
+                return False
+        except Exception:  # noqa: BLE001 - a trainer in a state not foreseen here: unwatched
+            return False
+        watch = run.watch(loader, self.name)  # named here; the hook then finds this watch for the loader
+        batches_of(watch.settings, loader)
+        return True
+
+    def stop(self, reason: str = "") -> list[Record]:
+        """The run is over: the hook undone (the outer one, if any, back), the file written."""
+        atexit.unregister(self._at_exit)
+        run, self.run, self._accepts = self.run, None, None
+        if run is not None and getattr(hook, "_run", None) is run:
+            hook.stop_watching()
+            outer, self._outer = self._outer, None
+            if outer is not None and not outer[0].closed:
+                hook.watch_every_loader(*outer)
+        if run is None:
+            return []
+        return run.close(reason)
+
+    def _at_exit(self) -> None:
+        """The process ends with the run still open (the training raised where no hook of the
+        framework is called): the reason, when Python knows it."""
+        kind = getattr(sys, "last_type", None)
+        self.stop(failed(kind) if isinstance(kind, type) else "")
+
+
+def batches_of(settings: dict[str, Any], loader: Any) -> None:
+    """A loader a trainer re-made around the user's batch sampler (accelerate's, always: its
+    DataLoader has batch_size None and the user's BatchSampler, or a BatchSamplerShard of it): the
+    batch size, drop_last and shuffle the batches are made with, as the row's settings."""
+    if settings.get("batch_size") is not None:
+        return
+    batches = getattr(loader, "batch_sampler", None)
+    size = getattr(batches, "batch_size", None)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        return
+    settings["batch_size"] = size
+    drop_last = getattr(batches, "drop_last", None)
+    if isinstance(drop_last, bool):
+        settings["drop_last"] = drop_last
+    inner = getattr(batches, "batch_sampler", batches)  # BatchSamplerShard holds the user's
+    try:
+        from torch.utils.data import RandomSampler
+
+        if isinstance(getattr(inner, "sampler", None), RandomSampler):
+            settings["shuffle"] = True
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+
+
+def failed(kind: type[BaseException]) -> str:
+    """The reason a row gives for a training that raised `kind`."""
+    if issubclass(kind, KeyboardInterrupt):
+        return "interrupted"
+    return f"the training raised {kind.__name__}"
+
+
+def say(line: str) -> None:
+    """A line of the callback's own (rank 0 only), where the run's lines go."""
+    from loadtune.training_process.run import _group, logger
+
+    if _group().rank == 0:
+        logger().log(logging.WARNING, line)

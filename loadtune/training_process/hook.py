@@ -1,0 +1,54 @@
+"""Every DataLoader a training script iterates, watched (`loadtune watch SCRIPT`, the framework
+callbacks): DataLoader.__iter__ wrapped for as long as a run is watched, the script's code unchanged."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from loadtune.training_process.run import RunWatch
+
+_original: Callable[[Any], Iterator[Any]] | None = None
+_run: RunWatch | None = None
+_select: Callable[[Any], bool] | None = None
+
+
+def plain_iter(loader: Any) -> Iterator[Any]:
+    """The loader's own iterator, never watched twice (loadtune.watch's wrapper uses this)."""
+    if _original is not None and _is_dataloader(loader):
+        return _original(loader)
+    return iter(loader)
+
+
+def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = None) -> None:
+    """From now on every DataLoader iterated (that `select` accepts) is watched by `run`."""
+    global _original, _run, _select
+    from torch.utils.data import DataLoader
+
+    if _original is None:
+        _original = DataLoader.__iter__
+        DataLoader.__iter__ = _watched_iter  # type: ignore[method-assign]
+    _run, _select = run, select
+
+
+def stop_watching() -> None:
+    """DataLoader.__iter__ as it was."""
+    global _original, _run, _select
+    if _original is not None:
+        from torch.utils.data import DataLoader
+
+        DataLoader.__iter__ = _original  # type: ignore[method-assign]
+    _original, _run, _select = None, None, None
+
+
+def _watched_iter(self: Any) -> Iterator[Any]:
+    original, run = _original, _run
+    assert original is not None
+    if run is None or run.closed or (_select is not None and not _select(self)):
+        return original(self)
+    return run.watch(self).iterate(lambda: original(self))
+
+
+def _is_dataloader(loader: Any) -> bool:
+    from torch.utils.data import DataLoader
+
+    return isinstance(loader, DataLoader)

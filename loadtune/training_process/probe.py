@@ -1,0 +1,104 @@
+"""What a watched DataLoader tells besides its timings, with the trial process's instrumentation:
+each loading process's fetches counted (trial_process.fetch_notes, installed through the loader's
+worker_init_fn), the tree's CPU at each interval's edges, and on CUDA the device's idle time for
+data (CUDA events)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from loadtune.trial_process.factory import taken_apart
+from loadtune.trial_process.fetch_notes import (
+    WindowEdges,
+    count_fetches,
+    fetch_counters,
+    init_worker,
+    install_fetch_notes,
+)
+
+# The DataLoader's settings a watched row has columns for (the others are kept beside it, in
+# NAME.loader.json, for `loadtune init --from`).
+SETTING_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size")
+
+
+def loader_settings(loader: Any) -> dict[str, Any]:
+    """The loader's own plain settings, as a config's loader block holds them (trial_process.factory
+    .taken_apart); an object that is not a DataLoader: what it has of SETTING_KEYS."""
+    try:
+        from torch.utils.data import DataLoader
+
+        if isinstance(loader, DataLoader):
+            return taken_apart(loader)[1]
+    except ImportError:
+        pass
+    settings = {key: getattr(loader, key) for key in SETTING_KEYS if hasattr(loader, key)}
+    if not settings.get("num_workers"):
+        settings["prefetch_factor"] = None
+    return settings
+
+
+class Counting:
+    """The loader's fetches counted: its workers count theirs from their first call (the loader's
+    worker_init_fn wraps the user's), the training process its own around each next() when it
+    loads without workers. Workers already started (persistent, before the watch) count nothing."""
+
+    def __init__(self, loader: Any) -> None:
+        self.workers = int(getattr(loader, "num_workers", 0) or 0)
+        self.counters: Any = None
+        self.edges: WindowEdges | None = None
+        try:
+            install_fetch_notes()
+            self.counters = fetch_counters(self.workers, getattr(loader, "multiprocessing_context", None))
+            self.install(loader)
+            self.edges = WindowEdges(self.counters, self.workers)
+        except Exception:  # noqa: BLE001 - a loader that refuses it is watched without fetch figures
+            self.counters, self.edges = None, None
+
+    def install(self, loader: Any) -> None:
+        """`loader`'s workers count into these counters (a loader made again for each epoch, over
+        the same dataset with the same settings, counts as the one before it)."""
+        if self.workers and self.counters is not None:
+            user_init = getattr(loader, "worker_init_fn", None)
+            if not _counting_already(user_init):
+                loader.worker_init_fn = functools.partial(init_worker, user_init, self.counters, None)
+
+    def around_fetch(self) -> None:
+        """Before next() on a loader without workers: this process's fetches count as its."""
+        if self.counters is not None and not self.workers:
+            count_fetches(self.counters, self.workers)
+
+    def after_fetch(self) -> None:
+        if self.counters is not None and not self.workers:
+            count_fetches(None, 0)
+
+
+def _counting_already(init: Any) -> bool:
+    return isinstance(init, functools.partial) and init.func is init_worker
+
+
+class CudaIdle:
+    """The device's idle time for data, from CUDA events on the current stream: one recorded when
+    the loop asks for a batch, one when it has it. Nothing else is queued between the two, so the
+    second completes when the device has finished the work queued before the ask, or when the
+    batch arrived, whichever is later: the time between them is the device's idle time waiting
+    for this batch. Read at each interval's end (the last event synchronised once)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self.torch, self.device = torch, device
+
+    def asked(self) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def got(self, mark: Any) -> Any:
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return (mark, event)
+
+    def idle_s(self, pairs: list[Any]) -> list[float]:
+        pairs[-1][1].synchronize()
+        return [max(0.0, a.elapsed_time(b) / 1e3) for a, b in pairs]

@@ -1,0 +1,413 @@
+"""A watched training run: its watched loaders, the results file written at every interval (so a
+run that fails keeps the rows measured so far), the lines it says while it trains, and its ranks.
+
+Under torch.distributed each rank watches its own loaders and posts its rows to the job's own
+store (the process group's key-value store: no collective, so no rank waits for another at a
+point the training does not), and rank 0 writes one file with a row per rank; at the end it waits
+a little for the other ranks' last rows. A job whose ranks have no process group writes a file
+per rank (NAME.rankR.csv).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from loadtune.results.record import Record, ResultsFile
+from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
+from loadtune.sweep_process.stats import window_figures
+from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
+from loadtune.training_process.watch import LoaderWatch
+
+LOGGER = "loadtune.watch"
+# Over the last interval, a wait ratio above this is worth a warning (the verdicts' own line
+# between a loader that keeps up and one that does not).
+WARN_WAIT_RATIO = 0.10
+# A warning with the same verdict as the one before is said again after this many intervals.
+WARN_REPEAT_INTERVALS = 10
+# At the end, rank 0 waits at most this long for the other ranks' last rows.
+FINAL_WAIT_S = 30.0
+STORE_PREFIX = "loadtune-watch"
+DEFAULT_FOLDER = "results"
+
+
+def default_out(name: str) -> Path:
+    """Where a watched run's rows go unless told: results/watch-NAME.csv."""
+    stem = "".join(c if c.isalnum() or c in "-_." else "-" for c in name).strip("-.") or "run"
+    return Path(DEFAULT_FOLDER) / f"watch-{stem}.csv"
+
+
+def logger() -> logging.Logger:
+    """The run's lines go to the `loadtune.watch` logger; to stderr when nothing handles it."""
+    log = logging.getLogger(LOGGER)
+    if not log.hasHandlers():
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.propagate = False
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    return log
+
+
+@dataclass
+class _Group:
+    """This process's place among the job's ranks."""
+
+    rank: int = 0
+    world: int = 1
+    store: Any = None  # the process group's store; None: no process group
+
+    @property
+    def writes(self) -> bool:
+        return self.rank == 0 or self.store is None
+
+
+def _group() -> _Group:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            rank, world = dist.get_rank(), dist.get_world_size()
+            store = None
+            if world > 1:
+                from torch.distributed import distributed_c10d
+
+                store = distributed_c10d._get_default_store()
+            return _Group(rank, world, store)
+    except Exception:  # noqa: BLE001 - no usable process group: as without one
+        pass
+    rank, world = int(os.environ.get("RANK", "0") or 0), int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return _Group(rank, world, None)
+
+
+@dataclass
+class RunWatch:
+    """The watched loaders of this process, and where their rows go."""
+
+    out: Path
+    every_s: float
+    script: str | None = None
+    say: Callable[[str, int], None] | None = None  # (line, logging level); default: the logger
+    sample_tree: bool = True
+    clock: Callable[[], float] = time.perf_counter
+    cpu_clock: Callable[[], float] = time.thread_time
+    loaders: list[LoaderWatch] = field(default_factory=list)
+    closed: bool = False
+
+    def __post_init__(self) -> None:
+        self.started_at = datetime.now(timezone.utc)
+        self._by_loader: dict[int, LoaderWatch] = {}
+        self._names: set[str] = set()
+        self._results: ResultsFile | None = None
+        self._samples: SamplesFile | None = None
+        self._warned: dict[str, tuple[str, int]] = {}
+        self._lock = threading.RLock()
+        self._context: dict[str, Any] | None = None
+        self._parts: dict[str, dict[int, Any]] = {}  # each loader's intervals as kept in the samples file
+        self.group = _Group()
+        self.written: list[Record] = []
+        atexit.register(self.close)
+
+    # --- loaders ------------------------------------------------------------------------------
+
+    def watch(self, loader: Any, name: str | None = None) -> LoaderWatch:
+        """The watch of `loader` (made on first sight, named `name` or after its dataset)."""
+        with self._lock:
+            found = self._by_loader.get(id(loader))
+            if found is not None and found.loader is loader:
+                return found
+            again = next((w for w in self.loaders if (name is None or w.name == name) and w.same_loader(loader)), None)
+            if again is not None:  # the same loader made again for a new epoch
+                again.adopt(loader)
+                self._by_loader[id(loader)] = again
+                return again
+            watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(self.loaders))),
+                                self.every_s, on_interval=self._interval, on_epoch=self._refresh_group,
+                                sample_tree=self.sample_tree,
+                                clock=self.clock, cpu_clock=self.cpu_clock)
+            self._by_loader[id(loader)] = watch
+            self.loaders.append(watch)
+            return watch
+
+    def _unique(self, name: str) -> str:
+        candidate, n = name, 1
+        while candidate in self._names:
+            n += 1
+            candidate = f"{name} {n}"
+        self._names.add(candidate)
+        return candidate
+
+    # --- as it runs ---------------------------------------------------------------------------
+
+    def _interval(self, watch: LoaderWatch) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            self._refresh_group()
+            rows = self.write()
+            if self.group.rank == 0:
+                self._status(watch, rows)
+
+    def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
+        interval = watch.last
+        if interval is None:
+            return
+        wait_ratio, samples_per_s = window_figures_of(interval.window)
+        row = next((r for r in rows if r.trial == self._trial_name(watch.name)), None)
+        verdict = row.verdict if row is not None and row.verdict else "no verdict yet"
+        self._say(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
+                  f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
+        if wait_ratio > WARN_WAIT_RATIO and row is not None and row.verdict:
+            last, at = self._warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
+            n = watch.seen_intervals
+            if row.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
+                self._warned[watch.name] = (row.verdict, n)
+                self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
+                          f"({row.verdict}): {row.advice or 'see loadtune report ' + str(self.out)}", logging.WARNING)
+
+    def _refresh_group(self) -> None:
+        """The job's ranks as they are now; a process group once seen is kept (its store outlives
+        a script that destroys the group before it exits)."""
+        now = _group()
+        if now.store is not None or self.group.store is None:
+            self.group = now
+
+    def _say(self, line: str, level: int = logging.INFO) -> None:
+        if self.say is not None:
+            self.say(line, level)
+        else:
+            logger().log(level, line)
+
+    # --- the rows -----------------------------------------------------------------------------
+
+    def _trial_name(self, name: str, rank: int | None = None) -> str:
+        rank = self.group.rank if rank is None else rank
+        return f"{name} rank {rank}" if self.group.world > 1 else name
+
+    def context(self) -> dict[str, Any]:
+        if self._context is None:
+            first = self.loaders[0] if self.loaders else None
+            settings = first.settings if first is not None else {}
+            dataset = getattr(first.loader, "dataset", None) if first is not None else None
+            try:
+                length = len(dataset) if dataset is not None else None
+            except Exception:  # noqa: BLE001 - an iterable dataset
+                length = None
+            context = settings.get("multiprocessing_context")
+            self._context = run_context(self.script, _device(), context, self.group.world, length, self.started_at)
+        return dict(self._context)
+
+    def own_rows(self) -> tuple[list[Record], list[TrialSamples]]:
+        """This rank's rows and raw samples, one per loader with a counted interval."""
+        rows, samples = [], []
+        context = self.context()
+        for watch in self.loaders:
+            observed: Observed = watch.observed()
+            name = self._trial_name(watch.name)
+            record = watched_record(observed, {**context, "dataset_len": _dataset_len(watch.loader)},
+                                    dist_rank=self.group.rank, ranks=self.group.world, trial_name=name)
+            if record is not None:
+                rows.append(record)
+                samples.append(watched_samples(name, observed, self._parts.setdefault(watch.name, {})))
+        return rows, samples
+
+    def write(self, final: bool = False) -> list[Record]:
+        """The file as it stands: this rank's rows, and with ranks every rank's (rank 0 writes)."""
+        group = self.group
+        rows, samples = self.own_rows()
+        if group.store is not None and group.world > 1:
+            try:
+                _post(group, self.out, rows, samples if final else (), final)
+            except Exception:  # noqa: BLE001 - the store is gone: this rank writes a file of its own
+                group.store = None
+        if group.store is not None and group.rank != 0:
+            return rows
+        if group.store is not None:
+            others = _gathered(group, self.out, final)
+            rows = rows + [r for rank_rows, _ in others for r in rank_rows]
+            samples = samples + [s for _, rank_samples in others for s in rank_samples]
+        out = self.out if group.world == 1 or group.store is not None else _rank_file(self.out, group.rank)
+        self._write_files(out, rows, samples)
+        self.written = rows
+        return rows
+
+    def _write_files(self, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples]) -> None:
+        if self._results is None or self._results.path != out:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            self._results, self._samples = ResultsFile(out), SamplesFile(samples_file(out))
+        assert self._samples is not None
+        self._results.replace(rows)
+        names = {s.trial for s in samples}
+        kept = [s for s in samples if s.trial in names]
+        host = rows[0].host if rows else ""
+        self._samples.write("", host or "", 1.0, self.group.world, kept)
+        loaders = {self._trial_name(w.name): {"loader_kwargs": _plain(w.settings),
+                                              "dataset": _dataset_spec(w.loader), "script": self.script,
+                                              "argv": list(sys.argv[1:])} for w in self.loaders}
+        _write_json(loader_file(out), loaders)
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def close(self, reason: str = "") -> list[Record]:
+        """The run is over: each loader's last interval, the file, and the closing line."""
+        with self._lock:
+            if self.closed:
+                return self.written
+            for watch in self.loaders:
+                watch.on_interval = None
+                watch.close(reason)
+            self.closed = True
+            atexit.unregister(self.close)
+            if not self.loaders:
+                return []
+            self._refresh_group()
+            try:
+                rows = self.write(final=True)
+            except Exception as exc:  # noqa: BLE001 - said, never raised into the script's exit
+                self._say(f"loadtune: could not write {self.out}: {type(exc).__name__}: {exc}", logging.ERROR)
+                return []
+            if self.group.rank == 0:
+                self._say(end_line(rows, self.out, [w.name for w in self.loaders if not w.windows]))
+            return rows
+
+
+def window_figures_of(window: Any) -> tuple[float, float]:
+    """One interval's wait ratio and samples/s."""
+    from loadtune.measurement import Measurement
+
+    return window_figures(Measurement(first_batch_s=0.0, windows=(window,)))[0]
+
+
+def _seconds(s: float) -> str:
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+
+
+def end_line(rows: Sequence[Record], out: Path, unmeasured: Sequence[str] = ()) -> str:
+    """The closing line: the run's wait ratio, and the command that tunes it next."""
+    if not rows:
+        few = f" ({', '.join(unmeasured)})" if unmeasured else ""
+        return (f"loadtune: no loader ran past its warm-up{few}: nothing measured; a run needs a few "
+                "batches beyond the first ones, which are dropped")
+    parts = []
+    for r in rows:
+        verdict = f", {r.verdict}" if r.verdict else ""
+        parts.append(f"{r.trial}: wait ratio {r.wait_ratio:.2f}{verdict}, {r.throughput:,.0f} samples/s")
+    return (f"loadtune: watched {'; '.join(parts)}. Rows in {out}. Next: loadtune predict {out}; "
+            f"or loadtune init --from {out}, then loadtune sweep")
+
+
+def loader_file(out: Path) -> Path:
+    """The watched loaders' own settings beside the CSV: NAME.loader.json."""
+    return out.with_name(f"{out.stem}.loader.json")
+
+
+def _rank_file(out: Path, rank: int) -> Path:
+    return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.csv'}")
+
+
+def _post(group: _Group, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples], final: bool) -> None:
+    from loadtune.results.samples import _dumps
+
+    payload = {"rows": [r.to_dict() for r in rows], "samples": [json.loads(_dumps(s)) for s in samples]}
+    group.store.set(f"{STORE_PREFIX}:{out.name}:{group.rank}", json.dumps(payload))
+    if final:
+        group.store.set(f"{STORE_PREFIX}:{out.name}:{group.rank}:final", "1")
+
+
+def _gathered(group: _Group, out: Path, final: bool) -> list[tuple[list[Record], list[TrialSamples]]]:
+    """The other ranks' latest rows (and, at the end, raw samples), waiting at the end for their last."""
+    from datetime import timedelta
+
+    from loadtune.results.samples import _decoded
+
+    found = []
+    deadline = time.monotonic() + FINAL_WAIT_S
+    for rank in range(1, group.world):
+        key = f"{STORE_PREFIX}:{out.name}:{rank}"
+        try:
+            if final:
+                left = max(0.1, deadline - time.monotonic())
+                try:
+                    group.store.wait([f"{key}:final"], timedelta(seconds=left))
+                except Exception:  # noqa: BLE001 - not in time: its latest rows
+                    pass
+            if not group.store.check([key]):
+                continue
+            payload = json.loads(group.store.get(key))
+        except Exception:  # noqa: BLE001 - a rank that never posted
+            continue
+        rows = [Record(**r) for r in payload.get("rows", [])]
+        samples = []
+        for stored in payload.get("samples", []):
+            try:
+                samples.append(_decoded(stored))
+            except Exception:  # noqa: BLE001 - rows without their raw samples
+                continue
+        found.append((rows, [s for s in samples if isinstance(s, TrialSamples)]))
+    return found
+
+
+def _default_name(loader: Any, index: int) -> str:
+    dataset = getattr(loader, "dataset", None)
+    return type(dataset).__name__ if dataset is not None else f"loader {index + 1}"
+
+
+def _dataset_len(loader: Any) -> int | None:
+    try:
+        return len(loader.dataset)
+    except Exception:  # noqa: BLE001 - an iterable dataset, or no dataset
+        return None
+
+
+def _dataset_spec(loader: Any) -> str | None:
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        return None
+    kind = type(dataset)
+    return f"{kind.__module__}:{kind.__qualname__}"
+
+
+def _plain(settings: Any) -> dict[str, Any]:
+    return {k: v for k, v in dict(settings).items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _device() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return f"cuda:{torch.cuda.current_device()}"
+    except Exception:  # noqa: BLE001
+        pass
+    return "cpu"
+
+
+
+_runs: dict[Path, RunWatch] = {}
+
+
+def run_for(out: str | os.PathLike[str] | None, every_s: float, name: str) -> RunWatch:
+    """This process's watched run writing to `out` (default: default_out(name)): one file for
+    every loader watched into it."""
+    path = Path(out) if out is not None else default_out(name)
+    run = _runs.get(path.resolve())
+    if run is None or run.closed:
+        run = RunWatch(path, every_s, script=sys.argv[0] if sys.argv and sys.argv[0] else None)
+        _runs[path.resolve()] = run
+    return run

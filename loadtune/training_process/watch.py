@@ -1,0 +1,243 @@
+"""One DataLoader of a training run, watched: its iterator wrapped so each batch's wait and step
+are tallied (tally.Tally), its fetches counted and its process tree sampled as a sweep's trial's
+are, and its counted intervals kept for the run's row (rows.Observed)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterator
+
+from loadtune.config import MeasureSpec
+from loadtune.measurement import ResourceSamples, Window
+from loadtune.training_process.probe import Counting, CudaIdle, loader_settings
+from loadtune.training_process.rows import Observed
+from loadtune.training_process.tally import Interval, Tally, joined
+from loadtune.trial_process.measure import Clock, WarmUp, batch_bytes, batch_len
+
+# The sweep's warm-up (measure.warmup_batches and its per-worker extra, at their defaults).
+_MEASURE = MeasureSpec()
+# The process tree is sampled this often (memory far less often: MEMORY_CPU_BUDGET).
+SAMPLE_INTERVAL_S = 1.0
+# Raw per-batch samples kept at most: beyond, every other kept interval is let go and only every
+# 2nd (then 4th, ...) later one kept, a systematic sample of the run's intervals; the row's figures
+# are the kept intervals' (their mean is the run's), and the memory stays bounded on long runs.
+KEPT_BATCHES = 200_000
+AUTO = "auto"  # device_idle: CUDA events where the run trains on CUDA
+
+
+class _Edges:
+    """The interval edges: the fetch counters and CPU (WindowEdges), and the first reading starts
+    the process tree's sampler."""
+
+    def __init__(self, inner: Any, on_first_read: Callable[[], None]) -> None:
+        self.inner, self.on_first_read, self.started = inner, on_first_read, False
+
+    def read(self) -> Any:
+        if not self.started:
+            self.started = True
+            self.on_first_read()
+        return self.inner.read() if self.inner is not None else None
+
+    def between(self, start: Any, end: Any) -> tuple[Any, tuple[Any, ...]]:
+        return self.inner.between(start, end) if self.inner is not None else (None, ())
+
+
+class LoaderWatch:
+    """A watched DataLoader: `iterate` wraps each epoch's iterator; `observed` is what it saw."""
+
+    def __init__(self, loader: Any, name: str, every_s: float, *,
+                 on_interval: Callable[["LoaderWatch"], None] | None = None,
+                 on_epoch: Callable[[], None] | None = None,
+                 clock: Clock = time.perf_counter, cpu_clock: Clock = time.thread_time,
+                 sample_tree: bool = True, device_idle: Any = AUTO) -> None:
+        self.loader, self.name, self.every_s = loader, name, every_s
+        self.on_interval, self.on_epoch = on_interval, on_epoch
+        self.clock = clock
+        self.settings = loader_settings(loader)
+        workers = int(self.settings.get("num_workers") or 0)
+        self.workers = workers
+        self.persistent = bool(self.settings.get("persistent_workers"))
+        self.counting = Counting(loader) if workers or hasattr(loader, "dataset") else None
+        self.sample_tree = sample_tree
+        self.sampler: Any = None
+        self.windows: list[Window] = []
+        self.resources: list[ResourceSamples] = []
+        self.stride = 1
+        self.seen_intervals = 0
+        self._last_kept = False
+        self.device_idle = device_idle
+        self.started = clock()
+        self.reason = ""
+        self.last: Interval | None = None
+        epoch = _length(loader)
+        extra = _MEASURE.extra_warmup_for(workers, self.persistent, epoch)
+        warmup = WarmUp(clock, base=_MEASURE.warmup_batches, extra_batches=extra,
+                        extra_max_s=_MEASURE.warmup_per_worker_max_s)
+        edges = _Edges(self.counting.edges if self.counting is not None else None, self._start_sampler)
+        self.tally = Tally(clock=clock, cpu_clock=cpu_clock, every_s=every_s, warmup=warmup, probe=edges,
+                           on_interval=self._interval, device=None)
+        self.pinned: bool | None = None
+        self.closed = False
+
+    def same_loader(self, loader: Any) -> bool:
+        """Whether `loader` is this one made again (a new DataLoader each epoch): the same dataset
+        object, the same settings."""
+        dataset = getattr(loader, "dataset", None)
+        return dataset is not None and dataset is getattr(self.loader, "dataset", None) \
+            and loader_settings(loader) == self.settings
+
+    def adopt(self, loader: Any) -> None:
+        """Watch `loader` from now on as this one (same_loader)."""
+        self.loader = loader
+        if self.counting is not None:
+            self.counting.install(loader)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def iterate(self, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """A new epoch's iterator (`make()`), watched."""
+        if self.on_epoch is not None:
+            self.on_epoch()
+        since = self.tally.epoch_starting()
+        inner = make()
+        self.tally.epoch_made(since)
+        return _Iterator(self, inner)
+
+    def next_from(self, inner: Iterator[Any]) -> Any:
+        tally = self.tally
+        marks = tally.asked()
+        counting = self.counting
+        if counting is not None:
+            counting.around_fetch()
+        try:
+            batch = next(inner)
+        except StopIteration:
+            tally.ended()
+            raise
+        finally:
+            if counting is not None:
+                counting.after_fetch()
+        first = tally.first_batch_s is None
+        tally.got(marks, batch_len(batch, self.settings.get("batch_size") or 1), batch_bytes(batch) if first else None)
+        if first:
+            self.pinned = _pinned(batch)
+        return batch
+
+    def close(self, reason: str = "") -> None:
+        """The run is over (or the script failed: `reason`)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.reason = reason
+        self.tally.close()
+        self._stop_sampler()
+
+    # --- intervals --------------------------------------------------------------------------
+
+    def _start_sampler(self) -> None:
+        if self.tally.device is None and self.device_idle is not None:
+            # Asked once counting starts: by then the training has put its model on its device.
+            self.tally.device = device_idle_for(self.loader) if self.device_idle == AUTO else self.device_idle
+        if not self.sample_tree:
+            return
+        import os
+
+        from loadtune.sweep_process.resources import TreeSampler
+
+        try:
+            self.sampler = TreeSampler(os.getpid(), interval_s=SAMPLE_INTERVAL_S).start()
+        except Exception:  # noqa: BLE001 - no sampling here: the row lacks memory figures
+            self.sampler = None
+
+    def _stop_sampler(self) -> ResourceSamples | None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is None:
+            return None
+        try:
+            return sampler.stop()
+        except Exception:  # noqa: BLE001 - as above
+            return None
+
+    def _interval(self, interval: Interval, tail: bool) -> None:
+        samples = self._stop_sampler()
+        if not self.closed:
+            self._start_sampler()
+        self.last = interval
+        if tail:  # the run's short last interval: part of the one before, when that one is kept
+            if self._last_kept and self.windows:
+                self.windows[-1] = joined(Interval(self.windows[-1], 0.0, 0.0), interval).window
+        else:
+            self._last_kept = self.seen_intervals % self.stride == 0
+            if self._last_kept:
+                self.windows.append(interval.window)
+                if samples is not None:
+                    self.resources.append(samples)
+            self.seen_intervals += 1
+            self._thin()
+        if self.on_interval is not None:
+            self.on_interval(self)
+
+    def _thin(self) -> None:
+        while sum(len(w) for w in self.windows) > KEPT_BATCHES and len(self.windows) > 1:
+            self.windows = self.windows[::2]
+            self.resources = self.resources[::2] if len(self.resources) > 1 else self.resources
+            self.stride *= 2
+
+    # --- what it saw --------------------------------------------------------------------------
+
+    def observed(self) -> Observed:
+        tally = self.tally
+        return Observed(
+            name=self.name, settings=self.settings, windows=tuple(self.windows),
+            resources=tuple(self.resources) if len(self.resources) == len(self.windows) else (),
+            first_batch_s=tally.first_batch_s or 0.0, warmup_s=tally.warmup_s, warmup_batches=tally.warmup.done,
+            batch_bytes=tally.batch_bytes, epoch_batches=_length(self.loader),
+            restarts_workers=bool(self.workers) and not self.persistent, pinned=self.pinned,
+            watched_s=self.clock() - self.started, reason=self.reason)
+
+
+class _Iterator:
+    """An epoch's iterator, watched; everything else is the loader's own iterator's."""
+
+    def __init__(self, watch: LoaderWatch, inner: Iterator[Any]) -> None:
+        self._watch, self._inner = watch, inner
+
+    def __iter__(self) -> "_Iterator":
+        return self
+
+    def __next__(self) -> Any:
+        return self._watch.next_from(self._inner)
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _length(loader: Any) -> int | None:
+    try:
+        return int(len(loader))
+    except Exception:  # noqa: BLE001 - an iterable dataset without a length
+        return None
+
+
+def _pinned(batch: Any) -> bool | None:
+    from loadtune.trial_process.device import first_tensor_pinned
+
+    try:
+        return first_tensor_pinned(batch)
+    except Exception:  # noqa: BLE001 - not tensors
+        return None
+
+
+def device_idle_for(loader: Any) -> Any:
+    """The device's idle time for data where the run trains on CUDA (see CudaIdle), else None."""
+    try:
+        import torch
+
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return CudaIdle(torch.cuda.current_device())
+    except Exception:  # noqa: BLE001 - no CUDA: the host's wait is the wait
+        pass
+    return None

@@ -1,0 +1,68 @@
+"""A Hugging Face `Trainer` callback that watches the Trainer's train DataLoader as it trains, and
+writes the same results file `loadtune.watch` does (docs/watch.md)::
+
+    from loadtune.transformers import WatchCallback
+    trainer = transformers.Trainer(..., callbacks=[WatchCallback(out="results/watch-train.csv")])
+
+Installed with `pip install loadtune-torch[transformers]`; this module (and Transformers) is
+imported only by code that imports it.
+
+Which loader: the one the Trainer hands its callbacks (`train_dataloader`), as accelerate prepared
+it. accelerate's DataLoaderShard (and its other adapters) hold the real DataLoader as
+`base_dataloader` and iterate it by calling its __iter__ once an epoch; the adapter's own __iter__
+is not DataLoader's (in accelerate before 0.30 the shard subclassed DataLoader and its __iter__ called
+DataLoader.__iter__ once, with the shard itself). Either way one call an epoch reaches the wrapped
+DataLoader.__iter__, with the shard or its base loader: both are accepted, so each batch is watched
+once, with the settings of the loader that loads it. The shard reads one batch ahead: its next()
+asks the inner loader for the batch after the one it hands out, and that ask is where the training
+blocks, so the wait watched is still the time the training waited for data.
+
+The watch starts at `on_train_begin` and ends at `on_train_end`; the Trainer calls no callback when
+training raises, so then the run ends as the process does (its rows kept, the reason given where
+Python knows it). An evaluation loader is never watched, even of the same dataset. Under DDP each
+rank watches its own loader and rank 0 writes one row per rank; only rank 0 says anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from loadtune.training_process.frameworks import FrameworkWatch, say
+
+try:
+    from transformers import TrainerCallback
+except ImportError as missing:
+    raise ImportError("loadtune.transformers needs Transformers: pip install 'loadtune-torch[transformers]'") \
+        from missing
+
+WHO = "loadtune.transformers.WatchCallback"
+
+
+class WatchCallback(TrainerCallback):
+    """Watches the train DataLoader of each `trainer.train()`: rows named `name` in `out` (default
+    results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
+
+    def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
+                 name: str = "train") -> None:
+        self.out, self.every_s, self.name = out, every_s, name
+        self._watch = FrameworkWatch(out=out, every_s=every_s, name=name, who=WHO)
+
+    @property
+    def run(self) -> Any:
+        """The run being watched (loadtune.training_process.run.RunWatch), None between trainings."""
+        return self._watch.run
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
+                       **kwargs: Any) -> None:
+        if self._watch.watching:  # the Trainer started again (auto_find_batch_size): a new run
+            self._watch.stop("the training started again")
+        if train_dataloader is None:
+            say(f"{WHO}: the Trainer gave its callbacks no train_dataloader: nothing watched")
+            return
+        train = [train_dataloader, getattr(train_dataloader, "base_dataloader", None)]
+        train = [loader for loader in train if loader is not None]
+        self._watch.start(lambda loader: any(loader is mine for mine in train))
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._watch.stop()
