@@ -3,7 +3,7 @@ augmented in the DataLoader, a tiny CNN trained on the CPU. Nothing of loadtune 
 
     python examples/train_demo.py --epochs 3                     # trains
     loadtune watch examples/train_demo.py --epochs 3             # the same run, watched
-    loadtune watch --out results/demo-run.csv examples/train_demo.py --epochs 3 --workers 2
+    loadtune watch --out results/demo-run.csv examples/train_demo.py --epochs 3 --workers 2 --persistent
 
 docs/watch.md walks through one such run.
 """
@@ -23,11 +23,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--prefetch", type=int, default=None, help="prefetch_factor (with workers)")
+    parser.add_argument("--persistent", action="store_true", help="persistent_workers=True (with workers)")
+    parser.add_argument("--threads", type=int, default=None, help="torch's threads for the step (default: torch's)")
     parser.add_argument("--images", type=int, default=1000)
     args = parser.parse_args()
     torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     data = synthetic_images(num_images=args.images, crop_px=64, min_px=96, max_px=192)
-    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=args.workers)
+    more = {"prefetch_factor": args.prefetch, "persistent_workers": args.persistent} if args.workers else {}
+    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=args.workers, **more)
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(4),
                                 torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 from loadtune.errors import ConfigError
 from loadtune.results.record import Record
 from loadtune.training_process import hook
+from loadtune.training_process.probe import batches_of
 from loadtune.training_process.run import RunWatch, default_out
 
 
@@ -84,9 +85,9 @@ class FrameworkWatch:
         self._accepts = accepts
         # `loadtune watch SCRIPT` already wraps DataLoader.__iter__ for its own run: the trainer's
         # loaders come to this run while it trains, every other loader to that one again after.
-        outer_run, outer_select = getattr(hook, "_run", None), getattr(hook, "_select", None)
-        if getattr(hook, "_original", None) is not None and outer_run is not None and outer_run is not self.run:
-            self._outer = (outer_run, outer_select)
+        outer = hook.current()
+        if outer is not None and outer[0] is not self.run:
+            self._outer = outer
         hook.watch_every_loader(self.run, self._select)
         atexit.register(self._at_exit)  # runs before the run's own (atexit is last in, first out)
         return self.run
@@ -108,7 +109,8 @@ class FrameworkWatch:
         """The run is over: the hook undone (the outer one, if any, back), the file written."""
         atexit.unregister(self._at_exit)
         run, self.run, self._accepts = self.run, None, None
-        if run is not None and getattr(hook, "_run", None) is run:
+        now = hook.current()
+        if run is not None and now is not None and now[0] is run:
             hook.stop_watching()
             outer, self._outer = self._outer, None
             if outer is not None and not outer[0].closed:
@@ -122,30 +124,6 @@ class FrameworkWatch:
         framework is called): the reason, when Python knows it."""
         kind = getattr(sys, "last_type", None)
         self.stop(failed(kind) if isinstance(kind, type) else "")
-
-
-def batches_of(settings: dict[str, Any], loader: Any) -> None:
-    """A loader a trainer re-made around the user's batch sampler (accelerate's, always: its
-    DataLoader has batch_size None and the user's BatchSampler, or a BatchSamplerShard of it): the
-    batch size, drop_last and shuffle the batches are made with, as the row's settings."""
-    if settings.get("batch_size") is not None:
-        return
-    batches = getattr(loader, "batch_sampler", None)
-    size = getattr(batches, "batch_size", None)
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        return
-    settings["batch_size"] = size
-    drop_last = getattr(batches, "drop_last", None)
-    if isinstance(drop_last, bool):
-        settings["drop_last"] = drop_last
-    inner = getattr(batches, "batch_sampler", batches)  # BatchSamplerShard holds the user's
-    try:
-        from torch.utils.data import RandomSampler
-
-        if isinstance(getattr(inner, "sampler", None), RandomSampler):
-            settings["shuffle"] = True
-    except ImportError:  # pragma: no cover - torch is a dependency
-        pass
 
 
 def failed(kind: type[BaseException]) -> str:

@@ -19,6 +19,11 @@ def plain_iter(loader: Any) -> Iterator[Any]:
     return iter(loader)
 
 
+def current() -> tuple[RunWatch, Callable[[Any], bool] | None] | None:
+    """The run every DataLoader goes to now, and its `select`; None when none is watched."""
+    return (_run, _select) if _original is not None and _run is not None else None
+
+
 def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = None) -> None:
     """From now on every DataLoader iterated (that `select` accepts) is watched by `run`."""
     global _original, _run, _select

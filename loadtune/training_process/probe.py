@@ -29,13 +29,39 @@ def loader_settings(loader: Any) -> dict[str, Any]:
         from torch.utils.data import DataLoader
 
         if isinstance(loader, DataLoader):
-            return taken_apart(loader)[1]
+            settings = taken_apart(loader)[1]
+            batches_of(settings, loader)
+            return settings
     except ImportError:
         pass
     settings = {key: getattr(loader, key) for key in SETTING_KEYS if hasattr(loader, key)}
     if not settings.get("num_workers"):
         settings["prefetch_factor"] = None
     return settings
+
+
+def batches_of(settings: dict[str, Any], loader: Any) -> None:
+    """A loader made around a batch sampler (a user's own, or accelerate's, always: its DataLoader has
+    batch_size None and the user's BatchSampler, or a BatchSamplerShard of it): the batch size,
+    drop_last and shuffle the batches are made with, as the row's settings, where it says them."""
+    if settings.get("batch_size") is not None:
+        return
+    batches = getattr(loader, "batch_sampler", None)
+    size = getattr(batches, "batch_size", None)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        return
+    settings["batch_size"] = size
+    drop_last = getattr(batches, "drop_last", None)
+    if isinstance(drop_last, bool):
+        settings["drop_last"] = drop_last
+    inner = getattr(batches, "batch_sampler", batches)  # BatchSamplerShard holds the user's
+    try:
+        from torch.utils.data import RandomSampler
+
+        if isinstance(getattr(inner, "sampler", None), RandomSampler):
+            settings["shuffle"] = True
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
 
 
 class Counting:
