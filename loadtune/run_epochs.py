@@ -36,6 +36,11 @@ class RunEpochs:
     unseen_start_s: float = 0.0
 
 
+# `stated` for windows that are the run itself (a watched training run, loadtune.training_process):
+# each batch counts as it came, every epoch start in its place; nothing is weighed again.
+AS_MEASURED = -1
+
+
 def run_epochs(measurement: Measurement, stated: int | None = None) -> RunEpochs:
     """The run's epoch: `stated` (measure.run_epoch_batches) or the DataLoader's own length as the
     trial built it (per rank, at the sweep's scale); unknown (an IterableDataset without a
@@ -43,7 +48,10 @@ def run_epochs(measurement: Measurement, stated: int | None = None) -> RunEpochs
     known, else the start batch alone. Where no window saw a start (epochs longer than a window),
     an epoch's start costs what the trial's first batch waited beyond a steady batch's wait, for
     workers started again every epoch (the first batch started them); persistent workers'
-    resume, and a loop without workers, add nothing measurable then."""
+    resume, and a loop without workers, add nothing measurable then. AS_MEASURED: the windows'
+    own batches, as they came."""
+    if stated == AS_MEASURED:
+        return RunEpochs(math.inf, 0)
     batches = float(stated or measurement.dataset_batches or math.inf)
     if not any(any(w.epoch_start) for w in measurement.windows):
         if not measurement.restarts_workers or not measurement.windows:

@@ -15,7 +15,8 @@ import pytest
 from loadtune.kinds import Status
 from loadtune.results.record import read_records
 from loadtune.results.samples import read_samples, samples_file
-from loadtune.sweep_process.stats import window_figures
+from loadtune.run_epochs import AS_MEASURED
+from loadtune.sweep_process.stats import summarize, window_figures
 from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line, loader_file
 from loadtune.training_process.tally import SHORT_TAIL_SHARE
 from loadtune.training_process.watch import _MEASURE, LoaderWatch
@@ -108,12 +109,14 @@ def test_an_epoch_start_is_the_first_batchs_wait_and_time_between_epochs_counts_
         assert window.step_s[i - 1] == STEP_S  # the 7 s between epochs is in neither part
     assert window.epoch_pos == warmup
     assert window.positions()[starts[0]] == 0
-    # The run's figures: each epoch of 16 batches holds one start (the window's first epoch lost its
-    # start to the warm-up, so its own mix of batches would under-weigh starts).
-    ratio, throughput = window_figures(watch.observed().measurement(), 16)[0]
-    epoch_s = START_S + 16 * (FETCH_S + STEP_S)
-    assert ratio == pytest.approx((START_S + 16 * FETCH_S) / epoch_s, rel=1e-12)
-    assert throughput == pytest.approx(16 * BATCH / epoch_s, rel=1e-12)
+    # The row's figures are the counted batches as they came (each epoch start in its place), not a
+    # window weighed for another epoch length as a sweep's: wait over wall, samples over wall.
+    ratio, throughput = window_figures(watch.observed().measurement(), AS_MEASURED)[0]
+    total = sum(window.wait_s) + sum(window.step_s)
+    assert ratio == pytest.approx(sum(window.wait_s) / total, rel=1e-12)
+    assert throughput == pytest.approx(BATCH * len(window) / total, rel=1e-12)
+    stats = summarize(watch.observed().measurement(), run_epoch_batches=AS_MEASURED, batch_floor=False)
+    assert stats.wait_ratio.mean == pytest.approx(sum(window.wait_s) / total, rel=1e-12)
 
 
 def test_a_loop_that_leaves_an_epoch_early_leaves_its_last_batch_uncounted():
@@ -143,6 +146,24 @@ def test_the_last_interval_joins_the_one_before_only_when_short():
         tail = (batches - 5) % 4
         assert (tail * 0.25 < SHORT_TAIL_SHARE * 1.0) is tail_joined
         assert sizes == ([4, 4 + tail] if tail_joined else [4, 4, tail]), sizes
+
+
+def test_the_intervals_bookkeeping_is_neither_step_nor_wait_and_the_tail_is_judged_by_its_batches():
+    clock = FakeClock()
+    loader = FakeLoader(clock, 5 + 8 + 1)
+
+    def slow_bookkeeping(watch):  # writing the row and the file takes 3 s of the loop's time
+        clock.t += 3.0
+
+    watch = LoaderWatch(loader, "fake", 1.0, clock=clock, cpu_clock=lambda: 0.0, sample_tree=False,
+                        device_idle=None, on_interval=slow_bookkeeping)
+    _train(watch, loader, clock, epochs=1)
+    clock.t += 60.0  # the script goes on (evaluation, saving) before the process ends
+    watch.close()
+    windows = watch.observed().windows
+    assert [len(w) for w in windows] == [4, 5]  # the one-batch tail joined: its own time is 1/4 s
+    assert {b for w in windows for b in w.wait_s} == {FETCH_S}
+    assert {b for w in windows for b in w.step_s} == {STEP_S}
 
 
 def test_warnings_come_once_per_verdict_not_every_interval(tmp_path):
@@ -313,3 +334,32 @@ def test_torchrun_ranks_write_one_file_with_a_row_per_rank(tmp_path):
     assert not list(tmp_path.glob("run.rank*.csv"))
     stored = read_samples(samples_file(tmp_path / "run.csv"))
     assert set(stored.trials) == {"Sleepy rank 0", "Sleepy rank 1"}
+
+
+def test_a_subclass_keeps_its_own_iter_and_is_watched_once_with_both_ways_in(tmp_path):
+    """`loadtune watch SCRIPT` wraps DataLoader.__iter__; a loop that also wraps its loader in
+    loadtune.watch gets the subclass's own iterator, watched once."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from loadtune.training_process import hook
+    from loadtune.training_process.watched import Watched
+
+    class Doubled(DataLoader):
+        def __iter__(self):
+            for batch in super().__iter__():
+                yield batch * 2
+
+    loader = Doubled(torch.arange(64.0), batch_size=4)
+    outer = RunWatch(tmp_path / "script.csv", 100.0, say=lambda line, level: None, sample_tree=False)
+    inner = RunWatch(tmp_path / "api.csv", 100.0, say=lambda line, level: None, sample_tree=False)
+    hook.watch_every_loader(outer)
+    try:
+        batches = list(Watched(loader, inner, inner.watch(loader, "api")))
+    finally:
+        hook.stop_watching()
+    assert float(batches[0][1]) == 2.0  # the subclass's own __iter__ ran
+    assert outer.loaders == [] and inner.loaders[0].tally.first_batch_s is not None
+    assert inner.loaders[0].tally.warmup.done == _MEASURE.warmup_batches
+    outer.close()
+    inner.close()

@@ -25,7 +25,7 @@ from loadtune.errors import ConfigError
 from loadtune.results.record import Record
 from loadtune.training_process import hook
 from loadtune.training_process.probe import batches_of
-from loadtune.training_process.run import RunWatch, default_out
+from loadtune.training_process.run import RunWatch, default_out, run_for
 
 
 def checked_every(every_s: Any, who: str) -> float:
@@ -81,7 +81,7 @@ class FrameworkWatch:
             self._accepts = accepts
             return self.run
         script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
-        self.run = RunWatch(self.out, self.every_s, script=script)
+        self.run = run_for(self.out, self.every_s, self.name, script=script)
         self._accepts = accepts
         # `loadtune watch SCRIPT` already wraps DataLoader.__iter__ for its own run: the trainer's
         # loaders come to this run while it trains, every other loader to that one again after.

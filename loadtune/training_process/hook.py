@@ -3,6 +3,7 @@ callbacks): DataLoader.__iter__ wrapped for as long as a run is watched, the scr
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterator
 
 from loadtune.training_process.run import RunWatch
@@ -12,10 +13,16 @@ _run: RunWatch | None = None
 _select: Callable[[Any], bool] | None = None
 
 
+_owned: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders loadtune.watch's wrapper watches itself
+
+
 def plain_iter(loader: Any) -> Iterator[Any]:
-    """The loader's own iterator, never watched twice (loadtune.watch's wrapper uses this)."""
-    if _original is not None and _is_dataloader(loader):
-        return _original(loader)
+    """The loader's own iterator (a subclass's own __iter__ included), never watched twice: a
+    loader loadtune.watch wraps is left alone by the wrapped DataLoader.__iter__."""
+    try:
+        _owned.add(loader)
+    except TypeError:  # no weak reference to it: not a DataLoader, which the hook never sees
+        pass
     return iter(loader)
 
 
@@ -48,12 +55,8 @@ def stop_watching() -> None:
 def _watched_iter(self: Any) -> Iterator[Any]:
     original, run = _original, _run
     assert original is not None
-    if run is None or run.closed or (_select is not None and not _select(self)):
+    if run is None or run.closed or self in _owned or (_select is not None and not _select(self)):
         return original(self)
     return run.watch(self).iterate(lambda: original(self))
 
 
-def _is_dataloader(loader: Any) -> bool:
-    from torch.utils.data import DataLoader
-
-    return isinstance(loader, DataLoader)

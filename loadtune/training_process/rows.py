@@ -15,6 +15,7 @@ from loadtune.machine import cpu_quota, fingerprint, usable_cores
 from loadtune.measurement import Measurement, ResourceSamples, Window
 from loadtune.results.record import Record
 from loadtune.results.samples import TrialSamples
+from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.records import trial_record
 from loadtune.sweep_process.stats import summarize
@@ -85,8 +86,9 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
     if not observed.windows:
         return None
     measurement = observed.measurement()
-    stats = summarize(measurement, seed=_seed(observed.name), run_epoch_batches=observed.epoch_batches,
-                      batch_floor=False)
+    # The intervals are the run itself: its figures are its counted batches as they came (each epoch
+    # start where it was), not a window's weighed for another epoch length, as a sweep's are.
+    stats = summarize(measurement, seed=_seed(observed.name), run_epoch_batches=AS_MEASURED, batch_floor=False)
     trial = observed.trial
     if trial_name is not None:
         trial = dataclasses.replace(trial, name=trial_name)
@@ -96,7 +98,7 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
                           diagnosis=found.columns, dist_rank=dist_rank)
     # A watched row's batches are every counted batch of the run (a sweep's: those of one window).
     return dataclasses.replace(record, ranks=ranks, changed="", value=None,
-                               batches=sum(len(w) for w in observed.windows))
+                               batches=sum(len(w) for w in observed.windows), run_epoch_batches=observed.epoch_batches)
 
 
 def watched_samples(name: str, observed: Observed, kept: dict[int, Measurement] | None = None) -> TrialSamples:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from loadtune.results.record import Record, ResultsFile
 from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
+from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
 from loadtune.training_process.watch import LoaderWatch
@@ -116,6 +117,8 @@ class RunWatch:
         self._parts: dict[str, dict[int, Any]] = {}  # each loader's intervals as kept in the samples file
         self.group = _Group()
         self.written: list[Record] = []
+        self._failed = False  # a write failed (said once)
+        self.reason = ""  # how the run ended, once closed
         atexit.register(self.close)
 
     # --- loaders ------------------------------------------------------------------------------
@@ -153,10 +156,16 @@ class RunWatch:
         with self._lock:
             if self.closed:
                 return
-            self._refresh_group()
-            rows = self.write()
-            if self.group.rank == 0:
-                self._status(watch, rows)
+            try:
+                self._refresh_group()
+                rows = self.write()
+                if self.group.rank == 0:
+                    self._status(watch, rows)
+            except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
+                if not self._failed:
+                    self._failed = True
+                    self._say(f"loadtune: could not write {self.out}: {type(exc).__name__}: {exc}; the run goes on "
+                              "and is written again at the next interval and at its end", logging.ERROR)
 
     def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
         interval = watch.last
@@ -198,11 +207,7 @@ class RunWatch:
         if self._context is None:
             first = self.loaders[0] if self.loaders else None
             settings = first.settings if first is not None else {}
-            dataset = getattr(first.loader, "dataset", None) if first is not None else None
-            try:
-                length = len(dataset) if dataset is not None else None
-            except Exception:  # noqa: BLE001 - an iterable dataset
-                length = None
+            length = first.dataset_len if first is not None else None
             context = settings.get("multiprocessing_context")
             self._context = run_context(self.script, _device(), context, self.group.world, length, self.started_at)
         return dict(self._context)
@@ -214,7 +219,7 @@ class RunWatch:
         for watch in self.loaders:
             observed: Observed = watch.observed()
             name = self._trial_name(watch.name)
-            record = watched_record(observed, {**context, "dataset_len": _dataset_len(watch.loader)},
+            record = watched_record(observed, {**context, "dataset_len": watch.dataset_len},
                                     dist_rank=self.group.rank, ranks=self.group.world, trial_name=name)
             if record is not None:
                 rows.append(record)
@@ -233,7 +238,7 @@ class RunWatch:
         if group.store is not None and group.rank != 0:
             return rows
         if group.store is not None:
-            others = _gathered(group, self.out, final)
+            others = _gathered(group, self.out, final, 0.0 if self.reason == "interrupted" else FINAL_WAIT_S)
             rows = rows + [r for rank_rows, _ in others for r in rank_rows]
             samples = samples + [s for _, rank_samples in others for s in rank_samples]
         out = self.out if group.world == 1 or group.store is not None else _rank_file(self.out, group.rank)
@@ -252,9 +257,17 @@ class RunWatch:
         host = rows[0].host if rows else ""
         self._samples.write("", host or "", 1.0, self.group.world, kept)
         loaders = {self._trial_name(w.name): {"loader_kwargs": _plain(w.settings),
-                                              "dataset": _dataset_spec(w.loader), "script": self.script,
+                                              "dataset": w.dataset_spec, "script": self.script,
                                               "argv": list(sys.argv[1:])} for w in self.loaders}
         _write_json(loader_file(out), loaders)
+
+    def flush(self) -> list[Record]:
+        """The file as it stands now (the run goes on)."""
+        with self._lock:
+            if self.closed:
+                return self.written
+            self._refresh_group()
+            return self.write()
 
     # --- the end ------------------------------------------------------------------------------
 
@@ -265,8 +278,12 @@ class RunWatch:
                 return self.written
             for watch in self.loaders:
                 watch.on_interval = None
-                watch.close(reason)
+                try:
+                    watch.close(reason)
+                except Exception:  # noqa: BLE001 - its intervals so far still make its row
+                    pass
             self.closed = True
+            self.reason = reason
             atexit.unregister(self.close)
             if not self.loaders:
                 return []
@@ -285,7 +302,7 @@ def window_figures_of(window: Any) -> tuple[float, float]:
     """One interval's wait ratio and samples/s."""
     from loadtune.measurement import Measurement
 
-    return window_figures(Measurement(first_batch_s=0.0, windows=(window,)))[0]
+    return window_figures(Measurement(first_batch_s=0.0, windows=(window,)), AS_MEASURED)[0]
 
 
 def _seconds(s: float) -> str:
@@ -315,27 +332,35 @@ def _rank_file(out: Path, rank: int) -> Path:
     return out.with_name(f"{out.stem}.rank{rank}{out.suffix or '.csv'}")
 
 
+def _key(out: Path, rank: int) -> str:
+    """A rank's key in the job's store: this job's run (torchrun's run id and restart), this file."""
+    run = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return f"{STORE_PREFIX}:{run}:{restart}:{out.resolve().name}:{rank}"
+
+
 def _post(group: _Group, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples], final: bool) -> None:
     from loadtune.results.samples import _dumps
 
     payload = {"rows": [r.to_dict() for r in rows], "samples": [json.loads(_dumps(s)) for s in samples]}
-    group.store.set(f"{STORE_PREFIX}:{out.name}:{group.rank}", json.dumps(payload))
+    group.store.set(_key(out, group.rank), json.dumps(payload))
     if final:
-        group.store.set(f"{STORE_PREFIX}:{out.name}:{group.rank}:final", "1")
+        group.store.set(_key(out, group.rank) + ":final", "1")
 
 
-def _gathered(group: _Group, out: Path, final: bool) -> list[tuple[list[Record], list[TrialSamples]]]:
+def _gathered(group: _Group, out: Path, final: bool,
+              wait_s: float = FINAL_WAIT_S) -> list[tuple[list[Record], list[TrialSamples]]]:
     """The other ranks' latest rows (and, at the end, raw samples), waiting at the end for their last."""
     from datetime import timedelta
 
     from loadtune.results.samples import _decoded
 
     found = []
-    deadline = time.monotonic() + FINAL_WAIT_S
+    deadline = time.monotonic() + wait_s
     for rank in range(1, group.world):
-        key = f"{STORE_PREFIX}:{out.name}:{rank}"
+        key = _key(out, rank)
         try:
-            if final:
+            if final and wait_s > 0:
                 left = max(0.1, deadline - time.monotonic())
                 try:
                     group.store.wait([f"{key}:final"], timedelta(seconds=left))
@@ -346,7 +371,10 @@ def _gathered(group: _Group, out: Path, final: bool) -> list[tuple[list[Record],
             payload = json.loads(group.store.get(key))
         except Exception:  # noqa: BLE001 - a rank that never posted
             continue
-        rows = [Record(**r) for r in payload.get("rows", [])]
+        try:
+            rows = [Record(**r) for r in payload.get("rows", [])]
+        except TypeError:  # a rank of another loadtune version
+            continue
         samples = []
         for stored in payload.get("samples", []):
             try:
@@ -360,21 +388,6 @@ def _gathered(group: _Group, out: Path, final: bool) -> list[tuple[list[Record],
 def _default_name(loader: Any, index: int) -> str:
     dataset = getattr(loader, "dataset", None)
     return type(dataset).__name__ if dataset is not None else f"loader {index + 1}"
-
-
-def _dataset_len(loader: Any) -> int | None:
-    try:
-        return len(loader.dataset)
-    except Exception:  # noqa: BLE001 - an iterable dataset, or no dataset
-        return None
-
-
-def _dataset_spec(loader: Any) -> str | None:
-    dataset = getattr(loader, "dataset", None)
-    if dataset is None:
-        return None
-    kind = type(dataset)
-    return f"{kind.__module__}:{kind.__qualname__}"
 
 
 def _plain(settings: Any) -> dict[str, Any]:
@@ -402,12 +415,13 @@ def _device() -> str:
 _runs: dict[Path, RunWatch] = {}
 
 
-def run_for(out: str | os.PathLike[str] | None, every_s: float, name: str) -> RunWatch:
+def run_for(out: str | os.PathLike[str] | None, every_s: float, name: str, script: str | None = None) -> RunWatch:
     """This process's watched run writing to `out` (default: default_out(name)): one file for
-    every loader watched into it."""
+    every loader watched into it, whichever way in (loadtune.watch, the script, a callback)."""
     path = Path(out) if out is not None else default_out(name)
     run = _runs.get(path.resolve())
     if run is None or run.closed:
-        run = RunWatch(path, every_s, script=sys.argv[0] if sys.argv and sys.argv[0] else None)
+        script = script or (sys.argv[0] if sys.argv and sys.argv[0] else None)
+        run = RunWatch(path, every_s, script=script)
         _runs[path.resolve()] = run
     return run

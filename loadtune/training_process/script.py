@@ -15,7 +15,7 @@ from pathlib import Path
 
 from loadtune.errors import ConfigError
 from loadtune.training_process.hook import stop_watching, watch_every_loader
-from loadtune.training_process.run import RunWatch, default_out
+from loadtune.training_process.run import run_for
 
 
 def run_script(script: str, args: list[str], *, out: str | None, every_s: float, module: bool = False) -> int:
@@ -25,11 +25,11 @@ def run_script(script: str, args: list[str], *, out: str | None, every_s: float,
     if not module and not Path(script).is_file():
         raise ConfigError(f"{script}: no such script")
     name = script.rsplit(".", 1)[-1] if module else Path(script).stem
-    run = RunWatch(Path(out) if out else default_out(name), every_s, script=script)
+    run = run_for(out, every_s, name, script=script)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     sys.argv = [script, *args]
-    if not module:
-        sys.path.insert(0, str(Path(script).resolve().parent))
+    # As python puts the script's folder first on sys.path, or with -m the current folder.
+    sys.path.insert(0, os.getcwd() if module else str(Path(script).resolve().parent))
     watch_every_loader(run)
     try:
         if module:

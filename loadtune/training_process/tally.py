@@ -70,6 +70,7 @@ class Tally:
         self._use: tuple[Any, tuple[Any, ...]] | None = None  # the window's closed parts, added
         self._first_returned: float | None = None
         self.intervals = 0  # closed so far
+        self._epoch_mark: Any = None  # the device's mark where this epoch's iterator began
 
     # --- the loop's events -------------------------------------------------------------------
 
@@ -78,6 +79,9 @@ class Tally:
         on. An epoch left early leaves its last batch uncounted. Returns when, for `epoch_made`."""
         self._pending = None
         self._resume()
+        if self.device is not None and self.counting:
+            # The device waits from here: the workers' start belongs to the first batch's idle time.
+            self._epoch_mark = self._device_call(self.device.asked)
         return self.clock()
 
     def epoch_made(self, since: float) -> None:
@@ -89,8 +93,11 @@ class Tally:
         """The loop asks for a batch: the pending batch's step ends now. Returns the marks that
         `got` takes back."""
         t = self.clock()
-        self._close_step(t)
-        mark = self.device.asked() if self.device is not None and self.counting else None
+        if self._close_step(t):
+            t = self.clock()  # the interval's bookkeeping (the row, the file) is neither step nor wait
+        mark, self._epoch_mark = self._epoch_mark, None
+        if mark is None and self.device is not None and self.counting:
+            mark = self._device_call(self.device.asked)
         return t, self.cpu_clock(), mark
 
     def got(self, marks: tuple[float, float, Any], samples: int, batch_bytes: int | None = None) -> None:
@@ -100,7 +107,7 @@ class Tally:
         wait = t - t_asked + self._iter_s
         if self.first_batch_s is None:
             self.first_batch_s, self._first_returned, self.batch_bytes = wait, t, batch_bytes
-        device = self.device.got(mark) if mark is not None and self.device is not None else None
+        device = self._device_call(self.device.got, mark) if mark is not None and self.device is not None else None
         self._pending = (t, wait, self.cpu_clock() - cpu_asked, samples, self._new_epoch, self._in_epoch, device)
         self._iter_s, self._new_epoch = 0.0, False
         self._in_epoch += 1
@@ -121,16 +128,26 @@ class Tally:
 
     # --- counting ----------------------------------------------------------------------------
 
-    def _close_step(self, t: float) -> None:
+    def _device_call(self, call: Callable[..., Any], *args: Any) -> Any:
+        """A device timing; one that fails (a CUDA error) ends the device's timing: the host's wait
+        is the wait from then on."""
+        try:
+            return call(*args)
+        except Exception:  # noqa: BLE001 - never into the training loop
+            self.device = None
+            return None
+
+    def _close_step(self, t: float) -> bool:
+        """The pending batch's step ends at `t`; whether an interval closed (or counting began)."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return
+            return False
         returned, wait, wait_cpu, samples, new_epoch, pos, device = pending
         if not self.counting:
             settled = self.warmup.after_batch()
             if settled:
                 self._start_counting(t)
-            return
+            return bool(settled)
         columns = self._columns
         if not columns.wait:
             self._window_pos = 0 if new_epoch else pos
@@ -144,6 +161,8 @@ class Tally:
             self._marks.append(device)
         if t - self._window_start >= self.every_s:
             self._close_window(t)
+            return True
+        return False
 
     def _start_counting(self, t: float) -> None:
         self.counting = True
@@ -169,20 +188,23 @@ class Tally:
 
     def _close_window(self, t: float, final: bool = False) -> None:
         columns = self._columns
-        if self.device is not None and self._marks and len(self._marks) == len(columns.wait):
+        idles = self._device_call(self.device.idle_s, self._marks) \
+            if self.device is not None and self._marks and len(self._marks) == len(columns.wait) else None
+        for i, idle in enumerate(idles or ()):
             # The device's idle time for data is the wait; the rest of each batch's time is its step.
-            for i, idle in enumerate(self.device.idle_s(self._marks)):
-                period = columns.wait[i] + columns.step[i]
-                columns.wait[i], columns.step[i] = min(idle, period), period - min(idle, period)
+            period = columns.wait[i] + columns.step[i]
+            columns.wait[i], columns.step[i] = min(idle, period), period - min(idle, period)
         self._pause()
         use = self._use if self._use is not None else (None, ())
         interval = Interval(columns.window(use, self._window_pos), self._window_start, t)
-        tail = final and self.intervals > 0 and t - self._window_start < SHORT_TAIL_SHARE * self.every_s
+        # Short by its batches' own time (at the run's end the clock also holds what came after them).
+        own_s = sum(columns.wait) + sum(columns.step)
+        tail = final and self.intervals > 0 and own_s < SHORT_TAIL_SHARE * self.every_s
         self.intervals += 1
-        if not final:
-            self._open_window(t)
         if self.on_interval is not None:
             self.on_interval(interval, tail)
+        if not final:
+            self._open_window(self.clock())  # after the interval's bookkeeping: in no window
 
 
 def added(a: tuple[Any, tuple[Any, ...]], b: tuple[Any, tuple[Any, ...]]) -> tuple[Any, tuple[Any, ...]]:

@@ -5,6 +5,7 @@ are, and its counted intervals kept for the run's row (rows.Observed)."""
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any, Callable, Iterator
 
 from loadtune.config import MeasureSpec
@@ -50,7 +51,13 @@ class LoaderWatch:
                  on_epoch: Callable[[], None] | None = None,
                  clock: Clock = time.perf_counter, cpu_clock: Clock = time.thread_time,
                  sample_tree: bool = True, device_idle: Any = AUTO) -> None:
-        self.loader, self.name, self.every_s = loader, name, every_s
+        self.name, self.every_s = name, every_s
+        self._loader = _weak(loader)  # the loader is the training's: a watch keeps no old one (nor its workers) alive
+        dataset = getattr(loader, "dataset", None)
+        self._dataset = _weak(dataset) if dataset is not None else None
+        self.epoch_batches = _length(loader)
+        self.dataset_len = _length(dataset) if dataset is not None else None
+        self.dataset_spec = f"{type(dataset).__module__}:{type(dataset).__qualname__}" if dataset is not None else None
         self.on_interval, self.on_epoch = on_interval, on_epoch
         self.clock = clock
         self.settings = loader_settings(loader)
@@ -83,14 +90,19 @@ class LoaderWatch:
         """Whether `loader` is this one made again (a new DataLoader each epoch): the same dataset
         object, the same settings."""
         dataset = getattr(loader, "dataset", None)
-        return dataset is not None and dataset is getattr(self.loader, "dataset", None) \
+        return dataset is not None and self._dataset is not None and dataset is self._dataset() \
             and loader_settings(loader) == self.settings
 
     def adopt(self, loader: Any) -> None:
         """Watch `loader` from now on as this one (same_loader)."""
-        self.loader = loader
+        self._loader = _weak(loader)
         if self.counting is not None:
             self.counting.install(loader)
+
+    @property
+    def loader(self) -> Any:
+        """The loader watched now (None once the training has let it go)."""
+        return self._loader()
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -118,7 +130,12 @@ class LoaderWatch:
             if counting is not None:
                 counting.after_fetch()
         first = tally.first_batch_s is None
-        tally.got(marks, batch_len(batch, self.settings.get("batch_size") or 1), batch_bytes(batch) if first else None)
+        default = self.settings.get("batch_size") or 1
+        try:
+            samples, size = batch_len(batch, default), batch_bytes(batch) if first else None
+        except Exception:  # noqa: BLE001 - a batch of a shape not foreseen: counted as a batch
+            samples, size = default, None
+        tally.got(marks, samples, size)
         if first:
             self.pinned = _pinned(batch)
         return batch
@@ -137,7 +154,7 @@ class LoaderWatch:
     def _start_sampler(self) -> None:
         if self.tally.device is None and self.device_idle is not None:
             # Asked once counting starts: by then the training has put its model on its device.
-            self.tally.device = device_idle_for(self.loader) if self.device_idle == AUTO else self.device_idle
+            self.tally.device = device_idle_for() if self.device_idle == AUTO else self.device_idle
         if not self.sample_tree:
             return
         import os
@@ -191,7 +208,7 @@ class LoaderWatch:
             name=self.name, settings=self.settings, windows=tuple(self.windows),
             resources=tuple(self.resources) if len(self.resources) == len(self.windows) else (),
             first_batch_s=tally.first_batch_s or 0.0, warmup_s=tally.warmup_s, warmup_batches=tally.warmup.done,
-            batch_bytes=tally.batch_bytes, epoch_batches=_length(self.loader),
+            batch_bytes=tally.batch_bytes, epoch_batches=self.epoch_batches,
             restarts_workers=bool(self.workers) and not self.persistent, pinned=self.pinned,
             watched_s=self.clock() - self.started, reason=self.reason)
 
@@ -231,7 +248,15 @@ def _pinned(batch: Any) -> bool | None:
         return None
 
 
-def device_idle_for(loader: Any) -> Any:
+def _weak(value: Any) -> Callable[[], Any]:
+    """A weak reference where the object takes one, else a strong one (called alike)."""
+    try:
+        return weakref.ref(value)
+    except TypeError:
+        return lambda: value
+
+
+def device_idle_for() -> Any:
     """The device's idle time for data where the run trains on CUDA (see CudaIdle), else None."""
     try:
         import torch

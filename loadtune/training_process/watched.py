@@ -35,7 +35,12 @@ class Watched:
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        self.close(f"the loop raised {kind.__name__}" if kind is not None and kind is not GeneratorExit else "")
+        """Leaving a `with` block writes the file; the run goes on (a block per epoch is one run),
+        unless the block raised: then it ends, its reason said."""
+        if kind is not None and kind is not GeneratorExit:
+            self.close(f"the loop raised {kind.__name__}")
+        else:
+            self.run.flush()
 
     @property
     def out(self) -> Path:
