@@ -20,10 +20,9 @@ own loaders and rank 0 writes one row per rank (RunWatch); only rank 0 says anyt
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
-from loadtune.training_process.frameworks import FrameworkWatch, failed, flat_loaders
+from loadtune.training_process.frameworks import CallbackWatch, failed, flat_loaders
 
 if TYPE_CHECKING:
     from lightning.pytorch import Callback as _Callback
@@ -37,23 +36,11 @@ else:
             raise ImportError("loadtune.lightning needs PyTorch Lightning: pip install 'loadtune-torch[lightning]'") \
                 from missing
 
-WHO = "loadtune.lightning.WatchCallback"
-
-
-class WatchCallback(_Callback):
+class WatchCallback(CallbackWatch, _Callback):
     """Watches the train DataLoader(s) of each `trainer.fit`: rows named `name` in `out` (default
     results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
 
-    def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
-                 name: str = "train") -> None:
-        super().__init__()
-        self.out, self.every_s, self.name = out, every_s, name
-        self._watch = FrameworkWatch(out=out, every_s=every_s, name=name, who=WHO)
-
-    @property
-    def run(self) -> Any:
-        """The run being watched (loadtune.training_process.run.RunWatch), None between fits."""
-        return self._watch.run
+    WHO = "loadtune.lightning.WatchCallback"
 
     def _start(self, trainer: Any) -> None:
         def accepts(loader: Any) -> bool:
@@ -85,5 +72,5 @@ class WatchCallback(_Callback):
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (ddp_spawn sends the callback to its processes) without a run in progress."""
         state = dict(self.__dict__)
-        state["_watch"] = FrameworkWatch(out=self.out, every_s=self.every_s, name=self.name, who=WHO)
+        state["_watch"] = self._new_watch()
         return state

@@ -25,10 +25,9 @@ rank watches its own loader and rank 0 writes one row per rank; only rank 0 says
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from loadtune.training_process.frameworks import FrameworkWatch, say
+from loadtune.training_process.frameworks import CallbackWatch, say
 
 try:
     from transformers import TrainerCallback
@@ -36,29 +35,18 @@ except ImportError as missing:
     raise ImportError("loadtune.transformers needs Transformers: pip install 'loadtune-torch[transformers]'") \
         from missing
 
-WHO = "loadtune.transformers.WatchCallback"
-
-
-class WatchCallback(TrainerCallback):
+class WatchCallback(CallbackWatch, TrainerCallback):
     """Watches the train DataLoader of each `trainer.train()`: rows named `name` in `out` (default
     results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
 
-    def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
-                 name: str = "train") -> None:
-        self.out, self.every_s, self.name = out, every_s, name
-        self._watch = FrameworkWatch(out=out, every_s=every_s, name=name, who=WHO)
-
-    @property
-    def run(self) -> Any:
-        """The run being watched (loadtune.training_process.run.RunWatch), None between trainings."""
-        return self._watch.run
+    WHO = "loadtune.transformers.WatchCallback"
 
     def on_train_begin(self, args: Any, state: Any, control: Any, train_dataloader: Any = None,
                        **kwargs: Any) -> None:
         if self._watch.watching:  # the Trainer started again (auto_find_batch_size): a new run
             self._watch.stop("the training started again")
         if train_dataloader is None:
-            say(f"{WHO}: the Trainer gave its callbacks no train_dataloader: nothing watched")
+            say(f"{self.WHO}: the Trainer gave its callbacks no train_dataloader: nothing watched")
             return
         train = [train_dataloader, getattr(train_dataloader, "base_dataloader", None)]
         train = [loader for loader in train if loader is not None]

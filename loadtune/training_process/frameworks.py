@@ -126,6 +126,28 @@ class FrameworkWatch:
         self.stop(failed(kind) if isinstance(kind, type) else "")
 
 
+class CallbackWatch:
+    """What both framework callbacks are besides their hooks: their keywords, a FrameworkWatch of
+    them (made anew for a copy sent to another process) and its run. Mixed in before the
+    framework's callback class, whose __init__ it calls."""
+
+    WHO = ""  # the callback's name, for messages
+
+    def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
+                 name: str = "train") -> None:
+        super().__init__()
+        self.out, self.every_s, self.name = out, every_s, name
+        self._watch = self._new_watch()
+
+    def _new_watch(self) -> FrameworkWatch:
+        return FrameworkWatch(out=self.out, every_s=self.every_s, name=self.name, who=self.WHO)
+
+    @property
+    def run(self) -> RunWatch | None:
+        """The run being watched, None between trainings."""
+        return self._watch.run
+
+
 def failed(kind: type[BaseException]) -> str:
     """The reason a row gives for a training that raised `kind`."""
     if issubclass(kind, KeyboardInterrupt):
