@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from loadtune.results.record import Record, ResultsFile
 from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
+from loadtune.results.watched import loader_file
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
@@ -321,11 +322,6 @@ def end_line(rows: Sequence[Record], out: Path, unmeasured: Sequence[str] = ()) 
         parts.append(f"{r.trial}: wait ratio {r.wait_ratio:.2f}{verdict}, {r.throughput:,.0f} samples/s")
     return (f"loadtune: watched {'; '.join(parts)}. Rows in {out}. Next: loadtune predict {out}; "
             f"or loadtune init --from {out}, then loadtune sweep")
-
-
-def loader_file(out: Path) -> Path:
-    """The watched loaders' own settings beside the CSV: NAME.loader.json."""
-    return out.with_name(f"{out.stem}.loader.json")
 
 
 def _rank_file(out: Path, rank: int) -> Path:
