@@ -10,6 +10,7 @@ sweep runs it, and three figures of its counted window are printed side by side:
             its whole span (warm-up and teardown included), for reference.
 Goal, on a quiet machine: |loadtune - kernel| <= 0.05 on every pipeline (the machine runs
 nothing but the trial: whatever else is busy shows as the difference).
+Exits 1 when the goal is missed or a trial fails.
 
     python benchmarks/cpu_accounting.py [--repeats N]
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import statistics
 import sys
 
-from _common import machine_line, run_baseline, spec_from
+from _common import Goals, machine_line, run_baseline, spec_from
 
 from loadtune.machine import usable_cores
 from loadtune.sweep_process.diagnose import resource_figures, window_evidence
@@ -68,8 +69,9 @@ def main() -> int:
         worst = max(worst, abs(a - k))
         sampled = statistics.fmean(sampler) if sampler else float("nan")
         print(f"{name:<28} {a:9.3f} {k:7.3f} {a - k:+6.3f} {sampled:8.3f}")
-    print(f"largest |loadtune - kernel|: {worst:.3f} (goal <= {GOAL}: {'met' if worst <= GOAL else 'MISSED'})")
-    return 0
+    goals = Goals()
+    goals.check("largest |loadtune - kernel|", worst, "<=", GOAL)
+    return goals.exit_status()
 
 
 if __name__ == "__main__":

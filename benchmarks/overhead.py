@@ -11,7 +11,7 @@
 3. The resource sampling: the sweep process samples each trial's process tree from outside.
    Its CPU (share of one core) from the samples themselves, and the same pipeline run as a
    trial with and without sampling, alternating.
-Goal: loadtune/bare throughput >= 0.99, sampled/unsampled >= 0.99.
+Goal: loadtune/bare throughput >= 0.99, sampled/unsampled >= 0.99. Exits 1 when either is missed.
 
     python benchmarks/overhead.py [--blocks N]
 """
@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 import torch
-from _common import machine_line, run_baseline, spec_from
+from _common import Goals, machine_line, run_baseline, spec_from
 from torch.utils.data import DataLoader
 
 import loadtune.sweep_process.launch as run
@@ -156,14 +156,14 @@ def main() -> int:
     print("2. end to end, ABBA:")
     per_batch_s = end_to_end(blocks)
     ratio = 1 - cost_us * 1e-6 / per_batch_s
-    print(f"   => loadtune/bare throughput from the harness's own cost: {ratio:.5f} "
-          f"({cost_us:.2f} us of a {per_batch_s * 1e3:.2f} ms batch; goal >= {GOAL_RATIO}: "
-          f"{'met' if ratio >= GOAL_RATIO else 'MISSED'})")
+    goals = Goals()
+    goals.check("loadtune/bare throughput from the harness's own cost", ratio, ">=", GOAL_RATIO, spec=".5f",
+                detail=f" ({cost_us:.2f} us of a {per_batch_s * 1e3:.2f} ms batch)")
     print("3. resource sampling (from the sweep process), ABBA:")
     load, sampled = sampling(max(4, blocks // 2))
-    print(f"   => sampler CPU: {load:.2%} of one core; sampled/unsampled throughput {sampled:.4f} "
-          f"(goal >= {GOAL_RATIO}: {'met' if sampled >= GOAL_RATIO else 'MISSED'})")
-    return 0
+    goals.check("sampled/unsampled throughput", sampled, ">=", GOAL_RATIO, spec=".4f",
+                detail=f" (sampler CPU: {load:.2%} of one core)")
+    return goals.exit_status()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ then N whole epochs timed back to back, each from `iter(loader)` to its end with
 after every batch, so every epoch start (and the restart of workers that are not persistent)
 is in the time; `measure.epoch_batches` and the warm-up settings are not used.
 
+No goal of its own: it is the referee recommend.py, repeatability.py, transfer.py and watch.py
+judge with, and exits 0 once it has printed its line (non-zero when the loop raises).
+
     python benchmarks/plain_loop.py CONFIG.yaml '{"num_workers": 2, "prefetch_factor": 4}'
     python benchmarks/plain_loop.py CONFIG.yaml '{"num_workers": 2}' --epochs 3
 """

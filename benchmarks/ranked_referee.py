@@ -21,6 +21,9 @@ those ratios, with a 95% Student t interval on their logarithms (n - 1 degrees o
 Nothing of loadtune is used (a config may name a loadtune dataset factory; PYTHONPATH then holds
 the checkout). DistributedSampler needs a dataset with a length (no IterableDataset).
 
+No goal of its own: it is the referee transfer.py judges ranks with, and exits 0 once it has
+printed the ratio (n/a when no round finished).
+
     python benchmarks/ranked_referee.py CONFIG.yaml '{"num_workers": 0}' \\
         '{"num_workers": 1, "persistent_workers": true}' --ranks 2 --rounds 4
 """

@@ -16,7 +16,7 @@ each phase, each reported within its limit with the rank, the phase and the stac
     python benchmarks/ranks_stress.py            # about 3 minutes on 2 cores
     python benchmarks/ranks_stress.py --trials-only
 
-Exits 1 on any miss.
+Exits 1 on any miss (a sweep that fails exits with its message).
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from _common import Goals
 
 from loadtune.trial_process.phases import LIMITS_VAR, TEST_STALL_VAR, StallLimits
 
@@ -79,7 +81,7 @@ def sweep(config: dict[str, Any], folder: Path, name: str, env: dict[str, str]) 
     return pd.read_csv(out), took, result.stderr
 
 
-def many_trials(folder: Path, env: dict[str, str]) -> bool:
+def many_trials(folder: Path, env: dict[str, str], goals: Goals) -> None:
     config = base_config(sweep={"num_workers": [1, 2, 3], "prefetch_factor": [1, 2, 3, 4, 6],
                                 "shuffle": [False, True]})
     limits = StallLimits.for_timeout(300.0, environ={})
@@ -93,8 +95,9 @@ def many_trials(folder: Path, env: dict[str, str]) -> bool:
     print(f"   {len(ran)} two-rank trials in {took:.0f} s ({len(ok)} ok, {len(bad)} not), "
           f"each {walls.median():.1f} s median, {walls.max():.1f} s at most")
     for _, row in bad.iterrows():
-        print(f"   MISS {row.trial}: {row.status}: {row.reason}")
-    return len(bad) == 0 and len(ran) >= 30
+        print(f"   not ok: {row.trial}: {row.status}: {row.reason}")
+    goals.check("   two-rank trials in a row", len(ran), ">=", 30, spec="d")
+    goals.check("   of them not ok", len(bad), "<=", 0, spec="d")
 
 
 STALLS = [
@@ -112,10 +115,9 @@ STALLS = [
 ]
 
 
-def injected_stalls(folder: Path, env: dict[str, str]) -> bool:
+def injected_stalls(folder: Path, env: dict[str, str], goals: Goals) -> None:
     print(f"2. rank 1 stalled in each phase; limits {START_LIMIT_S:g} s before the first batch, "
           f"{OTHER_LIMIT_S:g} s after; reported at most {LATE_S:g} s late")
-    good = True
     for phase, changes, frame, hook in STALLS:
         run_env = {**env, LIMITS_VAR: f"{START_LIMIT_S},{OTHER_LIMIT_S}"}
         if hook:
@@ -140,11 +142,12 @@ def injected_stalls(folder: Path, env: dict[str, str]) -> bool:
         missed = [name for name, passed in checks.items() if not passed]
         after = f"{float(found.group(3)):.1f} s" if found else "?"
         retried = " (retried once)" if found and found.group(5) else ""
-        print(f"   {phase:<12} reported after {after} (limit {limit:g} s){retried}, sweep {took:.0f} s: "
-              f"{'ok' if not missed else 'MISS ' + ', '.join(missed)}")
+        goals.require(f"   stall in {phase}", not missed,
+                      f"the row failed, one line, rank 1, the phase, its limit, at most {LATE_S:g} s past it, "
+                      "the stalling frame, the stacks kept",
+                      detail=f" reported after {after} (limit {limit:g} s){retried}, sweep {took:.0f} s"
+                             + (f"; not: {', '.join(missed)}" if missed else ""))
         print(f"      {reason}")
-        good = good and not missed
-    return good
 
 
 def main() -> int:
@@ -159,13 +162,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="loadtune-ranks-stress-") as work:
         folder = Path(work)
         env["TMPDIR"] = work  # the stall files too
-        good = True
+        goals = Goals()
         if not args.stalls_only:
-            good = many_trials(folder, env) and good
+            many_trials(folder, env, goals)
         if not args.trials_only:
-            good = injected_stalls(folder, env) and good
-    print(f"{'all good' if good else 'MISSES'} in {time.monotonic() - started:.0f} s")
-    return 0 if good else 1
+            injected_stalls(folder, env, goals)
+    print(f"all in {time.monotonic() - started:.0f} s")
+    return goals.exit_status()
 
 
 if __name__ == "__main__":

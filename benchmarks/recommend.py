@@ -37,7 +37,10 @@ Goals:
   pick quality;
   no swept key ends `skipped` when the sweep measured a worker count that makes it valid: a
   prefetch_factor or persistent_workers row that did not run, its value measured with workers
-  nowhere in the sweep.
+  nowhere in the sweep;
+  decided on at least three of the pipelines (all, with fewer), at most measure.repeats
+  processes a trial.
+Exits 1 when any goal is missed.
 Sweeps run through the command line (`python -m loadtune sweep ... --json`) and are read from
 its JSON summary and CSV only. About 25 minutes on 2 cores; --quick (num_workers [0, 2, 4],
 4 rounds instead of 6) about 12.
@@ -69,6 +72,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+from _common import Goals  # noqa: E402
 
 from loadtune.machine import cpu_model, usable_cores  # noqa: E402
 
@@ -461,31 +467,41 @@ def main() -> int:
         quality = f"{r['quality']:.3f} {pairs}" if r["quality"] is not None else "n/a"
         print(f"{r['name']:<9} {quality:<32} {r['now_s']:5.0f} s / {r['ref_s']:4.0f} s ({r['time_ratio']:.2f})"
               f"      {r['pick']} -> {r['best']}")
-    q = [r for r in results if r["quality"] is None or r["quality"] < GOAL_QUALITY]
+    print()
+    goals = check_goals(results, ref_commit)
+    print(f"total {time.perf_counter() - started:.0f} s")
+    return goals.exit_status()
+
+
+def check_goals(results: list[dict[str, Any]], ref_commit: str, goals: Goals | None = None) -> Goals:
+    """Each goal over the pipelines' results (bench_pipeline's dicts), checked and printed."""
+    goals = goals if goals is not None else Goals()
+    qualities = [r["quality"] for r in results]
     figures = ", ".join(f"{r['name']} {r['quality']:.3f}" if r["quality"] is not None else f"{r['name']} n/a"
                         for r in results)
-    print(f"\ngoal: pick >= {GOAL_QUALITY} of the best head to head on every pipeline: "
-          f"{'MISSED' if q else 'met'} ({figures})")
+    lowest = None if not results or None in qualities else min(qualities)
+    quality_met = goals.check("pick / best head to head, lowest over the pipelines", lowest, ">=", GOAL_QUALITY,
+                              detail=f" ({figures})")
     figures = ", ".join(f"{r['name']} {r['crossed']:.3f}" if r["crossed"] is not None else f"{r['name']} n/a"
                         for r in results)
     print(f"      the same with the best chosen on the other half of the rounds (no winner's curse): {figures}")
-    slow = [r for r in results if r["time_ratio"] > GOAL_TIME_RATIO]
     total_now, total_ref = sum(r["now_s"] for r in results), sum(r["ref_s"] for r in results)
     figures = ", ".join(f"{r['name']} {r['time_ratio']:.2f}" for r in results)
-    at = "" if not q else "; pick quality not met, so not at that quality"
-    print(f"goal: default sweep <= {GOAL_TIME_RATIO}x the reference's ({ref_commit}) "
-          f"on every pipeline: {'MISSED' if slow or q else 'met'} ({figures}; all {total_now:.0f} s / "
-          f"{total_ref:.0f} s = {total_now / total_ref:.2f}{at})")
+    at = "" if quality_met else "; pick quality not met, so not at that quality"
+    goals.check(f"default sweep / the reference's ({ref_commit}), highest over the pipelines",
+                max((r["time_ratio"] for r in results), default=None), "<=", GOAL_TIME_RATIO, spec=".2f",
+                detail=f" ({figures}; all {total_now:.0f} s / {total_ref:.0f} s = "
+                       f"{total_now / total_ref if total_ref else float('nan'):.2f}{at})")
     skipped = [r for r in results if r["skipped"]]
     figures = "; ".join(f"{r['name']}: {', '.join(r['skipped'])}" for r in skipped) or "none"
-    print(f"goal: no swept key ends skipped when a measured worker count makes it valid: "
-          f"{'MISSED' if skipped else 'met'} ({figures})")
+    goals.check("swept keys ended skipped although a measured worker count makes them valid",
+                sum(len(r["skipped"]) for r in results), "<=", 0, spec="d", detail=f" ({figures})")
     decided = [r["name"] for r in results if r["decided"]]
-    print(f"goal: decided on at least three of the pipelines, at most measure.repeats processes a trial: "
-          f"{'met' if len(decided) >= min(3, len(results)) else 'MISSED'} (decided: {', '.join(decided) or 'none'}; "
-          f"most processes for a trial: {max((r['most_repeats'] for r in results), default=0)})")
-    print(f"total {time.perf_counter() - started:.0f} s")
-    return 0
+    goals.check("pipelines decided, at most measure.repeats processes a trial", len(decided), ">=",
+                min(3, len(results)), spec="d",
+                detail=f" (decided: {', '.join(decided) or 'none'}; most processes for a trial: "
+                       f"{max((r['most_repeats'] for r in results), default=0)})")
+    return goals
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ Goals:
   every run's pick >= 0.97 of the best, head to head, on every pipeline;
   with --reference-ref, the default sweep <= 1.3x the reference's, on every pipeline;
   every sweep completes (a failed one is reported with its log's tail and counts as a miss).
+Exits 1 when any goal is missed.
 Everything (configs, CSVs, each sweep's JSON summary and log, the plain loops' results) is
 written to --keep DIR, else to a temporary folder removed at the end. About an hour on 2 cores
 (twice the sweeps with --reference-ref); --quick (recommend.py's quick sweep space, 3 runs,
@@ -56,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _common import Goals
 from recommend import (
     BENCH,
     LOOP_TIMEOUT_S,
@@ -525,47 +527,51 @@ def bench_pipeline(name: str, index: int, work: Path, runs: int, rounds: int, ep
     return result
 
 
-def print_goals(results: list[PipelineResult], ref_commit: str | None) -> bool:
-    """The goals block; True when every goal checked is met."""
-    met = True
-
-    def goal(text: str, ok: bool, figures: str) -> None:
-        nonlocal met
-        met = met and ok
-        print(f"goal: {text}: {'met' if ok else 'MISSED'} ({figures})")
+def print_goals(results: list[PipelineResult], ref_commit: str | None, goals: Goals | None = None) -> Goals:
+    """The goals block: each goal checked and printed."""
+    goals = goals if goals is not None else Goals()
 
     agree = [(r.name, r.agreeing, len(r.runs)) for r in results]
-    goal(f"the same pick or a called tie in >= {GOAL_AGREE} of the runs, every pipeline",
-         all(n and a / n >= GOAL_AGREE for _, a, n in agree), ", ".join(f"{m} {a}/{n}" for m, a, n in agree))
+    shares = [a / n if n else None for _, a, n in agree]
+    figures = ", ".join(f"{m} {a}/{n}" for m, a, n in agree)
+    goals.check("the same pick or a called tie, lowest share of the runs over the pipelines",
+                None if not shares or None in shares else min(s for s in shares if s is not None), ">=", GOAL_AGREE,
+                spec=".2f", detail=f" ({figures})")
 
     total = Coverage()
     for r in results:
         total.add(r.coverage)
     per = ", ".join(f"{r.name} {fmt(r.coverage.share)}" for r in results)
-    goal(f"run j's throughput inside run i's interval >= {GOAL_COVERAGE} overall",
-         total.share is not None and total.share >= GOAL_COVERAGE,
-         f"{fmt(total.share)} over {total.pairs} pairs; {per}")
+    goals.check("run j's throughput inside run i's interval, share of the pairs", total.share, ">=", GOAL_COVERAGE,
+                detail=f" (over {total.pairs} pairs; {per})")
 
     picks = [(r.name, j) for r in results for j in r.judged]
     low = [(n, j) for n, j in picks if j.median is None or j.median < GOAL_PICK]
     missing = [r.name for r in results if len(r.judged) < len(r.runs)]
+    medians = [j.median for _, j in picks]
+    lowest = None if not picks or missing or None in medians else min(m for m in medians if m is not None)
     figures = ", ".join(f"{r.name} {fmt(min((j.median for j in r.judged if j.median is not None), default=None))}"
                         for r in results)
-    goal(f"every run's pick >= {GOAL_PICK} of the best head to head", not low and not missing,
-         f"lowest per pipeline: {figures}" + (f"; below: {', '.join(f'{n} {j.run}' for n, j in low)}" if low else ""))
+    below = ", ".join(f"{n} {j.run}" for n, j in low)
+    goals.check("every run's pick / the best head to head, lowest", lowest, ">=", GOAL_PICK,
+                detail=f" (lowest per pipeline: {figures}" + (f"; below: {below}" if low else "")
+                       + (f"; not judged: {', '.join(missing)}" if missing else "") + ")")
 
     if ref_commit is None:
-        print(f"goal: default sweep <= {GOAL_TIME_RATIO}x the reference's: not checked (no --reference-ref); "
+        print(f"default sweep <= {GOAL_TIME_RATIO}x the reference's: not checked (no --reference-ref); "
               f"mean wall time: " + ", ".join(f"{r.name} {fmt(r.mean_seconds(r.runs), '.1f')} s" for r in results))
     else:
         ratios = [(r.name, r.time_ratio) for r in results]
-        goal(f"default sweep <= {GOAL_TIME_RATIO}x the reference's ({ref_commit}), every pipeline",
-             all(t is not None and t <= GOAL_TIME_RATIO for _, t in ratios),
-             ", ".join(f"{n} {fmt(t, '.2f')}" for n, t in ratios))
+        known = [t for _, t in ratios]
+        figures = ", ".join(f"{n} {fmt(t, '.2f')}" for n, t in ratios)
+        goals.check(f"default sweep / the reference's ({ref_commit}), highest over the pipelines",
+                    None if not known or None in known else max(t for t in known if t is not None), "<=",
+                    GOAL_TIME_RATIO, spec=".2f", detail=f" ({figures})")
 
     failed = [f"{r.name} {s.label}" for r in results for s in r.failed]
-    goal("every sweep completes", not failed, ", ".join(failed) or "none failed")
-    return met
+    goals.check("sweeps that did not complete", len(failed), "<=", 0, spec="d",
+                detail=f" ({', '.join(failed) or 'none failed'})")
+    return goals
 
 
 def pipeline_names(parser: argparse.ArgumentParser, text: str) -> list[str]:
@@ -615,9 +621,9 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
 
     print()
-    met = print_goals(results, ref_commit)
+    goals = print_goals(results, ref_commit)
     print(f"total {time.perf_counter() - started:.0f} s")
-    return 0 if met else 1
+    return goals.exit_status()
 
 
 if __name__ == "__main__":

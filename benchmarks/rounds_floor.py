@@ -13,6 +13,9 @@ and prints each one's wall time, the ratios to the reference, and the trial proc
 ran. If `rounds` is above 0.5 of `ref`, no racing rule can bring the default sweep under
 the goal. About 10 minutes on 2 cores.
 
+No goal of its own (the 0.5 is recommend.py's): a measurement of the floor under that goal; exits 0
+once its figures are printed.
+
     python benchmarks/rounds_floor.py [--pipelines cnn,io] [--reference-ref REF] [--keep DIR]
 """
 

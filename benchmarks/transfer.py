@@ -25,7 +25,7 @@ the grid's own tie call (tied_with_best, 3%) is printed beside it, and where the
 0.95 the two are run head to head (--head-to-head ROUNDS, default 6: fresh processes of
 benchmarks/plain_loop.py, alternating, on one core for cores1; on ranks, fresh process groups of
 benchmarks/ranked_referee.py, A B B A, the ratio with its 95% interval), and the goal is judged
-on that.
+on that. Exits 1 when any goal is missed (or nothing could be judged).
 
     python benchmarks/transfer.py [--pipelines cpu,io,mixed,images] [--targets ranks2,ranks4] [--repeats 3]
                                   [--keep DIR] [--reuse DIR] [--judge ranks2,ranks4]
@@ -55,6 +55,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from _common import Goals  # noqa: E402
 from ranked_referee import referee  # noqa: E402
 from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
 
@@ -257,7 +258,6 @@ def main() -> int:
                   f"pick / grid's best {'-' if h is None else f'{h:.3f}'}{interval}; runs {r['head_to_head_runs']}")
     print(f"\n{'pipeline':<8} {'target':<14} {'pick / best':>11} {'tied':>5} {'carried':>8} {'median err':>10} "
           f"{'worst':>6} {'signed':>7} {'n':>3}  pick")
-    failed = []
     for r in results:
         share = "-" if r["pick_share"] is None else f"{r['pick_share']:.3f}"
         carried = "-" if r["source_pick_share"] is None else f"{r['source_pick_share']:.3f}"
@@ -266,16 +266,26 @@ def main() -> int:
         print(f"{r['pipeline']:<8} {r['target']:<14} {share:>11} {str(r['pick_tied']):>5} {carried:>8} "
               f"{r['median_error']:>10.3f} {r['worst_error']:>6.3f} {r['signed_median']:>+7.3f} {r['compared']:>3}  "
               f"{r['pick']} (grid best: {r['best']})")
-        share = r.get("head_to_head") or r["pick_share"]  # head to head, where it was run
-        if r["target"] in GOAL_TARGETS and (share is None or share < GOAL_PICK
-                                            or r["median_error"] > GOAL_MEDIAN_ERROR):
-            failed.append(f"{r['pipeline']}/{r['target']}")
     print("carried: the source's own pick, measured in the target's grid, against the grid's best; "
           "hN.NN: the pick / the grid's best head to head")
-    print(f"goals ({', '.join(GOAL_TARGETS)}): pick / best >= {GOAL_PICK}, median error <= {GOAL_MEDIAN_ERROR}: "
-          + ("met" if not failed else f"not met for {', '.join(failed)}"))
     (work / "transfer.json").write_text(json.dumps(results, indent=2))
-    return 0 if not failed else 1
+    return check_goals(results).exit_status()
+
+
+def check_goals(results: list[dict[str, Any]], goals: Goals | None = None) -> Goals:
+    """For each pipeline and target judged: the pick / the grid's best (head to head, where it was run)
+    and the median error, each against its goal."""
+    goals = goals if goals is not None else Goals()
+    for r in results:
+        if r["target"] not in GOAL_TARGETS:
+            continue
+        head = r.get("head_to_head")
+        share = head if head is not None else r["pick_share"]
+        goals.check(f"{r['pipeline']}/{r['target']}: pick / best", share, ">=", GOAL_PICK,
+                    detail=" (head to head)" if head is not None else "")
+        goals.check(f"{r['pipeline']}/{r['target']}: median |predicted/measured - 1|", r["median_error"], "<=",
+                    GOAL_MEDIAN_ERROR)
+    return goals
 
 
 if __name__ == "__main__":

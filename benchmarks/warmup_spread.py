@@ -11,6 +11,9 @@ batches per window, an 8 ms sleep as the step) and its `cnn` one; about 2 minute
 are not persistent get no per-worker warm-up when an epoch is no longer than the window (each
 window holds a fresh set of workers' first batches anyway), so no case here has them.
 
+No goal: a measurement of what the per-worker warm-up changes; exits 0 once its figures are
+printed (1 when a trial fails).
+
     python benchmarks/warmup_spread.py [--processes N]
 """
 

@@ -16,6 +16,7 @@ predict    cpu, io, mixed and images: one watched run of the baseline (6 epochs)
            (`--strategy grid`, 2 repeats a trial); where it reads below 0.95 of the grid's best,
            the two head to head (fresh plain loops, A B, B A, ...: the grid's best is the highest
            of ~30 noisy figures). Goal: pick / best >= 0.95 on at least 3 of the 4.
+Exits 1 when any goal of the parts run is missed.
 
     python benchmarks/watch.py [--parts overhead,agreement,predict] [--rounds 8] [--keep DIR] [--reuse DIR]
 
@@ -43,6 +44,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
+from _common import Goals  # noqa: E402
 from ranked_referee import t975  # noqa: E402
 from recommend import EPOCH_BATCHES, PIPELINES, SWEEP, machine_line, plain_run, settings_of  # noqa: E402
 from transfer import GOAL_PICK, key, predict  # noqa: E402
@@ -109,8 +111,7 @@ def ratio_interval(logs: list[float]) -> tuple[float, float, float]:
 # --- overhead -------------------------------------------------------------------------------------
 
 
-def overhead(work: Path, rounds: int) -> list[str]:
-    failed = []
+def overhead(work: Path, rounds: int, goals: Goals) -> None:
     for name in OVERHEAD_PIPELINES:
         config = write_config(work, name)
         settings = baseline(name)
@@ -123,20 +124,16 @@ def overhead(work: Path, rounds: int) -> list[str]:
             print(f"  {name} round {r + 1} ({'AB' if r % 2 == 0 else 'BA'}): plain {plain[-1]:.1f}, "
                   f"watched {watched[-1]:.1f} samples/s", flush=True)
         ratio, low, high = ratio_interval([math.log(b / a) for a, b in zip(plain, watched)])
-        ok = ratio >= GOAL_OVERHEAD
-        print(f"overhead {name}: watched / plain {ratio:.4f} [95%: {low:.4f}, {high:.4f}] over {rounds} rounds "
-              f"(plain median {statistics.median(plain):.1f}, watched {statistics.median(watched):.1f} samples/s, "
-              f"every {OVERHEAD_EVERY_S:g} s): {'met' if ok else 'MISSED'} (goal >= {GOAL_OVERHEAD})", flush=True)
-        if not ok:
-            failed.append(f"overhead/{name}")
-    return failed
+        goals.check(f"overhead {name}: watched / plain", ratio, ">=", GOAL_OVERHEAD, spec=".4f",
+                    detail=f" [95%: {low:.4f}, {high:.4f}] over {rounds} rounds (plain median "
+                           f"{statistics.median(plain):.1f}, watched {statistics.median(watched):.1f} samples/s, "
+                           f"every {OVERHEAD_EVERY_S:g} s)")
 
 
 # --- agreement ------------------------------------------------------------------------------------
 
 
-def agreement(work: Path, reuse: bool) -> list[str]:
-    failed = []
+def agreement(work: Path, reuse: bool, goals: Goals) -> None:
     for name in AGREEMENT_PIPELINES:
         settings = baseline(name)
         config = write_config(work, name, {"num_workers": [settings["num_workers"]]})
@@ -150,20 +147,19 @@ def agreement(work: Path, reuse: bool) -> list[str]:
         (row,) = read_records(watched_csv)
         d_wait = row.wait_ratio - trial.wait_ratio
         d_tp = row.throughput / trial.throughput - 1
-        ok = abs(d_wait) <= GOAL_WAIT_RATIO and abs(d_tp) <= GOAL_THROUGHPUT
         print(f"agreement {name} ({trial.trial}, {_describe(settings)}): wait ratio watched {row.wait_ratio:.3f} "
-              f"sweep {trial.wait_ratio:.3f} ({d_wait:+.3f}); samples/s watched {row.throughput:.1f} sweep "
-              f"{trial.throughput:.1f} ({d_tp:+.1%}); verdicts: watched {row.verdict!r}, sweep {trial.verdict!r}: "
-              f"{'met' if ok else 'MISSED'}", flush=True)
-        if not ok:
-            failed.append(f"agreement/{name}")
-    return failed
+              f"sweep {trial.wait_ratio:.3f}; samples/s watched {row.throughput:.1f} sweep {trial.throughput:.1f}; "
+              f"verdicts: watched {row.verdict!r}, sweep {trial.verdict!r}", flush=True)
+        goals.check(f"agreement {name}: |wait ratio watched - sweep|", abs(d_wait), "<=", GOAL_WAIT_RATIO,
+                    detail=f" ({d_wait:+.3f})")
+        goals.check(f"agreement {name}: |samples/s watched / sweep - 1|", abs(d_tp), "<=", GOAL_THROUGHPUT,
+                    detail=f" ({d_tp:+.1%})")
 
 
 # --- predict --------------------------------------------------------------------------------------
 
 
-def predict_part(work: Path, reuse: bool, rounds: int) -> list[str]:
+def predict_part(work: Path, reuse: bool, rounds: int, goals: Goals) -> None:
     results = []
     for name in PREDICT_PIPELINES:
         settings = baseline(name)
@@ -212,9 +208,8 @@ def predict_part(work: Path, reuse: bool, rounds: int) -> list[str]:
               + ("met" if judged is not None and judged >= GOAL_PICK else "missed"), flush=True)
     (work / "watch-predict.json").write_text(json.dumps(results, indent=2, default=str))
     good = sum(1 for r in results if (r.get("head_to_head") or r["share"] or 0) >= GOAL_PICK)
-    print(f"predict: the pick >= {GOAL_PICK} of the best on {good} of {len(results)} pipelines "
-          f"(goal: {GOAL_PICKS}): {'met' if good >= GOAL_PICKS else 'MISSED'}", flush=True)
-    return [] if good >= GOAL_PICKS else ["predict"]
+    goals.check(f"predict: pipelines whose pick >= {GOAL_PICK} of the best", good, ">=", GOAL_PICKS, spec="d",
+                detail=f" of {len(results)}")
 
 
 def _describe(settings: dict[str, Any]) -> str:
@@ -239,15 +234,14 @@ def main() -> int:
     work = args.reuse or args.keep or Path(tempfile.mkdtemp(prefix="loadtune-watch-"))
     work.mkdir(parents=True, exist_ok=True)
     print(machine_line(), flush=True)
-    failed: list[str] = []
+    goals = Goals()
     if "overhead" in parts:
-        failed += overhead(work, args.rounds)
+        overhead(work, args.rounds, goals)
     if "agreement" in parts:
-        failed += agreement(work, args.reuse is not None)
+        agreement(work, args.reuse is not None, goals)
     if "predict" in parts:
-        failed += predict_part(work, args.reuse is not None, min(args.rounds, 6))
-    print("goals: " + ("met" if not failed else f"MISSED: {', '.join(failed)}"))
-    return 0 if not failed else 1
+        predict_part(work, args.reuse is not None, min(args.rounds, 6), goals)
+    return goals.exit_status()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,8 @@ timed, each `for batch in loader: step(batch)`. With `--watch OUT` the loader is
 `loadtune.watch(loader, out=OUT, every_s=EVERY)` and nothing else changes. Prints one JSON line:
 the timed epochs' samples per second.
 
+No goal of its own: the training run watch.py times; exits 0 once it has printed its line.
+
     python benchmarks/watch_train.py CONFIG.yaml '{"num_workers": 2}' --epochs 4 [--watch OUT --every 5]
 """
 
