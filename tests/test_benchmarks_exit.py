@@ -205,6 +205,22 @@ def test_watch_overhead_goal_from_made_up_runs(bench, monkeypatch, tmp_path: Pat
         assert goals.exit_status() == code
 
 
+def test_model_error_goals_from_made_up_errors(bench) -> None:
+    me = bench("model_error")
+
+    def judged(name: str, errors: list[float], same: float | None = 1e-6, fitted: bool = True) -> Any:
+        return me.Judged(name, errors, same, 2 if same is not None else 0, fitted)
+
+    met = [judged("io", [0.02, 0.05, 0.30]), judged("cpu", [0.04, 0.08])]
+    assert me.check_goals(met, goals_of(bench)[0]).exit_status() == 0
+    assert me.check_goals([judged("io", [0.12, 0.15, 0.02])], goals_of(bench)[0]).exit_status() == 1
+    # Not the sweep's model: its round-2 predictions differ from the refitted model's.
+    assert me.check_goals([judged("io", [0.02], same=0.05)], goals_of(bench)[0]).exit_status() == 1
+    # A pipeline whose round 1 could not be fitted, or no held-out config at all, is no figure.
+    assert me.check_goals([*met, judged("demo", [], fitted=False)], goals_of(bench)[0]).exit_status() == 1
+    assert me.check_goals([judged("io", [])], goals_of(bench)[0]).exit_status() == 1
+
+
 # --- every script says what its exit status means -------------------------------------------------------
 
 
