@@ -231,9 +231,6 @@ def _has_goal(tree: ast.Module, source: str) -> bool:
 
 
 def _script(path: Path):
-    if path.name == "sweep_cost.py":
-        return pytest.param(path, id=path.name, marks=pytest.mark.xfail(
-            strict=True, reason="sweep_cost.py prints its goal's verdict but exits 0 when it misses it"))
     return pytest.param(path, id=path.name)
 
 
