@@ -3,16 +3,21 @@ in a trial process of its own), returning typed results instead of printing them
 
     import loadtune
     result = loadtune.sweep("my.yaml", overrides={"loader.batch_size": 64})
-    result.recommended.trial, result.loader_kwargs, result.frame
+    result.recommended.trial, result.frame
+    loader = DataLoader(dataset, **result.loader_kwargs)   # DataLoader's keywords only
+    result.thread_settings                                  # main_threads / worker_threads, where set
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypedDict
 
 from loadtune.errors import LoadtuneError
 from loadtune.options import ConfigSource, Overrides, SweepOptions
+from loadtune.results.choice import SPEC_KEYS, loader_keywords, thread_settings
 from loadtune.results.sweep import SweepResult
 
 if TYPE_CHECKING:
@@ -38,6 +43,57 @@ class PredictKeywords(TypedDict, total=False):
     tolerance: float | None
 
 
+class Swept(SweepResult):
+    """A finished sweep as `loadtune.sweep()` returns it: the SweepResult the CLI prints, whose
+    `loader_kwargs` and `change` hold DataLoader's keywords only, ready for
+    `DataLoader(dataset, **result.loader_kwargs)` (a "module:callable" spec of collate_fn or
+    worker_init_fn imported as its callable), and whose `thread_settings` hold the thread
+    settings, which no DataLoader keyword carries."""
+
+    base_dir: Path = Path(".")  # where the config's "file.py:callable" specs are found
+
+    @classmethod
+    def of(cls, result: SweepResult, base_dir: Path) -> "Swept":
+        swept = cls(**{f.name: getattr(result, f.name) for f in dataclasses.fields(result)})
+        object.__setattr__(swept, "base_dir", base_dir)
+        return swept
+
+    @property
+    def loader_kwargs(self) -> dict[str, Any] | None:
+        """The recommended trial's DataLoader keyword arguments (thread settings: thread_settings)."""
+        settings = self.summary.loader_kwargs
+        return None if settings is None else self._keywords(settings)
+
+    @property
+    def change(self) -> dict[str, Any] | None:
+        """The recommended DataLoader keyword arguments that differ from the baseline's."""
+        settings = self.summary.change
+        return None if settings is None else self._keywords(settings)
+
+    @property
+    def thread_settings(self) -> dict[str, Any] | None:
+        """The recommended trial's thread settings where set: `main_threads` (torch's threads in the
+        training process: torch.set_num_threads) and `worker_threads` (in each worker, from
+        worker_init_fn); {} when it leaves both as they are."""
+        settings = self.summary.loader_kwargs
+        return None if settings is None else thread_settings(settings)
+
+    def _keywords(self, settings: dict[str, Any]) -> dict[str, Any]:
+        from torch.utils.data import DataLoader
+
+        from loadtune.trial_process.factory import load_callable
+
+        accepted = inspect.signature(DataLoader).parameters
+        out = {}
+        for key, value in loader_keywords(settings).items():
+            if key not in accepted and key == "in_order" and value is True:
+                continue  # an older torch: always in order
+            if key in SPEC_KEYS and isinstance(value, str):
+                value = load_callable(value, self.base_dir, f"loader.{key}")
+            out[key] = value
+        return out
+
+
 def load(config: ConfigSource, overrides: Overrides = None, scale: float = 1.0,
          **measure: Unpack[MeasureKeywords]) -> "RunSpec":
     """A RunSpec from a config file or a mapping (the same keys as the YAML; factories may be
@@ -47,8 +103,9 @@ def load(config: ConfigSource, overrides: Overrides = None, scale: float = 1.0,
 
 
 def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Overrides = None,
-          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> SweepResult:
-    """Run a sweep as `loadtune sweep` does and return its result.
+          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> Swept:
+    """Run a sweep as `loadtune sweep` does and return its result (Swept: the SweepResult, its
+    `loader_kwargs` DataLoader's keywords only, the thread settings in `thread_settings`).
 
     `config` is a YAML path or a mapping of the same keys. `overrides` are `--set` assignments
     ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options` are the fields of
@@ -61,7 +118,15 @@ def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Ove
     from loadtune.sweep_process.pipeline import run_sweep
 
     asked = SweepOptions.of(config, overrides, out=Path(out) if out is not None else None, **options)
-    return run_sweep(asked, on_event=on_event or events.ignore)
+    result = run_sweep(asked, on_event=on_event or events.ignore)
+    return Swept.of(result, base_dir(asked))
+
+
+def base_dir(asked: SweepOptions) -> Path:
+    """Where a config's "file.py:callable" specs are found: beside its file (a mapping: here)."""
+    if isinstance(asked.config, (str, Path)):
+        return Path(asked.config).resolve().parent
+    return Path.cwd()
 
 
 def compare(*csvs: str | Path, force: bool = False) -> "Comparison":
@@ -101,4 +166,4 @@ def watch(loader: Any, *, out: str | Path | None = None, every_s: float = 60.0,
     return start(loader, out=out, every_s=every_s, name=name)
 
 
-__all__ = ["LoadtuneError", "SweepOptions", "SweepResult", "compare", "load", "predict", "sweep", "watch"]
+__all__ = ["LoadtuneError", "SweepOptions", "SweepResult", "Swept", "compare", "load", "predict", "sweep", "watch"]

@@ -162,17 +162,19 @@ def test_different_configs_are_compared_with_force():
 
 def test_failed_skipped_and_absent_rows_are_shown():
     c = run("base", "failed")
+    # `combined` is named as the sweep names its config anywhere else: what differs from the baseline.
+    combined = "num_workers=2, prefetch_factor=4"
     assert list(c.table["trial"]) == ["num_workers=2", "num_workers=4", "prefetch_factor=4", "baseline",
-                                      "num_workers=0", "pin_memory=true", "combined"]
+                                      "num_workers=0", "pin_memory=true", combined]
     assert col(c, "status", "failed", "num_workers=4") == "failed"
     assert col(c, "reason", "failed", "num_workers=4").startswith("worker process crashed")
     assert col(c, "status", "failed", "num_workers=0") == "timeout"
     assert col(c, "status", "base", "pin_memory=true") == "skipped"
-    assert col(c, "status", "base", "combined") == ABSENT
+    assert col(c, "status", "base", combined) == ABSENT
     assert pd.isna(col(c, "rank", "failed", "num_workers=4"))
-    assert col(c, "rank", "failed", "combined") == 2
+    assert col(c, "rank", "failed", combined) == 2
     assert STATUS_CHANGED in c.flags["num_workers=4"]
-    assert STATUS_CHANGED in c.flags["combined"]
+    assert STATUS_CHANGED in c.flags[combined]
     assert "pin_memory=true" not in c.flags  # skipped in both
     # the winner still runs and wins: tau over the trials ok in both (num_workers=2, prefetch, baseline)
     assert c.changed is False and c.verdict == VERDICT_HOLDS
@@ -271,7 +273,7 @@ def test_write_aligned_reads_back_with_pandas(tmp_path):
     assert row.loc["num_workers=4", "throughput_hi@flipped"] == pytest.approx(420.0)
     assert row.loc["num_workers=4", "rank@flipped"] == 1
     assert row.loc["num_workers=4", "status@failed"] == "failed"
-    assert row.loc["combined", "status@base"] == ABSENT
+    assert row.loc["num_workers=2, prefetch_factor=4", "status@base"] == ABSENT
     assert row.loc["num_workers=2", "tied_with_best@base"] in (True, "true")
     assert row.loc["num_workers=2", "tied_with_best@flipped"] in (False, "false")
     assert WINNER_CHANGED in row.loc["num_workers=4", "flags"]
@@ -280,7 +282,7 @@ def test_write_aligned_reads_back_with_pandas(tmp_path):
 
 def test_table_and_lines_render_without_printing(capsys):
     c = run("base", "flipped", "failed")
-    console = Console(file=io.StringIO(), width=240, record=True)
+    console = Console(file=io.StringIO(), width=260, record=True)
     console.print(comparison_table(c))
     text = console.export_text()
     for expected in ("num_workers=4", "winner changed", "skipped", "failed", "timeout", ABSENT, "=1",

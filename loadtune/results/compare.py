@@ -10,6 +10,7 @@ are the CLI's job.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
+from loadtune.results.choice import config_name
 from loadtune.results.record import MEASURED_STATUSES, Record, load_records, missing_columns, plain_frame
 from loadtune.results.report import short_trial
 from loadtune.results.table import Cell, Column, fitted_table
@@ -32,14 +34,16 @@ from loadtune.results.transfer import (
     RUN_AGREES_WAIT_RATIO,
     RunCheck,
     TransferCheck,
+    names_of,
     run_checks,
+    settings_of,
     target_text,
     transfer_check,
 )
 from loadtune.results.watched import combine_ranks, is_run
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
-from loadtune.trials import BASELINE, IDEAL
+from loadtune.trials import BASELINE, COMBINED, IDEAL
 
 MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
            "python_version", "loadtune_version")
@@ -73,11 +77,17 @@ HELPS_TO_HURTS = "helps → hurts"
 HURTS_TO_HELPS = "hurts → helps"
 TIE_GROUP_CHANGED = "tie group changed"
 STATUS_CHANGED = "status changed"
+# A file's winner the other file never measured (no row, skipped, only predicted): no change can
+# be told from it.
+WINNER_NOT_MEASURED = "winner not measured in both"
 # Flags that mean the conclusion changed (`Comparison.changed`, `--fail-on-flip`).
 CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
+# Statuses of a trial a file measured, or tried to (a winner that fails elsewhere is a change).
+TRIED_STATUSES = frozenset({Status.OK, Status.FAILED, Status.TIMEOUT})
 
 VERDICT_HOLDS = "conclusion holds"
 VERDICT_CHANGED = "conclusion changed"
+VERDICT_CANNOT_TELL = "cannot tell"
 
 # A file-level column's value (numbers are floats in a plain frame; several values joined by ',').
 FileValue = str | float | bool | None
@@ -115,6 +125,8 @@ class Comparison:
     # what the first sweep said of each watched loader's config beside what the run measured
     run_labels: tuple[str, ...] = ()
     runs: dict[str, tuple[RunCheck, ...]] = field(default_factory=dict)
+    # what cannot be told: a file's winner the other file did not measure ("b did not measure X")
+    unknown: tuple[str, ...] = ()
 
     @property
     def sweep_labels(self) -> tuple[str, ...]:
@@ -146,15 +158,36 @@ def _labels(paths: Sequence[Path]) -> list[str]:
 
 def _read(path: Path) -> tuple[list[Record], pd.DataFrame]:
     """A results CSV through the one reader: its records and their plain frame (see
-    record.plain_frame; a run's loaders with their ranks combined)."""
+    record.plain_frame; a run's loaders with their ranks combined, a `combined` trial by the name
+    its config has in every sweep: named_combined)."""
     records = load_records(path)
     trials = [r.trial for r in records]
     duplicated = next((t for i, t in enumerate(trials) if t in trials[:i]), None)
     if duplicated is not None:
         raise ResultsError(f"{path}: trial {duplicated!r} appears more than once")
+    records = named_combined(records)
     frame = plain_frame(combine_ranks(records) if is_run(records) else records)
     frame["status"] = frame["status"].str.lower()
     return records, frame
+
+
+def named_combined(records: Sequence[Record]) -> list[Record]:
+    """A sweep's `combined` trial (the baseline with each swept key at its best value) renamed as
+    the sweep names that config in any other trial (transfer.names_of: what differs from the
+    baseline): files are aligned by trial, and `combined` is another config in each file. Kept as
+    it is where the file has no baseline, or another row already has that name."""
+    name = names_of(records)
+    if name.baseline is None:
+        return list(records)
+    taken = {r.trial for r in records}
+    out = []
+    for r in records:
+        if r.trial == COMBINED and not r.watched and r.num_workers is not None:
+            config = config_name(settings_of(r), name.baseline, order=name.order)
+            if config not in taken:
+                r = dataclasses.replace(r, trial=config)
+        out.append(r)
+    return out
 
 
 def load_results(paths: Iterable[Path | str]) -> list[ResultSet]:
@@ -288,7 +321,9 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     `changed` is true when a file's winner is not the first file's winner (unless each of the
     two winners is tied with the best in the other's file: a swap within noise), when a trial helps
     beyond its interval in one file and hurts beyond it in another, or when a file has no
-    ranked trial while the first has one. Tie-group and status changes are flagged only.
+    ranked trial while the first has one. Where a file never measured the other's winner (no
+    row, skipped, only predicted), nothing is changed: the verdict says `cannot tell: LABEL did
+    not measure TRIAL`. Tie-group and status changes are flagged only.
 
     Files of a real run (watched rows) rank nothing: the conclusion is the sweeps' (the first
     sweep is the reference), and each run is set against the first sweep (transfer.run_checks).
@@ -308,12 +343,13 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     # Each trial's flags, in the order the checks run; the reasons the conclusion changed.
     flags: dict[str, list[str]] = {t: [] for t in trials}
     reasons: list[str] = []
+    unknown: list[str] = []
     if sweeps:
-        _flag_winners(sweeps, winners, flags, reasons)
+        _flag_winners(sweeps, winners, flags, reasons, unknown)
         _flag_sides(sweeps, trials, flags, reasons)
     _flag_statuses(table, sweep_labels if sweeps else labels, trials, flags)
     changed = bool(reasons)
-    verdict = f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}" if changed else VERDICT_HOLDS
+    verdict = _verdict(reasons, unknown)
     transfers = _transfers(sweeps) if len(sweeps) > 1 else {}
     for label, check in transfers.items():
         table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
@@ -337,7 +373,17 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
         transfers=transfers,
         run_labels=tuple(r.label for r in results if r.run),
         runs=runs,
+        unknown=tuple(unknown),
     )
+
+
+def _verdict(reasons: Sequence[str], unknown: Sequence[str]) -> str:
+    """`conclusion changed: …` (with what cannot be told beside it), else `cannot tell: …` where a
+    file did not measure the other's winner, else `conclusion holds`."""
+    cannot = f"{VERDICT_CANNOT_TELL}: {FLAG_SEPARATOR.join(unknown)}" if unknown else ""
+    if reasons:
+        return f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}" + (f"{FLAG_SEPARATOR}{cannot}" if cannot else "")
+    return cannot or VERDICT_HOLDS
 
 
 def _run_checks(sweep: ResultSet, runs: Sequence[ResultSet]) -> dict[str, tuple[RunCheck, ...]]:
@@ -370,22 +416,37 @@ def _taus(results: Sequence[ResultSet]) -> dict[str, float | None]:
     return tau
 
 
+def _tried(frame: pd.DataFrame, trial: str | None) -> bool:
+    """Whether the file measured `trial`, or tried to (it failed or timed out there)."""
+    return bool(frame.loc[frame["trial"] == trial, "status"].isin(TRIED_STATUSES).any())
+
+
 def _flag_winners(results: Sequence[ResultSet], winners: Mapping[str, str | None],
-                  flags: dict[str, list[str]], reasons: list[str]) -> None:
+                  flags: dict[str, list[str]], reasons: list[str], unknown: list[str]) -> None:
     """Flag each later file's winner where it is not the first file's, and say why that changes
-    the conclusion, unless the two winners are within noise of each other in both files."""
+    the conclusion, unless the two winners are within noise of each other in both files, or one
+    file never measured the other's winner (`unknown`: that cannot be told)."""
     first = results[0]
     first_winner = winners[first.label]
     for result in results[1:]:
         new = winners[result.label]
         if new is None and first_winner is not None:
             reasons.append(f"no trial ran in {result.label}")
-        elif new is not None and new != first_winner and _tied(first.frame, new) and \
-                _tied(result.frame, first_winner):
+            continue
+        if new is None or new == first_winner:
+            continue
+        missing = [(file, winner) for file, winner in ((result, first_winner), (first, new))
+                   if winner is not None and not _tried(file.frame, winner)]
+        if missing:
+            for file, winner in missing:
+                if WINNER_NOT_MEASURED not in flags[winner]:
+                    flags[winner].append(WINNER_NOT_MEASURED)
+                unknown.append(f"{file.label} did not measure {winner}")
+        elif _tied(first.frame, new) and _tied(result.frame, first_winner):
             # Each winner is within noise of the other in both files: the same conclusion.
             if WINNER_WITHIN_NOISE not in flags[new]:
                 flags[new].append(WINNER_WITHIN_NOISE)
-        elif new is not None and new != first_winner:
+        else:
             if WINNER_CHANGED not in flags[new]:
                 flags[new].append(WINNER_CHANGED)
             reasons.append(f"winner is {new} in {result.label} but "

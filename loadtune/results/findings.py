@@ -143,3 +143,75 @@ class RepeatingSampler(Finding):
         return (f"the sampler hands out some indices twice within an epoch in every trial ({self.repeated} of "
                 f"{self.samples} in the trial that repeats least), so trials were compared with each other: give "
                 "each index once per epoch, unless that is by design (oversampling)")
+
+
+# Above this median error the model does not fit the pipeline well: trust the measurements.
+MODEL_ERROR_LARGE = 0.15
+
+
+@dataclass(frozen=True)
+class ModelError(Finding):
+    """The pipeline model's error on a file: the median |predicted / measured - 1| over the
+    measured trials it predicted before they ran (each row's predicted_throughput against its
+    throughput: model.prediction_error), and how many; `--json` `model.error` and
+    `model.error_trials`. One figure, one wording: the sweep's summary, `loadtune report` and
+    `loadtune predict` say it alike."""
+
+    error: float | None
+    trials: int  # how many trials it was taken over
+
+    def words(self) -> str:
+        if self.error is None:
+            return "Model: no trial was predicted before it ran, so its error on this file is not known."
+        over = "1 trial" if self.trials == 1 else f"{self.trials} trials"
+        verdict = f"; above {MODEL_ERROR_LARGE:.0%}: it does not fit this pipeline well, trust the measurements, " \
+            "not the predicted rows" if self.error > MODEL_ERROR_LARGE else ""
+        return (f"Model: its error on this file is {self.error:.0%} (median |predicted/measured - 1| over {over} "
+                f"predicted before they ran){verdict}.")
+
+    def to_json(self) -> dict[str, float | int | None]:
+        """As `--json` gives it, beside the model's parameters."""
+        return {"error": None if self.error is None else round(self.error, 4), "error_trials": self.trials}
+
+
+@dataclass(frozen=True)
+class ModelFellBack(Finding):
+    """The model strategy measured as ofat does: after the first round, the model fitted to the
+    others predicted each first-round trial worse than `limit` (median; `held_out`, where known),
+    or too few trials ran to fit it. Another figure than ModelError's, named for what it is."""
+
+    limit: float
+    held_out: float | None = None
+    too_few: bool = False
+
+    def words(self) -> str:
+        if self.too_few:
+            return "too few trials ran to fit the pipeline model after the first round: the sweep measured as ofat does"
+        figure = f"{self.held_out:.0%} off" if self.held_out is not None else f"more than {self.limit:.0%} off"
+        return (f"after the first round, the pipeline model fitted to the others predicted each first-round trial "
+                f"{figure} (median), above the {self.limit:.0%} the model strategy allows: the sweep measured as ofat "
+                "does")
+
+
+@dataclass(frozen=True)
+class CheaperWaitsMore(Finding):
+    """`loadtune predict`'s recommendation, the cheapest config predicted within the tolerance of
+    the best samples/s, waits clearly more than another predicted about as fast: the time one
+    saves waiting for data its workers add to the step (they crowd the cores the step runs on) or,
+    on ranks, to waiting for the slowest rank; samples/s is what training feels."""
+
+    pick: str
+    pick_wait_ratio: float
+    lean: str  # the config about as fast that waits least
+    lean_wait_ratio: float
+    lean_share: float  # its predicted samples/s over the pick's
+    tolerance: float
+    ranks: int = 1
+
+    def words(self) -> str:
+        where = "the step (its workers crowd the cores the step runs on)" if self.ranks == 1 else \
+            "the step (its workers crowd the cores the step runs on) or to waiting for the slowest rank"
+        return (f"Wait ratio: the recommendation waits {self.pick_wait_ratio:.3f} of the time and {self.lean} "
+                f"{self.lean_wait_ratio:.3f}, yet that one is predicted at {self.lean_share:.2f}x its samples/s, "
+                f"within {self.tolerance:.0%}: what it saves waiting for data goes to {where}. Samples/s is what "
+                "training feels, so the cheaper config is recommended.")

@@ -23,7 +23,9 @@ from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
+from loadtune.results.choice import config_name, dataloader_line, paste_settings
 from loadtune.results.choice import recommended as measured_pick
+from loadtune.results.findings import CheaperWaitsMore, ModelError
 from loadtune.results.model import (
     COLLECTIVE_MS,
     MIN_TRIALS_TO_FIT,
@@ -35,7 +37,7 @@ from loadtune.results.model import (
     unshown_figures,
 )
 from loadtune.results.record import Record, load_records, missing_columns
-from loadtune.results.report import Travel, dataloader_line, short_trial
+from loadtune.results.report import Travel, short_trial
 from loadtune.results.table import Column, fitted_table
 from loadtune.results.watched import (
     LoaderInfo,
@@ -44,12 +46,12 @@ from loadtune.results.watched import (
     for_prediction,
     info_for,
     kept_settings,
+    loader_file,
     loaders,
-    paste_settings,
     read_loader_info,
 )
 from loadtune.text import fmt
-from loadtune.trials import IDEAL, cost_of, effective_settings, format_value
+from loadtune.trials import BASELINE, COMBINED, IDEAL, cost_of, effective_settings, format_value
 
 # What the model reads of each row: a file without these was written before the model existed.
 MODEL_COLUMNS = ("fetch_ms", "fetch_cpu_share", "handover_ms", "step_ms", "main_cpu_util", "epoch_start_ms",
@@ -155,7 +157,7 @@ class Forecast:
     source_pick: TargetRow | None = None  # the source's own recommendation, predicted for the target
     notes: tuple[str, ...] = field(default=())
     # the model's error on the file: median |predicted/measured - 1| over the trials predicted
-    # before they ran, and how many (model.prediction_error)
+    # before they ran, and how many (model.prediction_error): the sweep's own `model.error`
     error: tuple[float | None, int] = (None, 0)
     # the model's figures no measured row shows, kept neutral, that a config predicted needs:
     # (figure, the run that would show it) (model.unshown_figures)
@@ -164,6 +166,14 @@ class Forecast:
     # that no keyword carries (its own sampler), to keep as it is
     kept: dict[str, Any] = field(default_factory=dict)
     aside: tuple[str, ...] = ()
+    # where the loader's other settings would be (NAME.loader.json) when nothing beside the CSV
+    # says them: the paste line then says to keep them as in the user's code
+    unknown_rest: str | None = None
+
+    @property
+    def model_error(self) -> ModelError:
+        """The model's error on the file, as the sweep's summary and `loadtune report` word it."""
+        return ModelError(*self.error)
 
     @property
     def carried_share(self) -> float | None:
@@ -199,7 +209,7 @@ class Forecast:
             "notes": list(self.notes),
             "neutral": [{"figure": name, "value": getattr(self.model, name), "shown_by": run}
                         for name, run in self.neutral],
-            "model": self.model.to_json(),
+            "model": {**self.model.to_json(), **self.model_error.to_json()},
             "rows": [row(r) for r in self.rows],
         }
 
@@ -237,12 +247,9 @@ def settings_of(record: Record) -> dict[str, Any]:
 
 
 def config_text(settings: Mapping[str, Any], keys: Sequence[str] = CONFIG_KEYS) -> str:
-    """A config as the keywords that set it, of `keys` (those that vary in a space; num_workers
-    always); a setting that needs workers is left out without them."""
-    s = applied(settings)
-    shown = [k for k in CONFIG_KEYS if (k == "num_workers" or k in keys) and s.get(k) is not None
-             and (s["num_workers"] or k not in NEEDS_WORKERS)]
-    return ", ".join(f"{k}={format_value(s[k])}" for k in shown)
+    """A config by the keywords of `keys` that set it (those that vary in a space; num_workers
+    always), named as every command names one (choice.config_name)."""
+    return config_name(applied(settings), shown=keys)
 
 
 # A config's identity: its settings as text, in CONFIG_KEYS order.
@@ -257,6 +264,40 @@ def varying(configs: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
 def settings_key(settings: Mapping[str, Any]) -> SettingsKey:
     """A config's identity: its settings as text, in CONFIG_KEYS order."""
     return tuple(format_value(settings.get(k)) for k in CONFIG_KEYS)
+
+
+@dataclass(frozen=True)
+class Names:
+    """How a file names configs, as its sweep named them: a config the sweep has a row of (measured
+    or predicted) by that row's trial; any other by what differs from the sweep's baseline
+    (choice.config_name), its multi-key trials' order of keys first. Without a sweep's baseline
+    (a run's rows), by the keys that vary among the configs named (`shown`)."""
+
+    baseline: dict[str, Any] | None = None
+    trials: dict[SettingsKey, str] = field(default_factory=dict)
+    order: tuple[str, ...] = ()
+
+    def __call__(self, settings: Mapping[str, Any], shown: Sequence[str] = CONFIG_KEYS) -> str:
+        known = self.trials.get(settings_key(applied(settings)))
+        if known is not None:
+            return known
+        if self.baseline is None:
+            return config_text(settings, shown)
+        return config_name(applied(settings), self.baseline, order=self.order)
+
+
+def names_of(records: Sequence[Record]) -> Names:
+    """How the records' sweep named its configs (Names); a run's rows: by their settings."""
+    rows = [r for r in records
+            if not r.watched and r.trial not in (None, IDEAL, COMBINED) and r.num_workers is not None]
+    base = next((r for r in rows if r.trial == BASELINE), None)
+    if base is None:
+        return Names()
+    trials: dict[SettingsKey, str] = {}
+    for r in sorted(rows, key=lambda r: r.trial != BASELINE):  # the baseline's name first
+        trials.setdefault(settings_key(settings_of(r)), str(r.trial))
+    order = dict.fromkeys(k for r in rows if r.changed and "+" in r.changed for k in r.changed.split("+"))
+    return Names(settings_of(base), trials, tuple(order))
 
 
 def space(records: Sequence[Record]) -> list[dict[str, Any]]:
@@ -508,10 +549,11 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     rows = []
     configs = space(records)
     keys = varying(configs)
+    names = names_of(records)
     # A step timed on the target holds its ranks' collective; else the model adds what more ranks cost.
     collective = 0.0 if step_given else None
     for settings, p in predict_space(model, configs, resolved.cores, resolved.ranks, step_scale, collective):
-        rows.append(TargetRow(config_text(settings, keys), settings, p.throughput, p.throughput / resolved.ranks,
+        rows.append(TargetRow(names(settings, keys), settings, p.throughput, p.throughput / resolved.ranks,
                               p.wait_ratio, p.cpu_bound,
                               measured.get(settings_key(settings)) if _same_machine(source, resolved) else None,
                               _memory(memory.need(settings, resolved.ranks, resolved.scale), resolved)))
@@ -545,11 +587,15 @@ def forecast_file(path: Path | str, target: Target = Target(), tolerance: float 
     records = load_records(path)
     check_columns(path)
     infos = read_loader_info(path)
-    if not infos:
-        return forecast(records, target, tolerance, where=str(path))
     kept, _ = for_prediction(records)
     run = next((r.trial for r in kept if r.watched and r.ran), None)
-    return forecast(records, target, tolerance, where=str(path), loader=info_for(infos, run) if run else None)
+    pick = measured_pick(records)
+    if run is not None:
+        info = info_for(infos, run)
+    else:  # a sweep's trials: the loader's other settings of its pick, as its own paste line has them
+        info = infos.get(str(pick.trial) if pick is not None else BASELINE) or infos.get(BASELINE)
+    result = forecast(records, target, tolerance, where=str(path), loader=info)
+    return result if info is not None else replace(result, unknown_rest=loader_file(path).name)
 
 
 # --- the sweep's summary: does the pick travel? --------------------------------------------------
@@ -629,16 +675,13 @@ def forecast_table(f: Forecast, width: int | None = None) -> Table:
 def forecast_lines(f: Forecast) -> list[str]:
     """The closing words: the recommendation, what the sweep's own pick would lose there, what
     is extrapolated, what does not fit, and what to paste."""
-    error = f.error
     source = replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms)
     measured = f"Measured on {target_text(source)}" + (f" (the run, {f.source.run} watched)" if f.source.run else "")
     if f.model.trials == 1:
         lines = [f"{measured}; fitted to 1 measured config: the model could not be checked against a second "
                  "measured config, so how far off its predictions are here is not known"]
     else:
-        model_error = "" if error[0] is None else \
-            f", the model's error on this file {error[0]:.0%} (median over {error[1]} trials predicted before they ran)"
-        lines = [f"{measured}; {f.model.trials} trials fitted{model_error}"]
+        lines = [f"{measured}; {f.model.trials} trials fitted", str(f.model_error)]
     lines.extend(neutral_lines(f))
     pick = f.recommended
     if pick is None:
@@ -663,11 +706,32 @@ def forecast_lines(f: Forecast) -> list[str]:
         lines.append(f"Does not fit: {len(unfit)} config{'' if len(unfit) == 1 else 's'}, e.g. {unfit[0].config}: "
                      f"{unfit[0].memory.why}.")
     lines += list(f.notes)
-    settings = paste_settings(pick.settings, f.kept) if f.kept else \
-        {k: v for k, v in pick.settings.items() if v is not None}
+    lines += [str(w) for w in wait_words(f)]
     aside = f"; keep {', '.join(f.aside)} as in your code" if f.aside else ""
-    lines.append(f"Paste (each rank): {dataloader_line(settings)}{aside}")
+    if f.unknown_rest is not None:
+        aside += (f"; keep your DataLoader's other settings (shuffle, drop_last, a sampler, ...) as in your code: "
+                  f"no {f.unknown_rest} beside the CSV says them")
+    lines.append(f"Paste (each rank): {dataloader_line(paste_settings(pick.settings, f.kept))}{aside}")
     return lines
+
+
+# The recommendation waits this much more (in wait ratio) than a config predicted as fast: said why.
+WAITS_MORE = 0.10
+
+
+def wait_words(f: Forecast) -> list[CheaperWaitsMore]:
+    """Where the recommendation (the cheapest within the tolerance of the best samples/s) waits
+    clearly more than a config predicted about as fast: why, in one line."""
+    pick = f.recommended
+    if pick is None:
+        return []
+    best = max(r.predicted_throughput for r in f.rows if r.memory.fits)
+    tied = [r for r in f.rows if r.memory.fits and r.predicted_throughput >= (1 - f.tolerance) * best]
+    lean = min(tied, key=lambda r: r.predicted_wait_ratio)
+    if pick.predicted_wait_ratio - lean.predicted_wait_ratio <= WAITS_MORE:
+        return []
+    return [CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
+                             lean.predicted_throughput / pick.predicted_throughput, f.tolerance, f.target.ranks)]
 
 
 # What each figure model.unshown_figures names costs, in words.
@@ -796,14 +860,16 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     if chosen is None:
         return None
     keys = varying(configs)
+    name = names_of(b)  # as B's sweep names its trials; a run's rows: as A names them
+    name = name if name.baseline is not None else names_of(a)
     pick = scored[chosen][0]
     best, best_throughput = max(there, key=lambda measured: measured[1])
     predicted = {settings_key(s): p.throughput for s, p in scored}
     for_trial = {str(r.trial): predicted[settings_key(settings_of(r))] for r, _ in there}
     errors = [abs(for_trial[str(r.trial)] / throughput - 1) for r, throughput in there]
     got = [throughput for r, throughput in there if settings_key(settings_of(r)) == settings_key(pick)]
-    return TransferCheck(target, config_text(pick, keys), max(got) / best_throughput if got else None,
-                         config_text(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)
+    return TransferCheck(target, name(pick, keys), max(got) / best_throughput if got else None,
+                         name(settings_of(best), keys), statistics.median(errors), len(errors), for_trial)
 
 
 # --- compare: what a sweep said of a real run's config --------------------------------------------
@@ -864,6 +930,7 @@ def run_checks(sweep: Sequence[Record], run: Sequence[Record], tolerance: float 
             model = None
     by_config = {settings_key(settings_of(r)): r for r in ran}
     there = machine_of(sweep) if measured_rows(sweep) else None
+    name = names_of(sweep)
     checks = []
     for loader in loaders(run):
         assert loader.throughput is not None and loader.wait_ratio is not None  # a watched loader that ran
@@ -871,7 +938,7 @@ def run_checks(sweep: Sequence[Record], run: Sequence[Record], tolerance: float 
         keys = varying([settings, *(settings_of(r) for r in ran)])
         here = machine_of([loader]) if evidence_of(loader) is not None else None
         measured = by_config.get(settings_key(settings))
-        base = RunCheck(str(loader.trial), config_text(settings, keys), int(loader.ranks or 1),
+        base = RunCheck(str(loader.trial), name(settings, keys), int(loader.ranks or 1),
                         float(loader.throughput), float(loader.wait_ratio), None, None, None)
         if measured is not None and there is not None and here is not None and _alike(there, here):
             checks.append(replace(base, sweep_throughput=measured.throughput, sweep_wait_ratio=measured.wait_ratio,

@@ -1,14 +1,16 @@
 """Rows measured in a real training run (status `watched`: `loadtune watch`, `loadtune.watch`) as
 the offline readers take them: a loader's per-rank rows combined as a sweep records a trial on
 ranks, the sweep space around a watched loader (what `loadtune predict` predicts from a run and
-what `loadtune init --from` writes for `loadtune sweep` to measure), the loader's other settings
-kept beside the CSV (NAME.loader.json), and how `loadtune report` shows a run.
+what `loadtune init --from` writes for `loadtune sweep` to measure), the loaders' other settings
+kept beside the CSV (NAME.loader.json: a run's watched loaders, a sweep's trials), and how
+`loadtune report` shows a run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +18,17 @@ from typing import Any, Mapping, Sequence
 
 from rich.table import Table
 
-from loadtune.config import THREAD_KEYS, WORKER_ONLY
+from loadtune.config import THREAD_KEYS
 from loadtune.errors import ResultsError
+from loadtune.results.choice import config_name
 from loadtune.results.record import Record
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import fmt
 from loadtune.trials import LOADER_DEFAULTS, effective_settings, format_value
 
-# Beside NAME.csv: the watched loaders' settings that are not columns (shuffle, drop_last, the
-# collate function's name, the sampler's kind...), {"<trial>": {"dataset", "loader_kwargs",
-# "script", "argv"}}.
+# Beside NAME.csv: the loaders' settings that are not columns (shuffle, drop_last, the collate
+# function's name, the sampler's kind...), by trial: a run's watched loaders, a sweep's trials;
+# {"<trial>": {"dataset", "loader_kwargs", "script", "argv"}}.
 LOADER_SUFFIX = ".loader.json"
 # A watched loader's row on one rank of several: "<name> rank <r>".
 RANK_NAME = re.compile(r"^(?P<name>.+) rank (?P<rank>\d+)$")
@@ -80,14 +83,19 @@ def loader_name(record: Record) -> str:
 
 
 def loader_file(csv_path: Path | str) -> Path:
-    """Where the watched loaders' other settings go: NAME.loader.json beside NAME.csv."""
+    """Where the loaders' other settings go: NAME.loader.json beside NAME.csv."""
     path = Path(csv_path)
     return path.with_name(f"{path.stem}{LOADER_SUFFIX}")
 
 
+def plain_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings NAME.loader.json keeps: plain values (None, bool, int, float, str)."""
+    return {k: v for k, v in dict(settings).items() if v is None or isinstance(v, (bool, int, float, str))}
+
+
 @dataclass(frozen=True)
 class LoaderInfo:
-    """What NAME.loader.json says of one watched loader."""
+    """What NAME.loader.json says of one loader: a watched loader, or a sweep's trial."""
 
     dataset: str | None = None  # "module:Class" of its dataset
     loader_kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)  # plain values only
@@ -119,6 +127,23 @@ def read_loader_info(csv_path: Path | str) -> dict[str, LoaderInfo]:
         out[str(trial)] = LoaderInfo(str(dataset) if dataset else None, dict(kwargs),
                                      str(script) if script else None, tuple(str(a) for a in argv))
     return out
+
+
+def write_loader_info(csv_path: Path | str, infos: Mapping[str, LoaderInfo]) -> Path:
+    """NAME.loader.json beside the CSV, by trial (read_loader_info reads it back), replaced at once
+    (written beside it, then renamed over it). A sweep writes its trials' loader settings
+    (`{trial.name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))}`), so that
+    `loadtune predict` pastes the settings the sweep's own answer does."""
+    path = loader_file(csv_path)
+    data = {trial: {"loader_kwargs": plain_settings(info.loader_kwargs), "dataset": info.dataset,
+                    "script": info.script, "argv": list(info.argv)} for trial, info in infos.items()}
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot write the loaders' settings: {exc.strerror or exc}") from None
+    return path
 
 
 def info_for(infos: Mapping[str, LoaderInfo], name: str) -> LoaderInfo | None:
@@ -279,16 +304,6 @@ def kept_settings(info: LoaderInfo | None) -> tuple[dict[str, Any], list[str]]:
     return kept, aside
 
 
-def paste_settings(settings: Mapping[str, Any], kept: Mapping[str, Any]) -> dict[str, Any]:
-    """A config's settings with the loader's other keywords, in DataLoader's order; those that
-    need workers dropped without them."""
-    merged = {**kept, **{k: v for k, v in settings.items() if v is not None}}
-    if not merged.get("num_workers"):
-        merged = {k: v for k, v in merged.items() if k not in WORKER_ONLY}
-    order = [*LOADER_DEFAULTS, *merged]
-    return {k: merged[k] for k in dict.fromkeys(order) if k in merged}
-
-
 # --- the report ----------------------------------------------------------------------------------
 
 
@@ -331,10 +346,9 @@ def watched_table(records: Sequence[Record], title: str = "", width: int | None 
 
 
 def settings_text(record: Record) -> str:
-    """A row's DataLoader settings as keywords (those that need workers left out without them)."""
-    s = effective_settings({k: getattr(record, k) for k in SETTING_KEYS if getattr(record, k) is not None})
-    return ", ".join(f"{k}={format_value(v)}" for k, v in s.items()
-                     if v is not None and (s["num_workers"] or k not in ("prefetch_factor", "persistent_workers")))
+    """A row's DataLoader settings, named as every command names a config (choice.config_name:
+    every setting that is set; those that need workers left out without them)."""
+    return config_name({k: getattr(record, k) for k in SETTING_KEYS if getattr(record, k) is not None})
 
 
 def _ranks_words(ranks: Sequence[int]) -> str:
