@@ -28,7 +28,7 @@ from loadtune.results.compare import (
     comparison_lines,
     load_results,
 )
-from loadtune.results.findings import MODEL_ERROR_LARGE, CheaperWaitsMore, ModelError
+from loadtune.results.findings import MODEL_ERROR_LARGE, CheaperWaitsMore, ModelError, ModelFellBack
 from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import Record, ResultsFile
 from loadtune.results.report import summarize_sweep
@@ -233,6 +233,11 @@ def test_the_models_error_words_say_when_it_does_not_fit():
     assert "does not fit" not in str(ModelError(MODEL_ERROR_LARGE, 3))
     assert str(ModelError(None, 0)) == "Model: no trial was predicted before it ran, so its error on this file is " \
                                        "not known."
+    # The fall-back is another figure (the first round, each trial predicted from the others), named so.
+    assert str(ModelFellBack(held_out=0.19)) == (
+        "after the first round, the pipeline model fitted to the others predicted each first-round trial 19% off "
+        "(median), above the 15% the model strategy allows: the sweep measured as ofat does")
+    assert "its error on this file" not in str(ModelFellBack()) and "more than 15% off" in str(ModelFellBack())
     report = ModelReport(TRUTH, 0.123456, 4)
     assert {**ModelError(report.error, report.checked).to_json()} == \
         {k: report.to_json()[k] for k in ("error", "error_trials")}

@@ -147,6 +147,8 @@ class RepeatingSampler(Finding):
 
 # Above this median error the model does not fit the pipeline well: trust the measurements.
 MODEL_ERROR_LARGE = 0.15
+# Above this median held-out error on the first round, the model strategy measures as ofat does.
+MODEL_FALLBACK_ERROR = 0.15
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class ModelFellBack(Finding):
     others predicted each first-round trial worse than `limit` (median; `held_out`, where known),
     or too few trials ran to fit it. Another figure than ModelError's, named for what it is."""
 
-    limit: float
+    limit: float = MODEL_FALLBACK_ERROR
     held_out: float | None = None
     too_few: bool = False
 
