@@ -21,17 +21,16 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
-    from loadtune.api import PredictKeywords
+    from loadtune.api import PredictKeywords, Swept
     from loadtune.options import ConfigSource, Overrides, SweepKeywords
     from loadtune.results.compare import Comparison
-    from loadtune.results.sweep import SweepResult
     from loadtune.results.transfer import Forecast
     from loadtune.sweep_process.events import Event
     from loadtune.training_process.watched import Watched
 
 
 def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Overrides = None,
-          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> SweepResult:
+          on_event: Callable[[Event], None] | None = None, **options: Unpack[SweepKeywords]) -> Swept:
     """Run a sweep as `loadtune sweep` does; see loadtune.api.sweep."""
     from loadtune.api import sweep as run
 

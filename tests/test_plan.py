@@ -94,3 +94,17 @@ def test_combinations_keep_the_baselines_value_of_a_key_its_sweep_leaves_out():
     assert len(settings) == len(set(settings))
     # 2 worker counts x 3 depths x 2, and no workers once (its worker-only settings collapse)
     assert len(names) == 2 * 3 * 2 + 1
+
+
+def test_a_config_without_workers_is_named_as_ofat_names_it_whoever_asks_for_it():
+    """From a baseline with workers, num_workers=0 drops their settings: its name never carries them
+    (`num_workers=0`, not `num_workers=0, prefetch_factor=null`), whether ofat or a strategy's
+    follow-up asks for it, so --resume and every reader find it by the same name."""
+    from loadtune.sweep_process.plan import trial_for
+
+    cfg = Config(**tiny_config(sweep={"num_workers": [0, 2], "prefetch_factor": [4]},
+                               loader={"batch_size": 8, "num_workers": 1, "prefetch_factor": 2}))
+    by_ofat = {t.settings: t.name for t in ofat_plan(cfg, False)}
+    asked = trial_for(cfg, {"num_workers": 0}, False)
+    assert asked.name == "num_workers=0" == by_ofat[asked.settings]
+    assert trial_for(cfg, {"num_workers": 0, "prefetch_factor": 4}, False).name == "num_workers=0"

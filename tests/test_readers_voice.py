@@ -422,3 +422,26 @@ def test_the_sweep_file_keeps_each_trials_loader_settings_beside_it(tmp_path):
     assert infos[BASELINE].loader_kwargs == LOADER
     assert json.loads(loader_file(path).read_text())[BASELINE]["loader_kwargs"]["shuffle"] is True
     assert not any(name.startswith(".") for name in (p.name for p in tmp_path.iterdir()))
+
+
+def test_a_sweeps_own_file_lets_predict_paste_the_loaders_other_settings(tmp_path, write_config):
+    """A whole sweep (fake trials: the files are what is tested) writes NAME.loader.json beside its
+    CSV; `loadtune predict` on it pastes shuffle=True as the sweep's own answer does."""
+    from loadtune.results.watched import loader_file
+    from tests.test_resume import SameMeasurements, sweep
+
+    config = tiny_config(sweep={"num_workers": [0, 2]}, loader={"batch_size": 8, "shuffle": True},
+                         measure={"warmup_batches": 1, "batches": 20, "timeout_s": 10, "repeats": 1})
+    out = tmp_path / "s.csv"
+    sweep(write_config(config), out, SameMeasurements())
+    assert read_loader_info_of(out)[BASELINE]["shuffle"] is True and loader_file(out).exists()
+    result = CliRunner().invoke(app, ["predict", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    paste = next(line for line in result.output.splitlines() if line.startswith("Paste"))
+    assert "shuffle=True" in paste
+
+
+def read_loader_info_of(path: Path) -> dict:
+    from loadtune.results.watched import read_loader_info
+
+    return {name: info.loader_kwargs for name, info in read_loader_info(path).items()}

@@ -19,6 +19,7 @@ from loadtune.results.record import Record, rank_file, read_records
 from loadtune.results.report import OneRank, Summary, noise_warnings, summarize_sweep
 from loadtune.results.sweep import Decision, SweepResult
 from loadtune.results.transfer import settings_of, travel
+from loadtune.results.watched import LoaderInfo, plain_settings, write_loader_info
 from loadtune.sweep_process.decide import Scored, order, throughput_ratios
 from loadtune.sweep_process.racer import Racer
 from loadtune.sweep_process.ranking import rank
@@ -40,6 +41,10 @@ def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
     notes: tuple[Finding, ...] = (*workers_beyond_cores(runner.trials.values(), setup.cores, setup.host_ranks),
                                   *noise_warnings(records), *disagreement(runner, records))
     runner.files.replace(records, runner.rank_records)
+    # The loader's other settings (shuffle, drop_last, ...) beside the CSV: `loadtune predict`'s
+    # paste line carries them as the sweep's own does.
+    write_loader_info(runner.files.out_path, {name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))
+                                              for name, trial in runner.trials.items()})
     scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
     summary = summarize(options, runner.spec, runner.files.out_path, records, runner.trials, runner.decision(), scores,
                         device=setup.device, warnings=warnings, notes=notes, source=runner.spec.source,

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import RankBy, Status
+from loadtune.results.findings import ModelFellBack
 from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
@@ -86,9 +87,7 @@ class Modelling:
 
     def fell_back(self, error: float | None) -> None:
         self.model_fell_back = True
-        said = f"its median error on the first round's trials, each predicted from the others, is {error:.0%}" \
-            if error is not None else "too few trials ran to fit it"
-        self.emit(events.Notice(f"the pipeline model does not fit this pipeline ({said}): measuring as ofat does"))
+        self.emit(events.Notice(str(ModelFellBack(held_out=error, too_few=error is None))))
 
     def report(self) -> ModelReport | None:
         model = self.fit()

@@ -80,6 +80,8 @@ def trial_for(config: Config, changes: Mapping[str, Any], accelerator: bool) -> 
         kwargs["prefetch_factor"] = base["prefetch_factor"]  # spelled as the baseline does
     diff = {k: v for k, v in kwargs.items() if not _same(v, base[k])}
     keys = [k for k in config.sweep if k in diff] + [k for k in diff if k not in config.sweep]
+    if not kwargs.get("num_workers"):
+        keys = [k for k in keys if k not in WORKER_ONLY]  # named as ofat_plan names it: never without workers
     if not keys:
         return baseline_trial(config)
     if len(keys) == 1:

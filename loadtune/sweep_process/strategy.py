@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import TOLERANCE, RankBy, Strategy
+from loadtune.results.findings import MODEL_FALLBACK_ERROR
 from loadtune.sweep_process.decide import Scored, order, pick
 from loadtune.sweep_process.plan import (
     baseline_trial,
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 # one process each (processes differ by several percent): more rounds would measure the plateau
 # config by config and pick the luckiest. What is left unmeasured keeps its predicted row.
 MAX_MODEL_ROUNDS = 1
-# Above this median error (|predicted / measured - 1| of each first-round trial, predicted by the
-# model fitted to the others) the model does not fit the pipeline: the sweep measures as ofat does.
-MODEL_FALLBACK_ERROR = 0.15
 MAX_GREEDY_ROUNDS = 4
 MAX_FOLLOW_UP_ROUNDS = 4
 # A value whose throughput was below this share of the best of its key's last sweep is not
