@@ -15,9 +15,10 @@ import pytest
 from loadtune.kinds import Status
 from loadtune.results.record import read_records
 from loadtune.results.samples import read_samples, samples_file
+from loadtune.results.watched import loader_file
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import summarize, window_figures
-from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line, loader_file
+from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line
 from loadtune.training_process.tally import SHORT_TAIL_SHARE
 from loadtune.training_process.watch import _MEASURE, LoaderWatch
 

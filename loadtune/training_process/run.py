@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from loadtune.results.record import Record, ResultsFile
 from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
-from loadtune.results.watched import loader_file
+from loadtune.results.watched import LoaderInfo, write_loader_info
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
@@ -257,10 +257,8 @@ class RunWatch:
         kept = [s for s in samples if s.trial in names]
         host = rows[0].host if rows else ""
         self._samples.write("", host or "", 1.0, self.group.world, kept)
-        loaders = {self._trial_name(w.name): {"loader_kwargs": _plain(w.settings),
-                                              "dataset": w.dataset_spec, "script": self.script,
-                                              "argv": list(sys.argv[1:])} for w in self.loaders}
-        _write_json(loader_file(out), loaders)
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.dataset_spec, dict(w.settings), self.script,
+                                                                     tuple(sys.argv[1:])) for w in self.loaders})
 
     def flush(self) -> list[Record]:
         """The file as it stands now (the run goes on)."""
@@ -384,16 +382,6 @@ def _gathered(group: _Group, out: Path, final: bool,
 def _default_name(loader: Any, index: int) -> str:
     dataset = getattr(loader, "dataset", None)
     return type(dataset).__name__ if dataset is not None else f"loader {index + 1}"
-
-
-def _plain(settings: Any) -> dict[str, Any]:
-    return {k: v for k, v in dict(settings).items() if v is None or isinstance(v, (bool, int, float, str))}
-
-
-def _write_json(path: Path, value: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def _device() -> str:
