@@ -11,8 +11,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
+# The demo replaces its own result when run again (--overwrite): running it asks for a fresh one.
 demo: $(STAMP)
-	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png
+	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png --overwrite
 
 # Style, import order and pyflakes' checks (ruff), then the typed modules under mypy --strict (the
 # files mypy checks are listed in pyproject.toml's [tool.mypy], beside ruff's configuration).

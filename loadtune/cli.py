@@ -9,10 +9,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -23,52 +23,107 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from loadtune.errors import LoadtuneError
+from loadtune.text import wrap
+from loadtune.version import __version__
 
 if TYPE_CHECKING:
     from loadtune.options import SweepOptions
+    from loadtune.results.record import Record
+    from loadtune.results.report import Summary
     from loadtune.results.sweep import SweepResult
 from loadtune.kinds import RankBy, Status, Strategy
 
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
 EXIT_INTERRUPTED = 130
-TABLE_WIDTH = 160  # when output is not a terminal (a file, a CI log)
+DEFAULT_WIDTH = 100  # when output is not a terminal (a file, a pipe, a CI log) and COLUMNS is not set
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: rich's panels show a flag as taking a value (`--verbose <bool>`); click's own
+    # layout shows it as the flag it is.
+    rich_markup_mode=None,
     help="Measure which DataLoader settings keep your accelerator fed.",
 )
 
 
 def _width(stream: Any) -> int | None:
-    """The output's width: COLUMNS when set, the terminal's, else TABLE_WIDTH (a file, a CI log)."""
+    """The output's width: COLUMNS when set, the terminal's (None: rich reads it), else DEFAULT_WIDTH."""
     columns = os.environ.get("COLUMNS", "")
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
-    return None if stream.isatty() else TABLE_WIDTH
+    return None if stream.isatty() else DEFAULT_WIDTH
 
 
 def _console(stderr: bool = False) -> Console:
     return Console(stderr=stderr, width=_width(sys.stderr if stderr else sys.stdout))
 
 
-err = _console(stderr=True)
+def _err() -> Console:
+    """stderr, at its width now."""
+    return _console(stderr=True)
+
+
+def _say(console: Console, text: str, label: str = "", label_style: str = "", style: str = "",
+         one_line: bool = False) -> None:
+    """One item of prose, wrapped at the console's width (text.wrap: broken at spaces, continuation
+    lines indented), or with `one_line` on one line whatever its length; `label`, where the item
+    starts with it, drawn in `label_style`."""
+    for number, line in enumerate(wrap(text, None if one_line else console.width)):
+        shown = Text(line, style=style)
+        if number == 0 and label and line.lstrip().startswith(label):
+            start = len(line) - len(line.lstrip())
+            shown.stylize(label_style, start, start + len(label))
+        console.print(shown, highlight=False, soft_wrap=True)
+
+
+def _say_lines(console: Console, lines: Iterable[str], style: str = "") -> None:
+    for line in lines:
+        _say(console, line, style=style)
+
+
+def _warn(console: Console, text: str) -> None:
+    _say(console, f"Warning: {text}", "Warning:", "yellow")
+
+
+def _table(console: Console, table: RenderableType) -> None:
+    """A table, never cut: where even its essential columns do not fit, its rows run past the width."""
+    console.print(table, crop=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"loadtune {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                 help="Print the version and exit."),
+) -> None:
     """Measure which DataLoader settings keep your accelerator fed."""
 
 
-def _fail(message: str, debug: bool) -> None:
+def _fail(message: str, debug: bool) -> NoReturn:
+    err = _err()
     if debug:
         err.print_exception()
-    err.print(f"[bold red]Error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    # One line, however long, for scripts that read the last line (a terminal wraps it).
+    _say(err, f"Error: {message}", "Error:", "bold red", one_line=True)
     raise typer.Exit(EXIT_USER_ERROR)
+
+
+def _refuse_existing(path: Path | None, overwrite: bool, keep: str = "") -> None:
+    """An existing results file is never replaced unasked: a one-line error naming it and the
+    flags that allow it."""
+    if path is not None and path.exists() and not overwrite:
+        raise LoadtuneError(f"{path} already exists: add {keep}--overwrite to replace it")
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -89,16 +144,15 @@ class _ProgressView:
         from loadtune.sweep_process import events
 
         if isinstance(event, events.SweepStarted):
-            self.console.print(f"Sweeping ({event.strategy}) on {event.device}, dataset length "
-                               f"{event.dataset_len}; rows go to {event.out_path}", highlight=False, markup=False)
+            _say(self.console, f"Sweeping ({event.strategy}) on {event.device}, dataset length {event.dataset_len}; "
+                               f"rows go to {event.out_path}")
             if event.resumed:
-                self.console.print(f"Resuming: {event.resumed} trials kept from that file", highlight=False,
-                                   markup=False)
+                _say(self.console, f"Resuming: {event.resumed} trials kept from that file")
             if event.older:
-                self.console.print(f"Resuming: {event.older} rows of that file measured again: an older loadtune "
-                                   "wrote them, weighing epoch starts by its windows, not the run's epochs",
-                                   highlight=False, markup=False)
-            self.progress.start()
+                _say(self.console, f"Resuming: {event.older} rows of that file measured again: an older loadtune "
+                                   "wrote them, weighing epoch starts by its windows, not the run's epochs")
+            if self.console.is_terminal:  # a bar is for a person watching; a pipe gets the lines alone
+                self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
         elif isinstance(event, events.RunsPlanned):
             self.progress.update(self.task, total=event.runs)
@@ -112,17 +166,17 @@ class _ProgressView:
             if r.status == Status.OK:
                 how = " (kept)" if event.resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
                 how += "" if event.resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
-                text = f"{r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
+                _say(self.progress.console, f"  {r.trial}: {r.throughput:.1f} samples/s, wait ratio "
+                                            f"{r.wait_ratio:.3f}{how}")
             else:
-                text = f"[yellow]{r.status}[/]: {escape(str(r.reason))}"
-            self.progress.console.print(f"  {escape(str(r.trial))}: {text}", highlight=False, soft_wrap=True)
+                _say(self.progress.console, f"  {r.trial}: {r.status}: {r.reason}")
         elif isinstance(event, events.Notice):
-            self.progress.console.print(f"[yellow]Warning:[/] {escape(event.text)}", highlight=False, soft_wrap=True)
+            _warn(self.progress.console, event.text)
         elif isinstance(event, events.SweepFinished):
             self.stop()
 
     def stop(self) -> None:
-        if self.task is not None:
+        if self.task is not None and self.progress.live.is_started:
             self.progress.stop()
 
 
@@ -150,6 +204,8 @@ def sweep(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also draw the result as a chart (PNG)."),
     resume: bool = typer.Option(False, "--resume", help="Keep the rows already in the output CSV that belong "
                                 "to this config and machine; run only the rest."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the output CSV where it exists (without "
+                                   "this or --resume, an existing one is refused)."),
     ranks: int = typer.Option(1, "--ranks", min=1, help="Run N data-parallel ranks at once through "
                               "torch.distributed, each with its own DataLoader (default 1)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON on stdout."),
@@ -160,19 +216,24 @@ def sweep(
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune.options import SweepOptions
 
+    if resume and overwrite:
+        raise typer.BadParameter("--resume keeps the output's rows and --overwrite replaces them: give one",
+                                 param_hint="--overwrite")
     options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
                            strategy, rank_by, ranks, resume, out=out)
-    result = _run_sweep(options, debug)
+    result = _run_sweep(options, debug, overwrite)
     if result is not None:  # None: a torchrun follower, which prints nothing
         _print_sweep(result, plot, as_json, verbose, debug)
 
 
-def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
+def _run_sweep(options: "SweepOptions", debug: bool, overwrite: bool = False) -> "SweepResult | None":
     """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
-    a closed terminal stop it with the rows so far kept."""
+    a closed terminal stop it with the rows so far kept. An existing output is refused unless
+    --resume or --overwrite."""
     from loadtune.sweep_process import torchrun
     from loadtune.sweep_process.pipeline import run_sweep
 
+    err = _err()
     view = _ProgressView(err)
     out_path = options.out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -188,6 +249,8 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
             options = dataclasses.replace(options, ranks=cluster.world_size, torchrun=True)
         spec = options.spec()
         out_path = options.out_path(spec)
+        if not options.resume:
+            _refuse_existing(out_path, overwrite, keep="--resume to keep its rows and measure the rest, or ")
         return run_sweep(options, spec=spec, on_event=view,
                          **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
     except LoadtuneError as exc:
@@ -196,8 +259,8 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     except KeyboardInterrupt:
         view.stop()
         if cluster is None or cluster.leader:  # rank 0 holds the CSV; the others just stop
-            err.print(f"[yellow]Interrupted.[/] The rows measured so far are in {escape(str(out_path))}; "
-                      f"add --resume to the same command to measure only the rest.", highlight=False)
+            _say(err, f"Interrupted. The rows measured so far are in {out_path}; add --resume to the same command "
+                      "to measure only the rest.", "Interrupted.", "yellow")
         raise typer.Exit(EXIT_INTERRUPTED)
     finally:
         if cluster is not None:
@@ -209,9 +272,11 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
 
 def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbose: bool, debug: bool) -> None:
     """The table, the warnings, the short answer (with --verbose the details first), the files;
-    with --json the summary on stdout and the rest on stderr."""
+    with --json the summary on stdout and the rest on stderr. A sweep in which no trial ran is
+    an error (exit 1) naming the first failure; its rows stay in the CSV."""
     from loadtune.results.report import (
         detail_lines,
+        failure,
         flagged_lines,
         not_run_lines,
         predicted_lines,
@@ -219,20 +284,24 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
         summary_lines,
     )
 
+    none_ran = failure(result.records)
+    if none_ran is not None:
+        _fail(f"{none_ran}; every trial's row is in {result.out_path}", debug)
+    err = _err()
     console = err if as_json else _console()
     info = result.summary
     on_ranks = f", {info.ranks} ranks" if info.ranks > 1 else ""
     title = f"{info.config} (scale x{info.scale:g}, {info.device}{on_ranks}, {info.strategy}, ranked by {info.rank_by})"
-    console.print(results_table(result.records, title=title, width=console.width), crop=False)
-    lines = [f"  not run: {line}" for line in not_run_lines(result.records, skipped=verbose)]
+    _table(console, results_table(result.records, title=title, width=console.width))
+    lines = [f"  {line}" for line in not_run_lines(result.records, skipped=verbose)]
     if verbose:
         lines += [f"  {line}" for line in predicted_lines(result.records)]
         lines += [f"  not ranked: {line}" for line in flagged_lines(result.records)]
         lines += detail_lines(info)
-    _print_lines(console, lines)
+    _say_lines(console, lines)
     for warning in result.warnings:
-        err.print(f"[yellow]Warning:[/] {escape(str(warning))}", highlight=False, soft_wrap=True)
-    _print_lines(console, summary_lines(info))
+        _warn(err, str(warning))
+    _say_lines(console, summary_lines(info))
     files = [f"{result.out_path} (CSV)"] + ([f"{info.per_rank_csv} (per rank)"] if info.per_rank_csv else [])
     if plot is not None:
         try:
@@ -243,22 +312,24 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
         except LoadtuneError as exc:
             _fail(str(exc), debug)
     more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
-    _print_lines(console, [f"Files: {', '.join(files)}{more}"])
+    _say(console, f"Files: {', '.join(files)}{more}")
     if as_json:
-        sys.stdout.write(json.dumps(info.to_json(), indent=2, default=str) + "\n")
+        _json(info.to_json())
 
 
-def _print_lines(console: Console, lines: list[str]) -> None:
-    for line in lines:
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+def _json(data: Any) -> None:
+    """A result as JSON on stdout (everything else goes to stderr)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 @app.command()
 def compare(
     csvs: list[Path] = typer.Argument(..., help="Two or more results CSVs; the first is the reference."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the aligned table as CSV."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the --out file where it exists."),
     fail_on_flip: bool = typer.Option(False, "--fail-on-flip", help="Exit 3 when the conclusion changed."),
     force: bool = typer.Option(False, "--force", help="Compare files of different configs anyway."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON on stdout."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Align sweeps from several machines or scales and say whether the conclusion holds; set a
@@ -266,23 +337,59 @@ def compare(
     from loadtune.results.compare import compare as compare_results
     from loadtune.results.compare import comparison_lines, comparison_table, load_results, run_table, write_aligned
 
-    console = _console()
+    console = _err() if as_json else _console()
     try:
+        _refuse_existing(out, overwrite)
         comparison = compare_results(load_results(csvs), force=force)
         if out is not None:
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     if len(comparison.sweep_labels) != 1 or not comparison.run_labels:
-        console.print(comparison_table(comparison, width=console.width), crop=False)
+        _table(console, comparison_table(comparison, width=console.width))
     if comparison.runs:
-        console.print(run_table(comparison, width=console.width), crop=False)
-    for line in comparison_lines(comparison):
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+        _table(console, run_table(comparison, width=console.width))
+    lines = comparison_lines(comparison)
+    _say_lines(console, lines)
     if out is not None:
-        console.print(f"Aligned CSV: {out}", highlight=False, markup=False)
+        _say(console, f"Aligned CSV: {out}")
+    if as_json:
+        _json(_comparison_json(comparison, lines, out))
     if fail_on_flip and comparison.changed:
         raise typer.Exit(EXIT_FLIPPED)
+
+
+def _comparison_json(comparison: Any, lines: list[str], out: Path | None) -> dict[str, Any]:
+    """What `loadtune compare --json` prints (docs/reference.md)."""
+    import pandas as pd
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return dataclasses.asdict(value)
+        return value
+
+    def cell(value: Any) -> Any:
+        if value is None or (not isinstance(value, (list, tuple, dict)) and pd.isna(value)):
+            return None
+        return value.item() if hasattr(value, "item") else value
+
+    rows = [{k: cell(v) for k, v in row.items()} for row in comparison.table.astype(object).to_dict("records")]
+    return {
+        "files": [{"label": label, "path": str(path), "run": label in comparison.run_labels}
+                  for label, path in zip(comparison.labels, comparison.paths)],
+        "reference": comparison.labels[0] if comparison.labels else None,
+        "winners": comparison.winners,
+        "differences": comparison.differences,
+        "tau": comparison.tau,
+        "flags": comparison.flags,
+        "changed": comparison.changed,
+        "verdict": comparison.verdict,
+        "transfers": {label: plain(check) for label, check in comparison.transfers.items()},
+        "runs": {label: [plain(check) for check in checks] for label, checks in comparison.runs.items()},
+        "rows": rows,
+        "summary": lines,
+        "out": str(out) if out is not None else None,
+    }
 
 
 @app.command()
@@ -302,6 +409,7 @@ def predict(
     tolerance: Optional[float] = typer.Option(None, "--tolerance", help="Configs predicted within this share of "
                                               "the best are as good; the cheapest is recommended (default 0.03)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the predicted rows as CSV."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace the --out file where it exists."),
     as_json: bool = typer.Option(False, "--json", help="Print the prediction as JSON on stdout."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
@@ -325,32 +433,33 @@ def predict(
             raise typer.BadParameter(f"must be {what}, got {value:g}", param_hint=hint)
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     try:
+        _refuse_existing(out, overwrite)
         result = forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
         if out is not None:
             write_forecast(result, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    console = err if as_json else _console()
-    console.print(forecast_table(result, width=console.width), crop=False)
-    for line in forecast_lines(result):
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    console = _err() if as_json else _console()
+    _table(console, forecast_table(result, width=console.width))
+    _say_lines(console, forecast_lines(result))
     if out is not None:
-        console.print(f"CSV: {out}", highlight=False, markup=False)
+        _say(console, f"CSV: {out}")
     if as_json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2, default=str) + "\n")
+        _json(result.to_json())
 
 
 @app.command()
 def report(
     csvs: list[Path] = typer.Argument(..., help="One or more results CSVs."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Draw them as a chart (PNG), side by side."),
+    as_json: bool = typer.Option(False, "--json", help="Print each file's answer as JSON on stdout."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Every trial's bottleneck, not only the "
                                  "baseline's and the recommendation's, and each repeat's figure from the raw "
                                  "samples beside the CSV."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Show results CSVs as ranked tables with what limits each trial (a watched run: each loader and
-    rank, and what to run next), and draw them."""
+    """Show results CSVs as ranked tables with what limits each trial, each ending with the answer
+    its sweep gave (a watched run: each loader and rank, and what to run next), and draw them."""
     from loadtune.results.record import load_records
     from loadtune.results.report import (
         LEGEND,
@@ -362,10 +471,11 @@ def report(
         repeat_lines,
         report_title,
         results_table,
+        summary_lines,
     )
     from loadtune.results.watched import WATCHED_LEGEND, watched_lines, watched_table
 
-    console = _console()
+    console = _err() if as_json else _console()
     try:
         tables = [(path, load_records(path)) for path in csvs]
         if plot is not None:
@@ -375,33 +485,60 @@ def report(
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     legends: list[str] = []
+    files: list[dict[str, Any]] = []
+
+    def legend(lines: Iterable[str]) -> None:
+        """The legend of a kind of table, under the first table of that kind (the answer ends each file)."""
+        new = [line for line in lines if line not in legends]
+        legends.extend(new)
+        _say_lines(console, new, style="dim")
+
     for path, all_rows in tables:
         run_rows = [r for r in all_rows if r.watched]
         if run_rows:
             title = f"{report_title(run_rows, path.name)} (a watched run)"
-            console.print(watched_table(run_rows, title=title, width=console.width), crop=False)
-            _print_lines(console, watched_lines(run_rows, path))
-            legends += [line for line in WATCHED_LEGEND if line not in legends]
+            _table(console, watched_table(run_rows, title=title, width=console.width))
+            legend(WATCHED_LEGEND)
+            _say_lines(console, watched_lines(run_rows, path))
         rows = [r for r in all_rows if not r.watched]
+        info = _file_summary(rows, path) if rows else None
+        files.append({"file": str(path), "summary": info.to_json() if info is not None else None,
+                      "watched": [_watched_json(r) for r in run_rows]})
         if run_rows and not rows:
             continue
-        legends += [line for line in LEGEND if line not in legends]
-        console.print(results_table(rows, title=report_title(rows, path.name), width=console.width), crop=False)
-        for line in not_run_lines(rows):
-            console.print(f"  not run: {line}", highlight=False, soft_wrap=True, markup=False)
-        for line in predicted_lines(rows):
-            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)
-        for line in flagged_lines(rows):
-            console.print(f"  not ranked: {line}", highlight=False, soft_wrap=True, markup=False)
-        _print_lines(console, finding_lines(rows, every_trial=verbose))
+        _table(console, results_table(rows, title=report_title(rows, path.name), width=console.width))
+        _say_lines(console, [f"  {line}" for line in not_run_lines(rows)])
+        _say_lines(console, [f"  {line}" for line in predicted_lines(rows)])
+        _say_lines(console, [f"  not ranked: {line}" for line in flagged_lines(rows)])
+        legend(LEGEND)
+        _say_lines(console, finding_lines(rows, every_trial=verbose))
         if verbose:
-            _print_lines(console, repeat_lines(path, rows))
-        for line in noise_warnings(rows):
-            console.print(f"[yellow]Warning:[/] {escape(str(line))}", highlight=False, soft_wrap=True)
-    for line in legends:
-        console.print(line, style="dim", highlight=False, soft_wrap=True, markup=False)
+            _say_lines(console, repeat_lines(path, rows))
+        for warning in noise_warnings(rows):
+            _warn(console, str(warning))
+        if info is not None:
+            _say_lines(console, summary_lines(info))
     if plot is not None:
-        console.print(f"Chart: {plot}", highlight=False, markup=False)
+        _say(console, f"Chart: {plot}")
+    if as_json:
+        _json({"files": files, "plot": str(plot) if plot is not None else None})
+
+
+def _file_summary(rows: list["Record"], path: Path) -> "Summary | None":
+    """A file's summary rebuilt from its rows, with where its pick moves (as the sweep said it)."""
+    from loadtune.results.choice import recommended
+    from loadtune.results.report import file_summary
+    from loadtune.results.transfer import settings_of, travel
+
+    chosen = recommended(rows)
+    moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
+    return file_summary(rows, str(path), moved, same)
+
+
+def _watched_json(record: "Record") -> dict[str, Any]:
+    from loadtune.results.report import brief
+
+    return {**(brief(record) or {}), "dist_rank": record.dist_rank, "reason": record.reason or None}
 
 
 @app.command()
@@ -423,12 +560,10 @@ def profile(
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     console = _console()
-    console.print(result.table, highlight=False, markup=False, soft_wrap=True)
-    for line in result.summary_lines():
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    console.print(result.table, highlight=False, markup=False, soft_wrap=True, crop=False)
+    _say_lines(console, result.summary_lines())
     if result.trace_path:
-        console.print(f"Trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)",
-                      highlight=False)
+        _say(console, f"Trace: {result.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")
 
 
 @app.command()

@@ -44,3 +44,35 @@ def fmt(value: Any, digits: int = 2) -> str:
 
 # How a row's status is shown in tables.
 STATUS_STYLE = {Status.OK: "", Status.SKIPPED: "dim", Status.FAILED: "red", Status.TIMEOUT: "red", "absent": "dim"}
+
+
+# Continuation lines of a wrapped item start this much further in than its first line, so that
+# a line that starts further in than the one above continues it, and one that does not is a new item.
+HANGING_INDENT = 4
+
+
+def wrap(text: str, width: int | None, hanging: int = HANGING_INDENT) -> list[str]:
+    """One item of prose (a message, a line of the answer) as lines of at most `width`
+    characters, broken at spaces only, never inside a word: the first line keeps the item's own
+    indent; each further line is indented `hanging` more, so `Recommended: …` continues
+    indented under it. A word longer than a line (a path, say) stands alone on its line, whole.
+    Runs of spaces inside the item become one; a newline in it starts a continuation line.
+    `width` None: the item as it is, on one line per newline."""
+    lead = len(text) - len(text.lstrip(" "))
+    paragraphs = text.strip(" ").split("\n")
+    if width is None:
+        return [" " * lead + paragraphs[0], *(" " * (lead + hanging) + p.strip() for p in paragraphs[1:])]
+    lines: list[str] = []
+    for number, paragraph in enumerate(paragraphs):
+        indent = " " * (lead if number == 0 else lead + hanging)
+        line = ""
+        for word in paragraph.split():
+            if line and len(line) + 1 + len(word) <= width:
+                line += " " + word
+                continue
+            if line:
+                lines.append(line)
+                indent = " " * (lead + hanging)
+            line = indent + word
+        lines.append(line or indent.rstrip())
+    return lines

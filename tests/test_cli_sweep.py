@@ -18,6 +18,7 @@ import pytest
 from loadtune.machine import usable_cores
 from loadtune.results.record import COLUMNS
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
+from tests.test_one_voice import items
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     # How close the ratios come to the analytical model is a noisy figure: benchmarks/accuracy.py measures it.
     assert ok.wait_ratio.between(0, 1).all()
     assert "Paste: DataLoader(" in result.stderr
-    answer = result.stderr[result.stderr.index("Recommended:"):].strip().splitlines()
+    answer = items(result.stderr[result.stderr.index("Recommended:"):])  # each item on one line again
     assert len(answer) <= 8 and answer[-1].startswith("Files: "), answer  # the short answer, then the files
     assert info["summary"] == answer[:-1]
 

@@ -296,7 +296,8 @@ def test_a_sweeps_row_gives_the_stall_as_its_reason(tmp_path, write_config, mark
     out = tmp_path / "stall.csv"
     result = run_cli("sweep", str(write_config(stall_config(step=step))), "--ranks", "2", "--out", str(out),
                      marker=marker)
-    assert result.returncode == 0, result.stderr[-3000:]
+    # The baseline, the one trial, failed: one `Error:` line naming it, exit 1, its row in the CSV.
+    assert result.returncode == 1 and "Error: no trial ran successfully" in result.stderr, result.stderr[-3000:]
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.status == "failed"
     assert REPORTED.match(row.reason) and row.reason.startswith("rank 1 stalled in window 1 for "), row.reason

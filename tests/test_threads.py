@@ -36,8 +36,9 @@ def test_worker_threads_are_set_in_every_worker_and_main_threads_in_the_loop(wri
     assert _reports(folder, "worker") == {(3, 3)}, "torch and the OpenMP/BLAS pools at 3 in each worker"
     rows = pd.read_csv(out).set_index("trial")
     assert rows.loc["baseline", "worker_threads"] == 3 and rows.loc["baseline", "main_threads"] == 2
-    assert "torch.set_num_threads(2) in the training process" in done.stdout
-    assert "threadpoolctl.threadpool_limits(3) in worker_init_fn" in done.stdout
+    said = " ".join(done.stdout.split())  # the answer, wrapped at spaces, as one line
+    assert "torch.set_num_threads(2) in the training process" in said
+    assert "threadpoolctl.threadpool_limits(3) in worker_init_fn" in said
 
 
 def test_thread_keys_are_swept_like_any_key(write_config, tmp_path, marker):

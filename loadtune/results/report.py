@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 from rich.table import Table
 from rich.text import Text
 
-from loadtune.kinds import EndedBy, Status
+from loadtune.kinds import EndedBy, RankBy, Status
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
-from loadtune.results.record import DATA_FLAGGED, MEASURED_STATUSES, Record
+from loadtune.results.record import DATA_FLAGGED, MEASURED_STATUSES, Record, rank_file
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
@@ -127,10 +127,34 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
     return fitted_table([columns(names)] + ([columns(short)] if short != names else []), width, title or None, styles)
 
 
+# How each row that gave no figures is listed: those that ran and failed, or ran past their
+# time, by what happened; those refused before they ran as not run.
+UNRAN_WORDS = {str(Status.FAILED): "failed", str(Status.TIMEOUT): "timeout", str(Status.SKIPPED): "not run"}
+
+
 def not_run_lines(records: Sequence[Record], skipped: bool = True) -> list[str]:
-    """The trials that did not run, with why; without `skipped`, only those that failed."""
-    return [f"{r.trial}: {r.status}: {r.reason or 'no reason given'}" for r in records
-            if r.status not in MEASURED_STATUSES and not r.predicted_only and (skipped or r.status != Status.SKIPPED)]
+    """The trials without figures, each with what happened and why: `failed: T: reason` (it ran
+    and failed), `timeout: T: reason` (it ran past measure.timeout_s), `not run: T: reason`
+    (skipped before it ran); without `skipped`, the first two only."""
+    return [f"{UNRAN_WORDS.get(str(r.status), str(r.status))}: {r.trial}: {r.reason or 'no reason given'}"
+            for r in records if r.status not in MEASURED_STATUSES and not r.predicted_only
+            and (skipped or r.status != Status.SKIPPED)]
+
+
+def failure(records: Sequence[Record]) -> str | None:
+    """Why no trial gave figures, naming the first failure's reason (the baseline's where it
+    failed), as the error a sweep without one ends with; None when a trial ran (the ideal, a
+    reference, is no trial)."""
+    if any(r.status == Status.OK and r.trial != IDEAL for r in records):
+        return None
+    unran = [r for r in records if r.status not in MEASURED_STATUSES and not r.predicted_only and r.trial != IDEAL]
+    failed = [r for r in unran if r.status != Status.SKIPPED] or unran
+    first = next((r for r in failed if r.trial == BASELINE), failed[0] if failed else None)
+    if first is None:
+        return "no trial ran successfully: the sweep had no trial to run"
+    what = "ran past its time" if first.status == Status.TIMEOUT else \
+        "was not run" if first.status == Status.SKIPPED else "failed"
+    return f"no trial ran successfully; the first, {first.trial}, {what}: {first.reason or 'no reason given'}"
 
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:
@@ -259,6 +283,9 @@ class Summary:
     # figures were not at hand, as for trials kept by --resume).
     speedup_lo: float | None = None
     speedup_hi: float | None = None
+    # Rebuilt from the CSV (loadtune report) rather than concluded by the sweep: the file holds
+    # no racing decision, no raw draws for the speedup's interval and only the swept settings.
+    rebuilt: bool = False
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -313,6 +340,7 @@ class Summary:
             "notes": [str(n) for n in self.notes],
             "speedup_interval": [self.speedup_lo, self.speedup_hi] if self.speedup_lo is not None else None,
             "summary": summary_lines(self),
+            "rebuilt": self.rebuilt,
         }
         if self.ranks > 1:
             one = self.one_rank
@@ -345,6 +373,58 @@ def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwa
     )
 
 
+# The settings a row records, as DataLoader keywords (and the two thread settings).
+RECORDED_SETTINGS = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor",
+                     "main_threads", "worker_threads")
+
+
+def recorded_settings(record: Record) -> dict[str, Any]:
+    """A row's settings, as far as the CSV holds them, by name."""
+    return {k: getattr(record, k) for k in RECORDED_SETTINGS if getattr(record, k) is not None}
+
+
+def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel] = (),
+                 travel_same: Sequence[str] = ()) -> Summary | None:
+    """A sweep's summary rebuilt from its CSV's rows, for `loadtune report` to end with the answer
+    the sweep printed (summary_lines). What the file does not hold is left out: how sure racing
+    was (the trials tied with the pick stand for it), the speedup's interval, the loader's
+    keywords beyond the swept settings, what the factory returned. `travel`, `travel_same`:
+    where the pick moves on the common targets (transfer.travel, which reads this module).
+    None when the file holds no sweep's rows (a watched run's only)."""
+    from loadtune.results.choice import recommended
+
+    rows = [r for r in records if not r.watched]
+    if not rows:
+        return None
+    chosen = recommended(rows)
+    base = next((r for r in rows if r.trial == BASELINE), None)
+    first = rows[0]
+    path = Path(output)
+    per_rank = rank_file(path) if (first.ranks or 1) > 1 else None
+    flagged = tuple(Flagged(r.trial or "", r.data_check or "", r.reason or f"data_check {r.data_check}")
+                    for r in rows if r.status == Status.OK and r.data_flagged)
+    return summarize_sweep(
+        rows, chosen, recorded_settings(chosen) if chosen is not None else None,
+        recorded_settings(base) if base is not None and base.ran else None,
+        output=output, config=first.config_name or path.stem, scale=first.scale if first.scale is not None else 1.0,
+        scaled=None, device=first.device or "", ranks=first.ranks or 1, rank_by=_ranked_by(rows),
+        strategy=first.strategy or "", warnings=(), notes=tuple(noise_warnings(rows)),
+        per_rank_csv=str(per_rank) if per_rank is not None and per_rank.exists() else None,
+        data=DataFindings(flagged) if flagged else None, travel=tuple(travel), travel_same=tuple(travel_same),
+        rebuilt=True)
+
+
+def _ranked_by(records: Sequence[Record]) -> str:
+    """What the rows were ranked by, as their order shows: throughput unless only the wait ratio
+    agrees with the ranks."""
+    ranked = sorted((r for r in records if r.rank is not None and r.throughput is not None
+                     and r.wait_ratio is not None), key=lambda r: r.rank or 0)
+    pairs = [(a, b) for a, b in zip(ranked, ranked[1:]) if (a.rank or 0) < (b.rank or 0)]
+    by_throughput = all((a.throughput or 0) >= (b.throughput or 0) for a, b in pairs)
+    by_wait = all((a.wait_ratio or 0) <= (b.wait_ratio or 0) for a, b in pairs)
+    return str(RankBy.WAIT_RATIO) if by_wait and not by_throughput else str(RankBy.THROUGHPUT)
+
+
 def _travel_lines(info: Summary) -> list[str]:
     """One line per common target where the model predicts another pick; else one saying it holds."""
     if info.travel:
@@ -372,11 +452,16 @@ def summary_lines(info: Summary) -> list[str]:
         data = info.data.lines()[:1] if info.data is not None else []
         if info.data is not None and info.data.flagged:
             return ["No trial can be recommended: the data check flagged every trial that ran.", *data]
+        if info.rebuilt:
+            return ["No trial ran successfully: the lines under the table give each trial's reason."]
         return ["No trial ran successfully: see the reason column of the CSV (loadtune report shows it)."]
     lines = [_recommended_line(info, chosen, base) + behaviour_changed(info.change), _sure_line(info, chosen)]
     if info.source != "dataset" and info.change is not None:
         what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
         lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
+    elif info.rebuilt:
+        lines.append(f"Paste: {info.dataloader}; keep the loader's other keywords as they are (the CSV holds "
+                     "only the swept settings)")
     else:
         lines.append(f"Paste: {info.dataloader}")
     if chosen.verdict:
@@ -427,7 +512,7 @@ def _settle(decision: Decision) -> str:
     """The one rerun that would settle an undecided pick."""
     more = max(2 * (decision.repeats or 1), 5)
     if decision.ended_by == EndedBy.KEPT:
-        return "rerun without --resume (racing measures no trial kept from the file again)"
+        return "rerun with --overwrite instead of --resume (racing measures no trial kept from the file again)"
     if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget and --resume"
     # --resume keeps every repeat measured (its raw samples) and races the kept trials further,
@@ -442,11 +527,15 @@ def _named(names: Sequence[str]) -> str:
     return named + (f" (and {more} more)" if more > 0 else "")
 
 
+def _listed(names: Sequence[str]) -> str:
+    """At most NAMED_SHORT names, comma-separated, and how many more."""
+    return ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
+                                             else "")
+
+
 def _equal_words(decision: Decision) -> str:
     """The configs a rerun might pick instead, that the pick is as good as within the noise."""
-    names = decision.equal
-    listed = ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
-                                               else "")
+    listed = _listed(decision.equal)
     within = f" (±{decision.spread:.0%} between processes here)" if decision.spread is not None else ""
     return (f"{listed} ran as fast within this machine's noise{within}: a rerun may pick one of them, and this "
             f"one is expected to cost at most the {decision.tolerance:.0%} tolerance against each")
@@ -455,8 +544,13 @@ def _equal_words(decision: Decision) -> str:
 def _sure_line(info: Summary, chosen: Record) -> str:
     """One plain sentence on how sure the pick is."""
     decision, best = info.decision, info.best
+    if decision is None and info.rebuilt:
+        tied = [r.trial or "" for r in info.trials if r.tied_with_best and r.trial != chosen.trial]
+        others = f"tied with it ('=' in the table): {_listed(tied)}; either will do" if tied else \
+            "every other trial ranks behind it"
+        return f"How sure: the CSV does not keep how sure the sweep was; {others}."
     if decision is None:
-        return "How sure: not raced (one repeat each); rerun with --repeats 3 or more to see the spread."
+        return "How sure: not raced (one repeat each); rerun with --repeats 3 or more and --resume to see the spread."
     tol = f"{decision.tolerance:.0%}"
     if not decision.decided:
         expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
@@ -607,14 +701,16 @@ def noise_warnings(records: Sequence[Record]) -> list[Finding]:
 
 
 def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[str]:
-    """What `loadtune report` says under a file's table: each bottleneck (the baseline's and the
-    recommendation's; every trial's with `every_trial`), what the data check found, how well the
-    model predicted the trials before they ran, and the scale measured at."""
+    """What `loadtune report` says under a file's table, before the answer (file_summary): the
+    baseline's bottleneck where it is not the recommendation (whose bottleneck the answer gives;
+    every trial's with `every_trial`), what the data check found, how well the model predicted
+    the trials before they ran, and the scale measured at."""
     from loadtune.results.choice import recommended
 
     chosen = recommended(records)
     ran = [r for r in records if r.status == Status.OK and r.trial != IDEAL and r.verdict]
-    shown = ran if every_trial else [r for r in ran if r.trial == BASELINE or r is chosen]
+    # The recommendation's own is in the answer (summary_lines: "Bottleneck now").
+    shown = ran if every_trial else [r for r in ran if r.trial == BASELINE and r is not chosen]
     lines = []
     for r in shown:
         label = "recommended, " if r is chosen else ""
