@@ -525,14 +525,21 @@ def report(
 
 
 def _file_summary(rows: list["Record"], path: Path) -> "Summary | None":
-    """A file's summary rebuilt from its rows, with where its pick moves (as the sweep said it)."""
+    """A file's summary rebuilt from its rows, with where its pick moves and the trials' loader
+    settings beside it (NAME.loader.json), as the sweep said them."""
+    from loadtune.errors import ResultsError
     from loadtune.results.choice import recommended
     from loadtune.results.report import file_summary
     from loadtune.results.transfer import settings_of, travel
+    from loadtune.results.watched import read_loader_info
 
     chosen = recommended(rows)
     moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
-    return file_summary(rows, str(path), moved, same)
+    try:
+        loaders = {trial: info.loader_kwargs for trial, info in read_loader_info(path).items()}
+    except ResultsError:  # unreadable: the paste line holds the swept settings, and says so
+        loaders = {}
+    return file_summary(rows, str(path), moved, same, loaders)
 
 
 def _watched_json(record: "Record") -> dict[str, Any]:

@@ -20,7 +20,14 @@ from loadtune.cli import app
 from loadtune.kinds import EndedBy, Status
 from loadtune.results.decision import Decision
 from loadtune.results.record import Record, ResultsFile, load_records
-from loadtune.results.report import DataFindings, Flagged, file_summary, summarize_sweep, summary_lines
+from loadtune.results.report import (
+    DataFindings,
+    Flagged,
+    dataloader_line,
+    file_summary,
+    summarize_sweep,
+    summary_lines,
+)
 from loadtune.results.sweep import SweepResult
 from loadtune.text import HANGING_INDENT, wrap
 from loadtune.version import __version__
@@ -235,6 +242,22 @@ def test_report_ends_with_the_answer_of_the_sweep():
     assert answer[0] == summary_lines(swept)[0]
     assert rebuilt["decided"] is None and rebuilt["rebuilt"] is True
     assert rebuilt["recommended"]["trial"] == "num_workers=2"
+
+
+def test_report_pastes_the_sweeps_line_from_the_loader_settings_beside_the_csv(tmp_path):
+    from loadtune.results.watched import LoaderInfo, write_loader_info
+
+    csv = tmp_path / REPORT_CSV.name
+    csv.write_text(REPORT_CSV.read_text())
+    swept = {"batch_size": 32, "num_workers": 2, "prefetch_factor": 2, "shuffle": True, "drop_last": True}
+    write_loader_info(csv, {"num_workers=2": LoaderInfo(loader_kwargs=swept),
+                            "baseline": LoaderInfo(loader_kwargs={**swept, "num_workers": 1})})
+    answer = json.loads(invoke(["report", csv, "--json"], 80).stdout)["files"][0]["summary"]
+    paste = next(line for line in answer["summary"] if line.startswith("Paste: "))
+    assert paste == f"Paste: {dataloader_line(dict(sorted(swept.items())))}"  # as the sweep's trial holds them
+    assert "drop_last=True" in paste and "shuffle=True" in paste
+    assert answer["change"] == {"num_workers": 2}
+    assert items(invoke(["report", csv], 80).stdout)[-len(answer["summary"]):] == answer["summary"]
 
 
 def test_a_rebuilt_summary_names_what_the_file_does_not_hold(files):

@@ -286,6 +286,7 @@ class Summary:
     # Rebuilt from the CSV (loadtune report) rather than concluded by the sweep: the file holds
     # no racing decision, no raw draws for the speedup's interval and only the swept settings.
     rebuilt: bool = False
+    swept_only: bool = False  # rebuilt, and the paste line holds the swept settings only (no NAME.loader.json)
 
     @property
     def advice_measured(self) -> list[dict[str, Any]]:
@@ -384,13 +385,16 @@ def recorded_settings(record: Record) -> dict[str, Any]:
 
 
 def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel] = (),
-                 travel_same: Sequence[str] = ()) -> Summary | None:
+                 travel_same: Sequence[str] = (), loaders: Mapping[str, Mapping[str, Any]] | None = None,
+                 ) -> Summary | None:
     """A sweep's summary rebuilt from its CSV's rows, for `loadtune report` to end with the answer
     the sweep printed (summary_lines). What the file does not hold is left out: how sure racing
-    was (the trials tied with the pick stand for it), the speedup's interval, the loader's
-    keywords beyond the swept settings, what the factory returned. `travel`, `travel_same`:
-    where the pick moves on the common targets (transfer.travel, which reads this module).
-    None when the file holds no sweep's rows (a watched run's only)."""
+    was (the trials tied with the pick stand for it), the speedup's interval, what the factory
+    returned. `loaders`: each trial's loader settings by name (NAME.loader.json beside the CSV),
+    for the paste line the sweep printed; without the pick's, the paste line holds the swept
+    settings and says so. `travel`, `travel_same`: where the pick moves on the common targets
+    (transfer.travel, which reads this module). None when the file holds no sweep's rows (a
+    watched run's only)."""
     from loadtune.results.choice import recommended
 
     rows = [r for r in records if not r.watched]
@@ -403,15 +407,20 @@ def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel
     per_rank = rank_file(path) if (first.ranks or 1) > 1 else None
     flagged = tuple(Flagged(r.trial or "", r.data_check or "", r.reason or f"data_check {r.data_check}")
                     for r in rows if r.status == Status.OK and r.data_flagged)
+    loaders = loaders or {}
+
+    def settings(record: Record) -> dict[str, Any]:
+        return dict(loaders.get(record.trial or "") or recorded_settings(record))
+
     return summarize_sweep(
-        rows, chosen, recorded_settings(chosen) if chosen is not None else None,
-        recorded_settings(base) if base is not None and base.ran else None,
+        rows, chosen, settings(chosen) if chosen is not None else None,
+        settings(base) if base is not None and base.ran else None,
         output=output, config=first.config_name or path.stem, scale=first.scale if first.scale is not None else 1.0,
         scaled=None, device=first.device or "", ranks=first.ranks or 1, rank_by=_ranked_by(rows),
         strategy=first.strategy or "", warnings=(), notes=tuple(noise_warnings(rows)),
         per_rank_csv=str(per_rank) if per_rank is not None and per_rank.exists() else None,
         data=DataFindings(flagged) if flagged else None, travel=tuple(travel), travel_same=tuple(travel_same),
-        rebuilt=True)
+        rebuilt=True, swept_only=chosen is not None and not loaders.get(chosen.trial or ""))
 
 
 def _ranked_by(records: Sequence[Record]) -> str:
@@ -459,7 +468,7 @@ def summary_lines(info: Summary) -> list[str]:
     if info.source != "dataset" and info.change is not None:
         what = ", ".join(f"{k}={v!r}" for k, v in info.change.items()) or "nothing: the baseline is the pick"
         lines.append(f"Change in the {info.source} your factory {info.factory} builds: {what}; keep the rest as it is.")
-    elif info.rebuilt:
+    elif info.swept_only:
         lines.append(f"Paste: {info.dataloader}; keep the loader's other keywords as they are (the CSV holds "
                      "only the swept settings)")
     else:
