@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import signal
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from rich.progress import (
 from rich.text import Text
 
 from loadtune.errors import LoadtuneError
-from loadtune.text import wrap
+from loadtune.text import output_width, wrap
 from loadtune.version import __version__
 
 if TYPE_CHECKING:
@@ -39,7 +38,6 @@ from loadtune.kinds import RankBy, Status, Strategy
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
 EXIT_INTERRUPTED = 130
-DEFAULT_WIDTH = 100  # when output is not a terminal (a file, a pipe, a CI log) and COLUMNS is not set
 
 app = typer.Typer(
     add_completion=False,
@@ -53,11 +51,8 @@ app = typer.Typer(
 
 
 def _width(stream: Any) -> int | None:
-    """The output's width: COLUMNS when set, the terminal's (None: rich reads it), else DEFAULT_WIDTH."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return None if stream.isatty() else DEFAULT_WIDTH
+    """The output's width (text.output_width): COLUMNS when set, the terminal's, else DEFAULT_WIDTH."""
+    return output_width(stream)
 
 
 def _console(stderr: bool = False) -> Console:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from loadtune.kinds import Status
@@ -44,6 +45,23 @@ def fmt(value: Any, digits: int = 2) -> str:
 
 # How a row's status is shown in tables.
 STATUS_STYLE = {Status.OK: "", Status.SKIPPED: "dim", Status.FAILED: "red", Status.TIMEOUT: "red", "absent": "dim"}
+
+
+# The width of prose when output is not a terminal (a file, a pipe, a CI log) and COLUMNS is not set.
+DEFAULT_WIDTH = 100
+
+
+def output_width(stream: Any) -> int:
+    """How wide prose on `stream` may be: COLUMNS when set, else the terminal's, else DEFAULT_WIDTH."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        pass
+    return DEFAULT_WIDTH
 
 
 # Continuation lines of a wrapped item start this much further in than its first line, so that

@@ -198,6 +198,28 @@ def test_warnings_come_once_per_verdict_not_every_interval(tmp_path):
     assert written.batches == 200 - _MEASURE.warmup_batches  # every counted batch, over its intervals
 
 
+def test_a_second_run_into_the_same_file_writes_beside_it_and_says_where(tmp_path):
+    """An earlier run's result is never replaced unasked: the next run's rows go to NAME-2.csv."""
+    out = tmp_path / "run.csv"
+    said: list[list[str]] = []
+    for _ in range(2):
+        clock = FakeClock()
+        lines: list[str] = []
+        run = RunWatch(out, 1.0, say=lambda line, level: lines.append(line), sample_tree=False, clock=clock,
+                       cpu_clock=lambda: 0.0)
+        loader = FakeLoader(clock, 60)
+        watch = run.watch(loader, "train")
+        watch.device_idle = None
+        _train(watch, loader, clock, epochs=1)
+        run.close()
+        said.append(lines)
+    beside = tmp_path / "run-2.csv"
+    assert [len(read_records(p)) for p in (out, beside)] == [1, 1]
+    assert not any("earlier run" in line for line in said[0])
+    assert f"loadtune: {out} holds an earlier run: this run's rows go to {beside}" in said[1]
+    assert f"loadtune predict {beside}" in said[1][-1]
+
+
 def test_a_run_too_short_for_its_warmup_says_so_and_writes_no_row(tmp_path):
     clock = FakeClock()
     lines: list[str] = []

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 # What to do about a result processes do not agree on.
-UNSTABLE_REMEDY = "rerun with --repeats 5 or more, a longer --batches, or close other programs"
+UNSTABLE_REMEDY = ("rerun with --resume --repeats 5 (keeps what was measured), or --overwrite with a longer --batches, "
+                   "or close other programs")
 
 
 def _cores(cores: float) -> str:

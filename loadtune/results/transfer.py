@@ -359,7 +359,8 @@ def check_columns(path: Path | str) -> None:
     missing = missing_columns(path, MODEL_COLUMNS)
     if missing:
         raise ResultsError(f"{path}: cannot predict from this file: it lacks the columns {', '.join(missing)} "
-                           f"(written by an older loadtune); rerun the sweep with this version")
+                           "(written by an older loadtune); rerun the sweep with this version (--overwrite replaces "
+                           "the file)")
 
 
 def fit_records(records: Sequence[Record], where: str = "the file", min_trials: int = 1) -> PipelineModel:

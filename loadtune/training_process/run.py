@@ -27,6 +27,7 @@ from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
 from loadtune.results.watched import LoaderInfo, write_loader_info
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
+from loadtune.text import output_width, wrap
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
 from loadtune.training_process.watch import LoaderWatch
 
@@ -48,12 +49,19 @@ def default_out(name: str) -> Path:
     return Path(DEFAULT_FOLDER) / f"watch-{stem}.csv"
 
 
+class _Wrapped(logging.Formatter):
+    """The message alone, wrapped as every command's prose is (text.wrap, at text.output_width)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(wrap(super().format(record), output_width(sys.stderr)))
+
+
 def logger() -> logging.Logger:
     """The run's lines go to the `loadtune.watch` logger; to stderr when nothing handles it."""
     log = logging.getLogger(LOGGER)
     if not log.hasHandlers():
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(_Wrapped())
         log.addHandler(handler)
         log.propagate = False
     if log.level == logging.NOTSET:
@@ -120,6 +128,7 @@ class RunWatch:
         self.written: list[Record] = []
         self._failed = False  # a write failed (said once)
         self.reason = ""  # how the run ended, once closed
+        self._files: dict[Path, Path] = {}  # each file asked for, and where its rows go (_beside)
         atexit.register(self.close)
 
     # --- loaders ------------------------------------------------------------------------------
@@ -165,7 +174,7 @@ class RunWatch:
             except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
                 if not self._failed:
                     self._failed = True
-                    self._say(f"loadtune: could not write {self.out}: {type(exc).__name__}: {exc}; the run goes on "
+                    self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}; the run goes on "
                               "and is written again at the next interval and at its end", logging.ERROR)
 
     def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
@@ -183,7 +192,7 @@ class RunWatch:
             if row.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
                 self._warned[watch.name] = (row.verdict, n)
                 self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
-                          f"({row.verdict}): {row.advice or 'see loadtune report ' + str(self.out)}", logging.WARNING)
+                          f"({row.verdict}): {row.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
 
     def _refresh_group(self) -> None:
         """The job's ranks as they are now; a process group once seen is kept (its store outlives
@@ -243,9 +252,27 @@ class RunWatch:
             rows = rows + [r for rank_rows, _ in others for r in rank_rows]
             samples = samples + [s for _, rank_samples in others for s in rank_samples]
         out = self.out if group.world == 1 or group.store is not None else _rank_file(self.out, group.rank)
-        self._write_files(out, rows, samples)
+        self._write_files(self._beside(out), rows, samples)
         self.written = rows
         return rows
+
+    @property
+    def file(self) -> Path:
+        """Where this run's rows go: `out`, or beside it where a file was there before the run."""
+        return self._files.get(self.out, self.out)
+
+    def _beside(self, out: Path) -> Path:
+        """`out`, or where it was there before this run (an earlier run's result): the first free
+        NAME-2.csv, NAME-3.csv, ... beside it, said once. A result is never replaced unasked."""
+        if out not in self._files:
+            target, n = out, 1
+            while target.exists() or samples_file(target).exists():
+                n += 1
+                target = out.with_name(f"{out.stem}-{n}{out.suffix or '.csv'}")
+            if target != out:
+                self._say(f"loadtune: {out} holds an earlier run: this run's rows go to {target}")
+            self._files[out] = target
+        return self._files[out]
 
     def _write_files(self, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples]) -> None:
         if self._results is None or self._results.path != out:
@@ -290,10 +317,10 @@ class RunWatch:
             try:
                 rows = self.write(final=True)
             except Exception as exc:  # noqa: BLE001 - said, never raised into the script's exit
-                self._say(f"loadtune: could not write {self.out}: {type(exc).__name__}: {exc}", logging.ERROR)
+                self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
                 return []
             if self.group.rank == 0:
-                self._say(end_line(rows, self.out, [w.name for w in self.loaders if not w.windows]))
+                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.windows]))
             return rows
 
 
@@ -393,7 +420,6 @@ def _device() -> str:
     except Exception:  # noqa: BLE001
         pass
     return "cpu"
-
 
 
 _runs: dict[Path, RunWatch] = {}

@@ -44,7 +44,8 @@ class Watched:
 
     @property
     def out(self) -> Path:
-        return self.run.out
+        """Where the rows go: the file asked for, or beside it where one was there before the run."""
+        return self.run.file
 
     def close(self, reason: str = "") -> list[Record]:
         """Ends the watch of every loader of its run now, writes the file and says the closing
