@@ -349,42 +349,9 @@ def compare(
     if out is not None:
         _say(console, f"Aligned CSV: {out}")
     if as_json:
-        _json(_comparison_json(comparison, lines, out))
+        _json(comparison.to_json(lines, out))
     if fail_on_flip and comparison.changed:
         raise typer.Exit(EXIT_FLIPPED)
-
-
-def _comparison_json(comparison: Any, lines: list[str], out: Path | None) -> dict[str, Any]:
-    """What `loadtune compare --json` prints (docs/reference.md)."""
-    import pandas as pd
-
-    def plain(value: Any) -> Any:
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            return dataclasses.asdict(value)
-        return value
-
-    def cell(value: Any) -> Any:
-        if value is None or (not isinstance(value, (list, tuple, dict)) and pd.isna(value)):
-            return None
-        return value.item() if hasattr(value, "item") else value
-
-    rows = [{k: cell(v) for k, v in row.items()} for row in comparison.table.astype(object).to_dict("records")]
-    return {
-        "files": [{"label": label, "path": str(path), "run": label in comparison.run_labels}
-                  for label, path in zip(comparison.labels, comparison.paths)],
-        "reference": comparison.labels[0] if comparison.labels else None,
-        "winners": comparison.winners,
-        "differences": comparison.differences,
-        "tau": comparison.tau,
-        "flags": comparison.flags,
-        "changed": comparison.changed,
-        "verdict": comparison.verdict,
-        "transfers": {label: plain(check) for label, check in comparison.transfers.items()},
-        "runs": {label: [plain(check) for check in checks] for label, checks in comparison.runs.items()},
-        "rows": rows,
-        "summary": lines,
-        "out": str(out) if out is not None else None,
-    }
 
 
 @app.command()

@@ -132,6 +132,37 @@ class Comparison:
     def sweep_labels(self) -> tuple[str, ...]:
         return tuple(label for label in self.labels if label not in self.run_labels)
 
+    def to_json(self, summary: Sequence[str] = (), out: Path | None = None) -> dict[str, Any]:
+        """What `loadtune compare --json` prints (docs/reference.md): the files, each one's winner,
+        the verdict, the aligned rows, and the summary's lines."""
+
+        def plain(value: Any) -> Any:
+            return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) \
+                else value
+
+        def cell(value: Any) -> Any:
+            if value is None or (not isinstance(value, (list, tuple, dict)) and pd.isna(value)):
+                return None
+            return value.item() if hasattr(value, "item") else value
+
+        rows = [{k: cell(v) for k, v in row.items()} for row in self.table.astype(object).to_dict("records")]
+        return {
+            "files": [{"label": label, "path": str(path), "run": label in self.run_labels}
+                      for label, path in zip(self.labels, self.paths)],
+            "reference": self.labels[0] if self.labels else None,
+            "winners": self.winners,
+            "differences": self.differences,
+            "tau": self.tau,
+            "flags": self.flags,
+            "changed": self.changed,
+            "verdict": self.verdict,
+            "transfers": {label: plain(check) for label, check in self.transfers.items()},
+            "runs": {label: [plain(check) for check in checks] for label, checks in self.runs.items()},
+            "rows": rows,
+            "summary": list(summary),
+            "out": str(out) if out is not None else None,
+        }
+
     @property
     def reference(self) -> str | None:
         """The sweep the runs are set against: the first."""
