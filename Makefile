@@ -11,9 +11,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
-# The demo replaces its own result when run again (--overwrite): running it asks for a fresh one.
+# The demo never replaces an earlier result: run again, it writes beside it (demo-images-2.csv, ...).
+DEMO_OUT := $(shell f=results/demo-images.csv; n=1; while [ -e $$f ]; do n=$$((n + 1)); f=results/demo-images-$$n.csv; done; echo $$f)
 demo: $(STAMP)
-	$(BIN)/loadtune sweep configs/demo.yaml --out results/demo-images.csv --plot results/demo-images.png --overwrite
+	$(BIN)/loadtune sweep configs/demo.yaml --out $(DEMO_OUT) --plot $(DEMO_OUT:.csv=.png)
 
 # Style, import order and pyflakes' checks (ruff), then the typed modules under mypy --strict (the
 # files mypy checks are listed in pyproject.toml's [tool.mypy], beside ruff's configuration).

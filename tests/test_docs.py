@@ -533,7 +533,9 @@ def test_readme_quick_start_and_demo_output_match_the_makefile():
         assert re.search(rf"^{target}:", makefile, re.M)
         assert f"make {target} " in text
     recipe = re.search(r"^demo:.*\n\t(.+)$", makefile, re.M).group(1)
-    command = recipe.replace("$(BIN)", ".venv/bin")
+    # The first run's file; a later one writes beside it (demo-images-2.csv, ...).
+    command = recipe.replace("$(BIN)", ".venv/bin").replace("$(DEMO_OUT:.csv=.png)", "results/demo-images.png") \
+        .replace("$(DEMO_OUT)", "results/demo-images.csv")
     demo = text[text.index("<!-- demo-output -->"):text.index("<!-- /demo-output -->")]
     assert command in demo
     assert "Recommended:" in demo and "Files: results/demo-images.csv (CSV)" in demo
