@@ -111,7 +111,8 @@ def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Ove
     ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options` are the fields of
     loadtune.options.SweepOptions: repeats, batches, warmup, tolerance, budget, device (config
     shorthands, as the CLI's), scale, strategy ("model"), rank_by ("throughput"), ranks (1),
-    resume (False), seed. `on_event` is given each sweep event. Raises LoadtuneError for
+    resume (False: an existing `out` is refused unless resumed or, with overwrite=True, replaced),
+    overwrite (False), seed. `on_event` is given each sweep event. Raises LoadtuneError for
     anything the user can fix.
     """
     from loadtune.sweep_process import events

@@ -215,13 +215,13 @@ def sweep(
         raise typer.BadParameter("--resume keeps the output's rows and --overwrite replaces them: give one",
                                  param_hint="--overwrite")
     options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
-                           strategy, rank_by, ranks, resume, out=out)
-    result = _run_sweep(options, debug, overwrite)
+                           strategy, rank_by, ranks, resume, out=out, overwrite=overwrite)
+    result = _run_sweep(options, debug)
     if result is not None:  # None: a torchrun follower, which prints nothing
         _print_sweep(result, plot, as_json, verbose, debug)
 
 
-def _run_sweep(options: "SweepOptions", debug: bool, overwrite: bool = False) -> "SweepResult | None":
+def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
     a closed terminal stop it with the rows so far kept. An existing output is refused unless
     --resume or --overwrite."""
@@ -244,8 +244,6 @@ def _run_sweep(options: "SweepOptions", debug: bool, overwrite: bool = False) ->
             options = dataclasses.replace(options, ranks=cluster.world_size, torchrun=True)
         spec = options.spec()
         out_path = options.out_path(spec)
-        if not options.resume:
-            _refuse_existing(out_path, overwrite, keep="--resume to keep its rows and measure the rest, or ")
         return run_sweep(options, spec=spec, on_event=view,
                          **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
     except LoadtuneError as exc:

@@ -15,3 +15,7 @@ class FactoryError(LoadtuneError):
 
 class ResultsError(LoadtuneError):
     """A results CSV cannot be read or does not match what is asked."""
+
+
+class OutputExists(LoadtuneError):
+    """The output file holds an earlier result, and replacing it was not asked for."""

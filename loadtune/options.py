@@ -50,6 +50,7 @@ class SweepKeywords(MeasureKeywords, total=False):
     rank_by: RankBy | str | None
     ranks: int | None
     resume: bool | None
+    overwrite: bool | None
     seed: int | None
 
 
@@ -81,6 +82,7 @@ class SweepOptions:
     seed: int = 0
     out: Path | None = None
     torchrun: bool = False  # run under torchrun, as its rank 0 (ranks is then its world size)
+    overwrite: bool = False  # replace an existing output (without this or resume, it is refused)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", _member(Strategy, self.strategy, "strategy"))

@@ -121,3 +121,17 @@ def test_report_verbose_shows_each_repeat_from_the_raw_samples(write_config, tmp
     assert len(figures) == baseline.repeats and min(figures) < baseline.throughput < max(figures)
     samples_file(tmp_path / "out.csv").unlink()
     assert repeat_lines(tmp_path / "out.csv", rows) == [], "a file from before the samples were kept"
+
+
+def test_an_existing_output_is_refused_unless_resumed_or_overwritten(tmp_path, write_config):
+    """The pipeline itself (so the CLI and loadtune.sweep() alike) never replaces a result unasked."""
+    from loadtune.errors import OutputExists
+
+    path, out = write_config(CONFIG), tmp_path / "s.csv"
+    first = sweep(path, out, SameMeasurements())
+    before = out.read_bytes()
+    with pytest.raises(OutputExists, match=r"s\.csv already exists: add --resume .* or --overwrite"):
+        sweep(path, out, SameMeasurements())
+    assert out.read_bytes() == before
+    assert rows(sweep(path, out, SameMeasurements(), resume=True)) == rows(first)
+    assert rows(sweep(path, out, SameMeasurements(), overwrite=True)) == rows(first)

@@ -9,6 +9,7 @@ import tempfile
 from typing import ContextManager, Sequence
 
 from loadtune.config import RunSpec
+from loadtune.errors import OutputExists
 from loadtune.kinds import Strategy
 from loadtune.options import SweepOptions
 from loadtune.results.sweep import SweepResult
@@ -31,9 +32,13 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
     """Run a whole sweep and write its CSV. `spec`: the options' config, when already loaded.
     `execute` runs each trial job (see Executor); `shm_free_mb` is the free /dev/shm the trials
     are checked against (MEASURE_SHM: read it now; None: not checked); `setup`, when given,
-    stands for preflight and the machine (tests)."""
+    stands for preflight and the machine (tests). An existing output is refused (OutputExists)
+    unless the options resume it or overwrite it."""
     spec = spec if spec is not None else options.spec()
     out_path = options.out_path(spec)
+    if out_path.exists() and not options.resume and not options.overwrite:
+        raise OutputExists(f"{out_path} already exists: add --resume to keep its rows and measure the rest, or "
+                           "--overwrite to replace it")
     check_writable(out_path)
     with OutputLock(out_path):
         setup = setup if setup is not None else prepare(options, spec, on_event, shm_free_mb)
