@@ -9,6 +9,15 @@ augmented_images: small colour images, each first waited for (`read_s`, a file r
 make_cnn_step:    a small CNN (two conv layers, ten classes) trained on each batch: forward,
                   backward and an SGD step, on the CPU, in the main process, with as many
                   intra-op threads as asked.
+make_cpu_train_step: the same CNN trained with torch's default intra-op threads (one per
+                  core), as a user training a small model on the CPU leaves them: its threads
+                  compete with the DataLoader's workers for the cores.
+
+PIPELINES holds whole pipelines in benchmarks/recommend.py's form (dataset, loader, step; an
+epoch of EPOCH_BATCHES batches), for the scripts that sweep pipelines by name:
+  cnn-threads: augmented_images (0.3 ms read wait and about 0.5 ms of numpy augmentation a
+               sample) in batches of 64, each trained by make_cpu_train_step; baseline: the
+               DataLoader defaults (num_workers=0).
 
 Only numpy and torch are imported at the top, so a fresh process that uses them starts fast.
 """
@@ -16,6 +25,7 @@ Only numpy and torch are imported at the top, so a fresh process that uses them 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -110,3 +120,25 @@ def make_cnn_step(device: str = "cpu", classes: int = 10, width: int = 16, size:
                 p.add_(v, alpha=-lr)
 
     return step
+
+
+def make_cpu_train_step(device: str = "cpu", classes: int = 10, width: int = 8, size: int = 32, lr: float = 0.01,
+                        momentum: float = 0.9, seed: int = 0) -> Callable[[Any], None]:
+    """make_cnn_step with torch's intra-op threads left as the process has them (by default one
+    per core): a small model trained on the CPU beside the DataLoader's workers."""
+    return make_cnn_step(device, classes, width, size, lr, momentum, None, seed)
+
+
+HERE = Path(__file__).resolve().parent
+EPOCH_BATCHES = 50  # as benchmarks/recommend.py: one epoch start in every window of 50 batches
+
+PIPELINES: dict[str, dict[str, Any]] = {
+    "cnn-threads": {
+        "about": "small CNN trained on the CPU with torch's default intra-op threads per batch of 64; per sample "
+                 "a 0.3 ms read wait and about 0.5 ms of numpy augmentation; baseline: DataLoader defaults",
+        "dataset": {"factory": f"{HERE / 'pipelines.py'}:augmented_images",
+                    "kwargs": {"num_samples": 64 * EPOCH_BATCHES, "passes": 2, "read_s": 0.0003}},
+        "loader": {"batch_size": 64},
+        "step": {"factory": f"{HERE / 'pipelines.py'}:make_cpu_train_step", "kwargs": {"width": 8}},
+    },
+}
