@@ -45,7 +45,7 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
         fetch_ms = (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample) * BATCH
         share = model.fetch_cpu_ms_per_sample * BATCH / fetch_ms
         handover = model.handover_ms_per_sample * BATCH
-        main_ms = model.step_cpu_ms_per_sample * BATCH + handover
+        main_ms = model.step_cpu_ms_per_sample * model.step_threads * BATCH + handover
         first = model.fetch_wait_ms_per_sample * BATCH + model.fetch_cpu_ms_per_sample * BATCH * max(1.0,
                                                                                                      workers / CORES)
         start = model.persistent_resume_ms if persistent else \
@@ -55,10 +55,12 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
         fetch_ms = model.main_fetch_ms_per_sample * BATCH
         share = model.fetch_cpu_ms_per_sample / (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample)
         handover = None
-        main_ms = model.step_cpu_ms_per_sample * BATCH + fetch_ms * share
+        main_ms = model.step_cpu_ms_per_sample * model.step_threads * BATCH + fetch_ms * share
         epoch_start = None
+    # A step on several threads is timed as its workers crowd it; on one, as before any crowding.
+    step_ms = guess.step_ms if model.step_threads > 1 else model.step_ms_per_sample * BATCH
     return Record(trial=name or f"num_workers={workers}", status="ok", throughput=guess.throughput,
-                  wait_ratio=guess.wait_ratio, step_ms=model.step_ms_per_sample * BATCH, h2d_ms=0.0,
+                  wait_ratio=guess.wait_ratio, step_ms=step_ms, h2d_ms=0.0,
                   fetch_ms=fetch_ms, fetch_cpu_share=share, handover_ms=handover,
                   main_cpu_util=main_ms / period_ms / CORES, epoch_start_ms=epoch_start, cpu_count=int(CORES),
                   dataset_len=DATASET_LEN, repeats=1, **effective_settings(settings))
@@ -143,6 +145,43 @@ def test_busy_threads_beyond_the_cores_slow_the_pace():
     two, six = (cpu.predict({**kw, "num_workers": w}).throughput for w in (2, 6))
     assert six <= two * 1.001
     assert cpu.predict({**kw, "num_workers": 2}, cores=1.0).throughput < two
+
+
+def test_a_step_on_several_threads_is_crowded_by_the_workers():
+    """A CPU step on two threads (torch's intra-op threads on two cores): every busy worker takes a
+    core from it, and its threads wait for each other. The fit reads its threads from the trial
+    without workers and step_sync from how the step's time grows with the workers; the truth's
+    predictions follow for configs it never saw (within 2%: beside so much crowding, the fetch's
+    variation and a worker's put cost the trials next to nothing, so the fit keeps them nearer
+    neutral than the truth)."""
+    threaded = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=0.6, fetch_wait_ms_per_sample=0.3,
+                                   main_fetch_ms_per_sample=0.9, step_ms_per_sample=0.5, step_cpu_ms_per_sample=0.5,
+                                   step_threads=2, step_sync=2.0)
+    fitted = fit(first_round(threaded), DATASET_LEN)
+    assert fitted is not None
+    assert fitted.step_threads == 2
+    for name in ("step_ms_per_sample", "step_cpu_ms_per_sample", "fetch_cpu_ms_per_sample"):
+        assert getattr(fitted, name) == pytest.approx(getattr(threaded, name), rel=1e-9), name
+    kw = {"prefetch_factor": 2, "batch_size": BATCH}
+    for sync in (1.0, 2.0, 4.0, 8.0):
+        truth = dataclasses.replace(threaded, step_sync=sync)
+        fitted = fit(first_round(truth), DATASET_LEN)
+        assert fitted is not None and fitted.step_sync == sync
+        for workers, prefetch, persistent in ((3, 4, True), (6, 1, False), (2, 2, True)):
+            kwargs = {**kw, "num_workers": workers, "prefetch_factor": prefetch, "persistent_workers": persistent}
+            assert fitted.predict(kwargs).throughput == pytest.approx(truth.predict(kwargs).throughput, rel=0.02)
+    # The step's time grows with the workers' load, past what its share of the cores says.
+    steps = [threaded.predict({**kw, "num_workers": w}).step_ms for w in (0, 1, 2, 4)]
+    assert steps[0] == pytest.approx(0.5 * BATCH) and steps == sorted(steps) and steps[-1] > 2 * steps[0]
+    shared = dataclasses.replace(threaded, step_sync=0.0)
+    assert shared.predict({**kw, "num_workers": 4}).step_ms < steps[-1]
+    # On one thread, as before: the training thread's share of the cores, no more.
+    one = dataclasses.replace(threaded, step_threads=1, step_sync=0.0)
+    assert one.predict({**kw, "num_workers": 1}).step_ms == pytest.approx(0.5 * BATCH)
+    # A step that is mostly not CPU work reads as one thread; threads every trial set are taken as set.
+    plain = first_round(TRUTH)
+    assert fit(plain, DATASET_LEN).step_threads == 1
+    assert fit([dataclasses.replace(r, main_threads=2) for r in plain], DATASET_LEN).step_threads == 2
 
 
 def test_prediction_error_reads_only_predictions_made_before():

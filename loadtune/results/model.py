@@ -6,7 +6,9 @@ start-up, usable cores) over all measured trials together, then fits the figures
 column shows by how well the whole model explains the measured throughputs.
 `PipelineModel.predict` simulates the DataLoader's own protocol for any config (see simulate),
 capped by what the cores can do. Settings the mechanism does not cover (the thread settings)
-get a measured factor. Offline (numpy only): the readers use it without torch.
+get a measured factor. A step that runs on several threads (torch's intra-op threads) crowds
+with the workers as its threads wait for each other (step_sync). Offline (numpy only): the
+readers use it without torch.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ FITTED_GRIDS: dict[str, tuple[float, ...]] = {
     "worker_put_ms": (0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0),
     "core_share": (1.0, 0.85, 0.7, 0.55, 0.4),
     "oversubscription": (0.0, 0.03, 0.08, 0.15, 0.3),
+    "step_sync": (0.0, 0.5, 1.0, 2.0, 4.0, 8.0),
 }
 FIT_PASSES = 3  # coordinate search over the grids, from their middles
 FIT_PARSIMONY = 0.10  # a figure nearer neutral is kept when the loss is within this share of the best
@@ -71,6 +74,7 @@ class Prediction:
     period_ms: float  # per batch, epoch starts spread over the epoch
     cpu_bound: bool  # the cores, not the queue, set the pace
     fetch_hidden: bool = False  # the workers outpace the loop on the cores they have: its own time sets the pace
+    step_ms: float = 0.0  # the step's wall time per batch, crowded as the config crowds it
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,13 @@ class PipelineModel:
     residual_log_sd: float = 0.0  # spread of log(measured / predicted) over them
     # A step's collective among ranks (the fitted step holds it where it was fitted on ranks).
     collective_ms: float = COLLECTIVE_MS
+    # Threads the step's host CPU runs on at once (torch's intra-op threads), as measured: its
+    # CPU over its wall time without workers. The step's CPU work is step_cpu × step_threads.
+    step_threads: int = 1
+    # A step on several threads: how much more its CPU phase stretches, per busy thread beyond the
+    # cores, than its share of the cores says (its threads wait for each other at every parallel
+    # op, and spin while they wait; fitted, 0 where the step runs on one thread).
+    step_sync: float = 0.0
 
     # --- predicting --------------------------------------------------------------------------
 
@@ -343,13 +354,13 @@ def _binomial(count: int, share: float) -> np.ndarray:
 
 
 def _contention(workers: int, worker_busy: float, main_busy: float, cores: float,
-                ranks: int = 1) -> tuple[float, float]:
+                ranks: int = 1, step_threads: int = 1) -> tuple[float, float]:
     """How much a worker's and the training thread's CPU phases stretch: the expected
     max(1, runnable threads / cores) each sees while it runs, on the `cores` that `ranks` ranks
     share, each rank with `workers` workers. Workers are runnable independently, each
-    `worker_busy` of the time; the ranks' training threads `main_busy` of the time, all at once
+    `worker_busy` of the time; the ranks' training processes `main_busy` of the time, all at once
     (ranks step together, so their own CPU phases, receiving a batch and the step's host part,
-    fall together)."""
+    fall together), each on `step_threads` threads then (the step's; see _step_stretch)."""
 
     def stretch(runnable: np.ndarray) -> np.ndarray:
         return np.maximum(1.0, runnable / cores)
@@ -362,8 +373,35 @@ def _contention(workers: int, worker_busy: float, main_busy: float, cores: float
         return 1.0, main
     alongside = np.arange(node_workers) + 1.0  # itself and k others
     others = _binomial(node_workers - 1, worker_busy)
-    worker = float(np.sum(others * (main_busy * stretch(alongside + ranks) + (1 - main_busy) * stretch(alongside))))
+    training = ranks * max(step_threads, 1)
+    worker = float(np.sum(others * (main_busy * stretch(alongside + training) + (1 - main_busy) * stretch(alongside))))
     return worker, main
+
+
+def _step_stretch(workers: int, worker_busy: float, cores: float, ranks: int = 1, step_threads: int = 1,
+                  sync: float = 0.0) -> tuple[float, float]:
+    """How much the step's CPU phase stretches beside the workers, and its CPU over its work. The
+    stretch: the expected max(1, runnable threads / cores) over the workers runnable beside the
+    step's T threads of every rank (on one thread, the training thread's, see _contention), plus
+    `sync` for each runnable thread beyond the cores: a step on several threads goes at its
+    slowest thread's pace (every parallel op waits for all of them), so a worker that takes one
+    of its cores holds the others back. Its CPU: its threads hold their share of the cores for
+    the stretched time, spinning while they wait for each other (the workers do not get those
+    cores). Measured on 2 cores, a CNN's SGD step on 2 threads: 8.5 ms alone; beside a
+    thread that spins half the time 13 ms, beside one that never stops 44 ms (its share of the
+    cores says 12.8), two 78 ms (share: 17), three 121 ms (share: 21): about 3.7 more per thread
+    beyond the cores where they never stop, about 0.6 where they stop half the time (the step
+    then runs in their gaps)."""
+    node_workers = workers * ranks
+    training = ranks * max(step_threads, 1)
+    runnable = np.arange(node_workers + 1) + float(training)
+    beyond = np.maximum(0.0, runnable - cores)
+    odds = _binomial(node_workers, worker_busy)
+    stretch = np.maximum(1.0, runnable / cores) + sync * beyond
+    # With k workers runnable, each of the step's threads holds min(1, cores / runnable) of a core
+    # for the stretched time: its share's worth is its work, the rest it spins.
+    held = stretch * np.minimum(1.0, cores / runnable)
+    return float(np.sum(odds * stretch)), float(np.sum(odds * held))
 
 
 def _rank_cores(model: PipelineModel, machine_cores: float, ranks: int) -> float:
@@ -398,7 +436,7 @@ def _predict(model: PipelineModel, batch: int, workers: int, prefetch: int, pers
         fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
         step=step, step_cpu=min(step_cpu, step),
         handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
-        epoch=model.epoch_length(batch, ranks), ranks=ranks)
+        epoch=model.epoch_length(batch, ranks), ranks=ranks, step_threads=max(int(model.step_threads), 1))
     if workers == 0:
         return _predict_in_process(model, case)
     return _predict_with_workers(model, case, usable_cores or cores)
@@ -422,6 +460,7 @@ class _Case:
     h2d: float
     epoch: float  # batches per epoch (inf: no epoch starts)
     ranks: int = 1  # ranks in step, sharing the machine (cores × ranks working cores)
+    step_threads: int = 1  # threads the step's CPU phase runs on at once (its CPU work: step_cpu × these)
 
 
 def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
@@ -437,7 +476,8 @@ def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
         step += case.step_cpu * (1 / case.cores - 1)
     sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch, case.ranks)
     period = max(sim.period_ms, MIN_PERIOD_MS)
-    return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False)
+    return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False,
+                      step_ms=step)
 
 
 def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float) -> Prediction:
@@ -448,14 +488,16 @@ def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float
         model.worker_start_ms + model.worker_start_per_worker_ms * _starting(case.workers, usable_cores)
     starts_ms = start / case.epoch if math.isfinite(case.epoch) else 0.0  # per batch
 
-    def cap(wasted: float) -> float:
-        # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part), and
-        # each epoch's start, which nothing overlaps (the workers start, or resume, once the last
-        # epoch has ended), spread over the epoch.
-        return (case.fetch_cpu * wasted + case.step_cpu + case.handover) / case.cores + starts_ms
+    def cap(wasted: float, spin: float = 1.0) -> float:
+        # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part on each
+        # of its threads, with what they spin while they wait for each other), and each epoch's
+        # start, which nothing overlaps (the workers start, or resume, once the last epoch has
+        # ended), spread over the epoch.
+        step_cpu = case.step_cpu * case.step_threads * spin
+        return (case.fetch_cpu * wasted + step_cpu + case.handover) / case.cores + starts_ms
 
     pace = _settle(model, case, start, cap)
-    period, capped = pace.period, cap(pace.wasted)
+    period, capped = pace.period, cap(pace.wasted, pace.step_spin)
     cpu_bound = pace.saturated or capped > period
     if pace.saturated:
         # Between two bounds: the cores' cap (never idle) and the crowding (runnable threads
@@ -467,15 +509,16 @@ def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float
         weight = SATURATED_CAP_WEIGHT * cpu_share
         period = weight * capped + (1 - weight) * max(period, capped)
     period = max(period, capped, MIN_PERIOD_MS)
-    step_wall = case.step + (pace.main_stretch - 1) * case.step_cpu
+    step_wall = case.step + (pace.step_stretch - 1) * case.step_cpu
     wait_ratio = max(0.0, 1 - step_wall / period)
     if case.ranks > 1:
         # Each rank's wait for its own batch and its copy; the rest of the period it waits for
         # the slowest rank, inside the step's collective.
         wait_ratio = min(wait_ratio, (pace.wait + case.h2d) / period)
-    crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH
+    crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH or \
+        pace.step_stretch > CROWDED_STRETCH
     hidden = not crowded and pace.fetch / case.workers <= pace.main_wall
-    return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden)
+    return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden, step_wall)
 
 
 @dataclass
@@ -483,7 +526,9 @@ class _Pace:
     """The pace with workers, as the crowding's fixed point settles (see _settle)."""
 
     worker_stretch: float = 1.0  # how much a worker's CPU phases stretch
-    main_stretch: float = 1.0  # and the training thread's
+    main_stretch: float = 1.0  # and the training thread's (receiving a batch)
+    step_stretch: float = 1.0  # and the step's (on its threads; as main_stretch on one without step_sync)
+    step_spin: float = 1.0  # the step's CPU per batch over its work: its threads spin while they wait
     period: float = 0.0  # per batch, simulated
     wasted: float = 1.0  # work per useful batch (more where fetched batches go unused)
     fetch: float = 0.0  # a fetch's wall time, stretched
@@ -499,9 +544,10 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
     `oversubscription` more CPU (switches, caches)."""
     pace = _Pace()
     workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
+    threads = case.step_threads
     for attempt in range(4):
         fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
-        main_cpu = (case.step_cpu + handover) * pace.main_stretch
+        main_cpu = case.step_cpu * pace.step_stretch + handover * pace.main_stretch
         main_wall = case.step - case.step_cpu + case.h2d + main_cpu
         sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
                        handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch,
@@ -514,16 +560,20 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
             pace.saturated = cap(pace.wasted) >= period
         worker_busy = min(1.0, sim.worker_share * fetch_cpu * pace.worker_stretch / fetch) if fetch > 0 else 0.0
         main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
-        ws, ms = _contention(workers, worker_busy, main_busy, case.cores * case.ranks, case.ranks)
+        ws, ms = _contention(workers, worker_busy, main_busy, case.cores * case.ranks, case.ranks, threads)
+        ss, spin = (ms, 1.0) if threads == 1 and model.step_sync == 0 else \
+            _step_stretch(workers, worker_busy, case.cores * case.ranks, case.ranks, threads, model.step_sync)
         # The cost of threads beyond the cores is fitted on one process tree: each rank pays it
         # for its own beyond its share (counted over the whole host, four ranks of six workers
         # on two cores would pay for 20 threads, far past any the fit saw: measured, the cpu
         # pipeline on 4 ranks ran with workers faster than without, as so counted it would not).
-        excess = max(0.0, workers * worker_busy + main_busy - case.cores)
-        ws, ms = ws * (1 + kappa * excess), ms * (1 + kappa * excess)
-        if abs(ws - pace.worker_stretch) < 1e-3 and abs(ms - pace.main_stretch) < 1e-3:
+        excess = max(0.0, workers * worker_busy + main_busy * threads - case.cores)
+        ws, ms, ss = ws * (1 + kappa * excess), ms * (1 + kappa * excess), ss * (1 + kappa * excess)
+        pace.step_spin = spin
+        if abs(ws - pace.worker_stretch) < 1e-3 and abs(ms - pace.main_stretch) < 1e-3 and \
+                abs(ss - pace.step_stretch) < 1e-3:
             break
-        pace.worker_stretch, pace.main_stretch = ws, ms
+        pace.worker_stretch, pace.main_stretch, pace.step_stretch = ws, ms, ss
     return pace
 
 
@@ -552,8 +602,12 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     moves none of them); the figures in FITTED_GRIDS are left neutral for `fit` to search."""
     fetch_cpu, fetch_wait = _fetch_figures(evidence)
     handover = _handover_figure(evidence)
-    step = _step_figure(evidence)
-    step_cpu = _median(cpu / e.batch_size for e in evidence if (cpu := _step_cpu_ms(e, handover)) is not None)
+    threads = _step_threads(evidence, handover)
+    step = _step_figure(evidence, threads)
+    # The step's CPU on each of its threads; a step on several threads spins while crowded (its
+    # CPU grows with its wall time), so that is read where nothing crowds it.
+    shown = evidence if threads == 1 else _alone(evidence)
+    step_cpu = _median(cpu / (e.batch_size * threads) for e in shown if (cpu := _step_cpu_ms(e, handover)) is not None)
     step_cpu = min(max(step_cpu, 0.0), step)
     pinned = [e.h2d_ms for e in evidence if e.settings["pin_memory"]]
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
@@ -567,19 +621,50 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
         step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu, h2d_ms=h2d, h2d_pinned_ms=h2d_pinned,
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
         cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
-        dataset_len=dataset_len, ranks=evidence[0].ranks, trials=len(evidence))
+        dataset_len=dataset_len, ranks=evidence[0].ranks, trials=len(evidence), step_threads=threads)
 
 
-def _step_figure(evidence: Sequence[Evidence]) -> float:
+def _alone(evidence: Sequence[Evidence]) -> list[Evidence]:
+    """The trials whose step had the cores to itself: without workers (else those with the fewest)."""
+    fewest = min(e.workers for e in evidence)
+    return [e for e in evidence if e.workers == fewest]
+
+
+def _step_threads(evidence: Sequence[Evidence], handover_ms_per_sample: float) -> int:
+    """Threads the step's CPU runs on at once: its CPU over its wall time where nothing crowds
+    it (the trials without workers; with workers, a step's threads wait for the cores and its
+    CPU over its wall time falls), rounded, between 1 and the cores. A step on a busy machine
+    reads fewer: its threads then wait for the cores there too. One thread where the trials with
+    workers show the step as mostly not CPU work: without workers the training process's CPU
+    beyond its fetch's own thread was then the fetch's (torch ops on several threads). Where
+    every trial set the training process's threads (main_threads) alike, those."""
+    cores = max(1, math.floor(min(e.cores for e in evidence)))
+    set_to = {e.settings.get("main_threads") for e in evidence}
+    if len(set_to) == 1 and (threads := next(iter(set_to))) is not None:
+        return int(min(max(int(threads), 1), cores))
+
+    def ratios(with_workers: bool) -> list[float]:
+        return [cpu / e.step_ms for e in evidence if bool(e.workers) == with_workers and e.step_ms
+                and e.step_ms > 0 and (cpu := _step_cpu_ms(e, handover_ms_per_sample)) is not None]
+
+    alone, beside = ratios(False), ratios(True)
+    if not alone or (beside and statistics.median(beside) < 0.5):
+        return 1
+    return int(min(max(round(statistics.median(alone)), 1), cores))
+
+
+def _step_figure(evidence: Sequence[Evidence], threads: int = 1) -> float:
     """The step's wall time per sample, uncontended. On ranks a step as timed holds its collective
     and the wait for the slowest rank's batch (the simulation adds that wait): the trial that
     waited least shows the step and its collective alone, where the workers had every rank's
-    batch ready (one rank: the median of the uncontended trials)."""
+    batch ready (one rank: the median of the uncontended trials; for a step on several threads,
+    those without workers: any worker beside it crowds its threads)."""
     timed = [e for e in evidence if e.step_ms is not None] or list(evidence)
     if timed[0].ranks > 1:
         ready = [e for e in timed if e.workers] or timed
         return min((e.step_ms / e.batch_size for e in ready if e.step_ms is not None), default=0.0)
-    return _median((e.step_ms / e.batch_size for e in _uncontended(timed) if e.step_ms is not None), 0.0)
+    calm = _alone(timed) if threads > 1 else _uncontended(timed)
+    return _median((e.step_ms / e.batch_size for e in calm if e.step_ms is not None), 0.0)
 
 
 def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
@@ -743,9 +828,14 @@ def _search(model: PipelineModel, core: Sequence[Evidence]) -> dict[str, float]:
 
     # From the middles, and from the neutral corner: the figures trade off against each other
     # (on ranks sharing cores, crowding and variation both slow the pace), so one start can stop
-    # where no single figure's move helps.
-    params = min((descend(start) for start in (params, {name: grid[0] for name, grid in grids.items()})),
-                 key=loss_at)
+    # where no single figure's move helps. step_sync starts where the step's own times put it:
+    # the throughputs alone share its effect with the other crowding figures.
+    starts = [params, {name: grid[0] for name, grid in grids.items()}]
+    if "step_sync" in grids:
+        for start in starts:
+            start["step_sync"] = min(grids["step_sync"], key=lambda v: _step_loss(
+                _fitted(model, {**start, "step_sync": v}), core))
+    params = min((descend(start) for start in starts), key=loss_at)
     threshold = min(losses.values(), default=0.0) * (1 + FIT_PARSIMONY) + FIT_PARSIMONY_FLOOR
     for name, grid in grids.items():
         for value in grid[:grid.index(params[name])]:
@@ -759,7 +849,20 @@ def _loss(candidate: PipelineModel, core: Sequence[Evidence], logs: np.ndarray) 
     """Huber's loss on the log errors of the throughputs: squared while small, linear beyond
     HUBER_LOG_ERROR, so one process far off (a busy moment of the machine) pulls the fit no
     more than that."""
-    error = np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs)
+    return _huber(np.abs(np.log([_core_prediction(candidate, e).throughput for e in core]) - logs))
+
+
+def _step_loss(candidate: PipelineModel, core: Sequence[Evidence]) -> float:
+    """Huber's loss on the log errors of the step's wall time in the trials with workers: how well
+    the model explains how much each trial's workers crowded its step (where step_sync starts)."""
+    guesses = [_core_prediction(candidate, e) for e in core]
+    steps = [(g.step_ms, e.step_ms) for g, e in zip(guesses, core) if e.workers and e.step_ms and g.step_ms > 0]
+    if not steps:
+        return 0.0
+    return _huber(np.abs(np.log([g for g, _ in steps]) - np.log([m for _, m in steps])))
+
+
+def _huber(error: np.ndarray) -> float:
     return float(np.sum(np.where(error <= HUBER_LOG_ERROR, error ** 2 / 2,
                                  HUBER_LOG_ERROR * (error - HUBER_LOG_ERROR / 2))))
 
@@ -795,6 +898,8 @@ def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> 
         return False
     if name == "worker_put_ms":
         return True
+    if name == "step_sync":
+        return model.step_threads > 1
     fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
     share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
     return any(e.workers * share + 1 > e.cores for e in evidence if e.workers)
@@ -837,6 +942,8 @@ def unshown_figures(model: PipelineModel, records: Sequence[Record],
         out.append(("persistent_resume_ms", RUN_PERSISTENT_WORKERS))
     if not _can_show("worker_put_ms", model, evidence):
         out.append(("worker_put_ms", RUN_WITH_WORKERS))
+    if model.step_threads > 1 and not _can_show("step_sync", model, evidence):
+        out.append(("step_sync", RUN_WITH_WORKERS))
     fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
     share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
     if not _can_show("core_share", model, evidence) and \
