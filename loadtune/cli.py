@@ -225,6 +225,7 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
     a closed terminal stop it with the rows so far kept. An existing output is refused unless
     --resume or --overwrite."""
+    from loadtune.results.report import failure
     from loadtune.sweep_process import torchrun
     from loadtune.sweep_process.pipeline import run_sweep
 
@@ -239,18 +240,27 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
         if torchrun.launched():
             cluster = torchrun.Cluster()
             if not cluster.leader:
-                cluster.follow()  # rank 0 plans, prints and writes the CSV
+                status = cluster.follow()  # rank 0 plans, prints and writes the CSV
+                if status:
+                    raise typer.Exit(status)  # as rank 0 ends: it says why
                 return None
             options = dataclasses.replace(options, ranks=cluster.world_size, torchrun=True)
         spec = options.spec()
         out_path = options.out_path(spec)
-        return run_sweep(options, spec=spec, on_event=view,
-                         **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
+        result = run_sweep(options, spec=spec, on_event=view,
+                           **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
+        if cluster is not None:
+            cluster.close(EXIT_USER_ERROR if failure(result.records) is not None else 0)
+        return result
     except LoadtuneError as exc:
         view.stop()
+        if cluster is not None:
+            cluster.close(EXIT_USER_ERROR)
         _fail(str(exc), debug)
     except KeyboardInterrupt:
         view.stop()
+        if cluster is not None:
+            cluster.close(EXIT_INTERRUPTED)
         if cluster is None or cluster.leader:  # rank 0 holds the CSV; the others just stop
             _say(err, f"Interrupted. The rows measured so far are in {out_path}; add --resume to the same command "
                       "to measure only the rest.", "Interrupted.", "yellow")

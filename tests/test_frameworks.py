@@ -15,9 +15,10 @@ import pytest
 from loadtune.errors import ConfigError
 from loadtune.kinds import Status
 from loadtune.results.record import read_records
+from loadtune.results.watched import loader_file
 from loadtune.training_process import hook
 from loadtune.training_process.frameworks import FrameworkWatch, batches_of, flat_loaders
-from loadtune.training_process.run import RunWatch, loader_file
+from loadtune.training_process.run import RunWatch
 from loadtune.training_process.watch import _MEASURE
 
 # Batches a watched loader leaves uncounted first (one worker, not persistent: no per-worker extra).

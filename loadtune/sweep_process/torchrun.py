@@ -118,23 +118,28 @@ class Cluster:
         outcomes = self._gather(self._mine(job, timeout_s, key)) or []
         return combine_outcomes(outcomes)
 
-    def follow(self) -> None:
-        """Ranks other than 0: run what rank 0 sends until it closes."""
+    def follow(self) -> int:
+        """Ranks other than 0: run what rank 0 sends until it closes; the exit status rank 0 ends
+        with, for every rank to end with (a node whose processes all succeed waits at torchrun's
+        exit barrier for nodes that failed)."""
+        status = 0
         while True:
             message = self._exchange(None)
             if message is None or message[0] == _STOP:
+                status = int(message[1]) if message is not None and len(message) > 1 else 0
                 break
             _, job, timeout_s, key = message
             self._gather(self._mine(job, timeout_s, key))
         self._leave()
+        return status
 
-    def close(self) -> None:
-        """Rank 0: release the other ranks (they exit) and leave."""
+    def close(self, status: int = 0) -> None:
+        """Rank 0: release the other ranks (they exit with `status`, rank 0's own) and leave."""
         if self._closed or not self.leader:
             return
         self._closed = True
         try:
-            self._exchange((_STOP,))
+            self._exchange((_STOP, status))
         except Exception:  # noqa: BLE001 - interrupted mid-run: the others are stopped by torchrun
             pass
         finally:
