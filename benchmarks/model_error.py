@@ -68,7 +68,7 @@ from loadtune.trials import IDEAL  # noqa: E402
 GOAL_MEDIAN = 0.10
 GOAL_SAME_MODEL = 0.001  # the refitted model's round-2 predictions against the sweep's, relative
 DEMO = ROOT / "configs" / "demo.yaml"
-DEFAULT_PIPELINES = ("cnn", "io", "cpu", "mixed", "demo")
+DEFAULT_PIPELINES = ("cnn", "io", "cpu", "mixed", "demo", "cnn-threads")
 QUICK_PIPELINES = ("io", "cpu")
 KNOWN_PIPELINES = (*PIPELINES, "demo")
 REPEATS, REPEATS_QUICK = 3, 2

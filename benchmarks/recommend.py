@@ -75,6 +75,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 
 from _common import Goals  # noqa: E402
+from pipelines import PIPELINES as STEP_PIPELINES  # noqa: E402
 
 from loadtune.machine import cpu_model, usable_cores  # noqa: E402
 
@@ -130,7 +131,10 @@ PIPELINES: dict[str, dict[str, Any]] = {
     },
 }
 
-DEFAULT_PIPELINES = ("cnn", "io", "cpu", "mixed")  # images: by name, or --pipelines all
+# The CPU-step pipeline of benchmarks/pipelines.py (a small CNN on torch's own intra-op threads), by name.
+PIPELINES.update(STEP_PIPELINES)
+
+DEFAULT_PIPELINES = ("cnn", "io", "cpu", "mixed")  # images, cnn-threads: by name, or --pipelines all
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4], "persistent_workers": [False, True]}
 SWEEP_QUICK = {"num_workers": [0, 2, 4], "prefetch_factor": [1, 2, 4], "persistent_workers": [False, True]}

@@ -40,7 +40,6 @@ from typing import Any, Callable
 
 import yaml
 from _common import Goals, machine_line
-from pipelines import PIPELINES as THREADED_PIPELINES
 from recommend import EPOCH_BATCHES, PIPELINES, SWEEP, fetch_reference, run_sweep, workspace
 
 from loadtune.config import load_config
@@ -54,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DEMO = "demo"
 GOAL_DEMO_RATIO = 1.20
 GOAL_WALL_RATIO = 0.6
-ALL = {DEMO: None, **PIPELINES, **THREADED_PIPELINES}
-DEFAULT = (DEMO, "cnn", "io", "cpu", "mixed", *THREADED_PIPELINES)
+ALL = {DEMO: None, **PIPELINES}
+DEFAULT = (DEMO, "cnn", "io", "cpu", "mixed", "cnn-threads")
 MODEL_METHODS = ("fit", "held_out_error", "error", "predict_new", "tie", "predicted_records", "report")
 FILE_METHODS = ("append", "replace", "store")
 

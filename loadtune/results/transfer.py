@@ -745,6 +745,7 @@ FIGURE_WORDS = {
     "core_share": "crowded cores",
     "oversubscription": "",
     "h2d_pinned_ms": "the copy from pinned memory",
+    "step_sync": "the step's threads waiting for each other on crowded cores",
 }
 
 
