@@ -521,6 +521,27 @@ def test_the_readme_contract_section_points_to_the_reference():
 # --- the README --------------------------------------------------------------------------------
 
 
+def test_make_demo_run_again_writes_beside_its_earlier_result(tmp_path):
+    """`make demo` never replaces the result of an earlier run: it writes demo-images-2.csv, then -3."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def demo_command() -> str:
+        done = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "demo", "STAMP=", "BIN=bin"], cwd=tmp_path,
+                              capture_output=True, text=True, check=True)
+        return done.stdout.strip().splitlines()[-1]
+
+    assert demo_command().endswith("--out results/demo-images.csv --plot results/demo-images.png")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "demo-images.csv").write_text("earlier\n")
+    assert demo_command().endswith("--out results/demo-images-2.csv --plot results/demo-images-2.png")
+    (tmp_path / "results" / "demo-images-2.csv").write_text("earlier\n")
+    assert demo_command().endswith("--out results/demo-images-3.csv --plot results/demo-images-3.png")
+
+
 def test_readme_is_short():
     lines = README.read_text(encoding="utf-8").count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail to docs/"
