@@ -44,6 +44,9 @@ HUBER_LOG_ERROR = 0.05  # log errors beyond this count linearly in the fit, not 
 SIM_EPOCH_BATCHES = 120
 SIM_EPOCHS = 3  # the first is dropped: it starts from nothing, as no measured window does
 SIM_SEED = 20261203
+# simulate() is a pure function of its arguments, and a fit asks for the same case again and again
+# (each figure's search leaves the others' cases as they were): the latest results are kept.
+SIM_CACHE = 8192
 # CPU phases stretched by more than this share of their time: the cores, not the queue, set the pace.
 CROWDED_STRETCH = 1.05
 # Where the cores are short even without crowding, the period lies between their cap and the
@@ -228,6 +231,7 @@ class Simulated:
     worker_share: float  # share of the time the mean worker spends fetching (wasted batches too)
 
 
+@lru_cache(maxsize=SIM_CACHE)
 def simulate(workers: int, prefetch: int, persistent: bool, fetch_ms: float, cv: float, handover_ms: float,
              step_ms: float, start_ms: float, epoch_batches: float, ranks: int = 1) -> Simulated:
     """The DataLoader's protocol over whole epochs, in ms, on each of `ranks` ranks in step.
@@ -320,6 +324,8 @@ def _epoch_in_process(run: _Run, step_ms: float, n: int, ranks: int = 1) -> list
 
 def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
     """An epoch of `n` batches from each rank's workers; when each was in on every rank."""
+    if queue.ranks == 1:
+        return _epoch_one_rank(run, queue, n)
     start, ranks = run.t, queue.ranks
     received = [[0.0] * n for _ in range(ranks)]
     free = [[start + queue.start_ms] * queue.workers for _ in range(ranks)]
@@ -341,6 +347,33 @@ def _epoch_with_workers(run: _Run, queue: _Queue, n: int) -> list[float]:
         slowest[j] = latest
         run.t = latest + queue.step_ms
     return slowest
+
+
+def _epoch_one_rank(run: _Run, queue: _Queue, n: int) -> list[float]:
+    """_epoch_with_workers on one rank, the same arithmetic in the same order (the same figures to
+    the last bit), with the loop's state in locals: the fit simulates thousands of epochs."""
+    start = t = run.t
+    workers, handover, step = queue.workers, queue.handover_ms, queue.step_ms
+    depth = queue.prefetch * workers
+    free = [start + queue.start_ms] * workers
+    received = [0.0] * n
+    draws, draw, fetch_ms, busy = run.draws, run.draw, run.fetch_ms, run.busy
+    waits = run.waits
+    for j in range(n):
+        k = j % workers
+        sent = start if j < depth else received[j - depth]
+        took = fetch_ms * draws[draw]
+        draw += 1
+        busy += took
+        ready = free[k]
+        done = (sent if sent > ready else ready) + took
+        free[k] = done
+        got = (done if done > t else t) + handover
+        waits.append(got - t)
+        received[j] = got
+        t = got + step
+    run.t, run.draw, run.busy = t, draw, busy
+    return received
 
 
 def _binomial(count: int, share: float) -> np.ndarray:
