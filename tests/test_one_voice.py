@@ -124,7 +124,10 @@ def fake_sweep(monkeypatch, tmp_path):
 
     state: dict = {"rows": None, "ran": 0}
 
+    refuse_existing = pipeline.refuse_existing  # the pipeline's own refusal, before anything runs
+
     def run_sweep(options, *, spec, on_event, **_):
+        refuse_existing(options, options.out_path(spec))
         state["ran"] += 1
         out = options.out_path(spec)
         result = sweep_result(out, state["rows"])
@@ -356,12 +359,6 @@ def test_compare_and_predict_refuse_to_replace_their_out_csv_unasked(tmp_path, f
     assert out.read_text() == "mine\n"
     assert invoke([*args, "--out", out, "--overwrite"], 80).exit_code == 0
     assert out.read_text() == first
-
-
-def test_the_demo_target_asks_to_replace_its_own_result():
-    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
-    recipe = re.search(r"^demo:.*\n\t(.+)$", makefile, re.M).group(1)
-    assert "sweep configs/demo.yaml" in recipe and "--overwrite" in recipe
 
 
 # --- 5, 6: --version; flags shown as flags ----------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+from pathlib import Path
 from typing import ContextManager, Sequence
 
 from loadtune.config import RunSpec
@@ -36,9 +37,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
     unless the options resume it or overwrite it."""
     spec = spec if spec is not None else options.spec()
     out_path = options.out_path(spec)
-    if out_path.exists() and not options.resume and not options.overwrite:
-        raise OutputExists(f"{out_path} already exists: add --resume to keep its rows and measure the rest, or "
-                           "--overwrite to replace it")
+    refuse_existing(options, out_path)
     check_writable(out_path)
     with OutputLock(out_path):
         setup = setup if setup is not None else prepare(options, spec, on_event, shm_free_mb)
@@ -55,6 +54,13 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
         result = conclude(options, runner)
         on_event(events.SweepFinished(result.records))
         return result
+
+
+def refuse_existing(options: SweepOptions, out_path: Path) -> None:
+    """An earlier result is never replaced unasked: OutputExists unless resumed or overwritten."""
+    if out_path.exists() and not options.resume and not options.overwrite:
+        raise OutputExists(f"{out_path} already exists: add --resume to keep its rows and measure the rest, or "
+                           "--overwrite to replace it")
 
 
 def measure_all(options: SweepOptions, runner: Racer) -> None:
