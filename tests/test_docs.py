@@ -523,16 +523,20 @@ def test_the_readme_contract_section_points_to_the_reference():
 
 def test_make_demo_run_again_writes_beside_its_earlier_result(tmp_path):
     """`make demo` never replaces the result of an earlier run: it writes demo-images-2.csv, then -3."""
+    import os
     import shutil
     import subprocess
 
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
 
+    # As a user runs it: not as a sub-make of `make test` (which would print its directories).
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+
     def demo_command() -> str:
-        done = subprocess.run(["make", "-n", "-f", str(ROOT / "Makefile"), "demo", "STAMP=", "BIN=bin"], cwd=tmp_path,
-                              capture_output=True, text=True, check=True)
-        return done.stdout.strip().splitlines()[-1]
+        done = subprocess.run(["make", "--no-print-directory", "-n", "-f", str(ROOT / "Makefile"), "demo", "STAMP=",
+                               "BIN=bin"], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+        return next(line for line in done.stdout.splitlines() if "loadtune sweep" in line)
 
     assert demo_command().endswith("--out results/demo-images.csv --plot results/demo-images.png")
     (tmp_path / "results").mkdir()
