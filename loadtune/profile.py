@@ -251,7 +251,7 @@ def _write_trace(prof: Any, trace: Path | None) -> None:
 def _result(device: str, trial: Trial, measurement: Measurement, batches: int, table: str,
             trace: Path | None) -> ProfileResult:
     """The ProfileResult of the profiled (only) window."""
-    from loadtune.results.report import dataloader_line
+    from loadtune.results.choice import dataloader_line
 
     counted = measurement.windows[0]
     return ProfileResult(

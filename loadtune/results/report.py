@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.kinds import EndedBy, RankBy, Status
+from loadtune.results.choice import dataloader_line
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
@@ -19,7 +20,7 @@ from loadtune.results.record import DATA_FLAGGED, MEASURED_STATUSES, Record, ran
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
-from loadtune.trials import BASELINE, IDEAL, LOADER_DEFAULTS
+from loadtune.trials import BASELINE, IDEAL
 
 if TYPE_CHECKING:
     from loadtune.results.decision import Decision, ModelTie
@@ -28,32 +29,6 @@ if TYPE_CHECKING:
 # the rest are counted (the table lists them all).
 NAMED_UNDECIDED = 3
 NAMED_UNSTABLE = 3
-
-ALWAYS_SHOWN = ("batch_size", "num_workers")
-
-
-def dataloader_line(loader_kwargs: Mapping[str, Any]) -> str:
-    """Settings as a DataLoader call a user can paste into a training script, with the thread
-    settings (not DataLoader keywords) as the calls that make them."""
-    parts = ["dataset"]
-    threads = []
-    if loader_kwargs.get("main_threads") is not None:
-        threads.append(f"torch.set_num_threads({loader_kwargs['main_threads']}) in the training process")
-    if loader_kwargs.get("worker_threads") is not None:
-        threads.append(f"torch.set_num_threads({loader_kwargs['worker_threads']}) and "
-                       f"threadpoolctl.threadpool_limits({loader_kwargs['worker_threads']}) in worker_init_fn")
-    for key, value in loader_kwargs.items():
-        if key in ("main_threads", "worker_threads"):
-            continue
-        if key not in ALWAYS_SHOWN and value == LOADER_DEFAULTS.get(key, object()):
-            continue
-        if key in ("collate_fn", "worker_init_fn"):
-            value_text = str(value).rpartition(":")[2]
-        else:
-            value_text = repr(value)
-        parts.append(f"{key}={value_text}")
-    return f"DataLoader({', '.join(parts)})" + "".join(f"; {t}" for t in threads)
-
 
 def _interval(record: Record, key: str, digits: int) -> str:
     lo, hi = getattr(record, key + "_lo"), getattr(record, key + "_hi")
