@@ -248,7 +248,9 @@ def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
     # The recommendation's bottleneck is the answer's (summary_lines: "Bottleneck now"), not repeated here.
     assert lines[0].startswith("Bottleneck (baseline): data-bound: cpu; waiting 73%")
     assert lines[1] == "Data check: 4 same, 1 not checked"
-    assert lines[2] == "Model: predicted 1 trial before it ran within 9% (median)."  # |350/385 - 1|
+    # |350/385 - 1|, worded as the sweep's summary and `loadtune predict` word it (findings.ModelError)
+    assert lines[2] == "Model: its error on this file is 9% (median |predicted/measured - 1| over 1 trial " \
+        "predicted before it ran)."
     assert lines[3].startswith("Measured at scale x2:")
     every = finding_lines(rows, every_trial=True)  # only these two trials have verdicts
     assert every[0].startswith(f"Bottleneck (recommended, {PICK}): data-bound: start-up; 62% of the wait")

@@ -166,11 +166,12 @@ class ModelError(Finding):
     def words(self) -> str:
         if self.error is None:
             return "Model: no trial was predicted before it ran, so its error on this file is not known."
-        over = "1 trial" if self.trials == 1 else f"{self.trials} trials"
+        over = "1 trial predicted before it ran" if self.trials == 1 else \
+            f"{self.trials} trials predicted before they ran"
         verdict = f"; above {MODEL_ERROR_LARGE:.0%}: it does not fit this pipeline well, trust the measurements, " \
             "not the predicted rows" if self.error > MODEL_ERROR_LARGE else ""
-        return (f"Model: its error on this file is {self.error:.0%} (median |predicted/measured - 1| over {over} "
-                f"predicted before they ran){verdict}.")
+        return (f"Model: its error on this file is {self.error:.0%} (median |predicted/measured - 1| over {over})"
+                f"{verdict}.")
 
     def to_json(self) -> dict[str, float | int | None]:
         """As `--json` gives it, beside the model's parameters."""

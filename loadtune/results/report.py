@@ -13,7 +13,7 @@ from rich.text import Text
 
 from loadtune.kinds import EndedBy, RankBy, Status
 from loadtune.results.choice import dataloader_line
-from loadtune.results.findings import Finding, ManyUnstable
+from loadtune.results.findings import Finding, ManyUnstable, ModelError, ModelFellBack
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import DATA_FLAGGED, MEASURED_STATUSES, Record, rank_file
@@ -613,23 +613,14 @@ def _tie_lines(ties: Sequence[ModelTie]) -> list[str]:
             f"within {spread} (±{ties[0].spread:.0%}), so the cheapest is picked and none was raced further."]
 
 
-# Above this median error the summary says the model does not fit the pipeline.
-MODEL_ERROR_LARGE = 0.15
-
-
 def _model_lines(report: ModelReport | None) -> list[str]:
-    """One line on the pipeline model: how well it predicted the trials before they ran."""
+    """One line on the pipeline model, worded as every command words it (findings.ModelError: how
+    well it predicted the trials before they ran; ModelFellBack where the sweep measured as ofat)."""
     if report is None:
         return []
     if report.fell_back:
-        return ["Model: it does not fit this pipeline (its first-round trials, each predicted from the others, "
-                "were off by more than 15%): the sweep measured as ofat does."]
-    if report.error is None:
-        return [f"Model: fitted to {report.model.trials} trials; no trial was predicted before it ran."]
-    verdict = "it does not fit this pipeline well: trust the measurements, not the predicted rows" \
-        if report.error > MODEL_ERROR_LARGE else "predicted rows in the CSV are as good as that"
-    return [f"Model: predicted the {report.checked} trials measured after it was fitted within "
-            f"{report.error:.0%} (median); {verdict}."]
+        return [f"Model: {ModelFellBack()}."]
+    return [str(ModelError(report.error, report.checked))]
 
 
 def _ranks_lines(info: Summary, chosen: Record) -> list[str]:
@@ -707,8 +698,7 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
         lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))
     error, checked = prediction_error(records)
     if error is not None:
-        trials = "1 trial before it ran" if checked == 1 else f"{checked} trials before they ran"
-        lines.append(f"Model: predicted {trials} within {error:.0%} (median).")
+        lines.append(str(ModelError(error, checked)))
     first = next((r for r in records if r.scale is not None), None)
     if first is not None:
         lines.append(f"Measured at scale x{first.scale:g}: the bottleneck moves with data, ranks and machine; "
