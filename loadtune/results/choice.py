@@ -14,6 +14,9 @@ from loadtune.trials import BASELINE, DEFAULT_PREFETCH, LOADER_DEFAULTS, cost_of
 ALWAYS_SHOWN = ("batch_size", "num_workers")
 # Specs ("module:callable") whose callable a paste line names by itself.
 SPEC_KEYS = ("collate_fn", "worker_init_fn")
+# The settings a results row records as columns (a config's identity), in the order a name lists them.
+SETTING_COLUMNS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
+                   "worker_threads")
 # The order a config's name gives its settings: the swept ones first, as a sweep block lists them.
 NAME_ORDER = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
               "worker_threads")
@@ -47,6 +50,11 @@ def applied(settings: Mapping[str, Any]) -> dict[str, Any]:
     if not out.get("num_workers"):
         out.update({k: v for k, v in WORKER_ONLY.items() if k in out})
     return out
+
+
+def recorded_settings(record: Record) -> dict[str, Any]:
+    """A row's settings, as far as its columns hold them (SETTING_COLUMNS that are set), by name."""
+    return {k: getattr(record, k) for k in SETTING_COLUMNS if getattr(record, k) is not None}
 
 
 def loader_keywords(settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.kinds import EndedBy, RankBy, Status
-from loadtune.results.choice import dataloader_line
+from loadtune.results.choice import dataloader_line, recorded_settings
 from loadtune.results.findings import Finding, ManyUnstable, ModelError, ModelFellBack
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
@@ -347,16 +347,6 @@ def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwa
         trials=tuple(records),
         **meta,
     )
-
-
-# The settings a row records, as DataLoader keywords (and the two thread settings).
-RECORDED_SETTINGS = ("batch_size", "num_workers", "persistent_workers", "pin_memory", "prefetch_factor",
-                     "main_threads", "worker_threads")
-
-
-def recorded_settings(record: Record) -> dict[str, Any]:
-    """A row's settings, as far as the CSV holds them, by name."""
-    return {k: getattr(record, k) for k in RECORDED_SETTINGS if getattr(record, k) is not None}
 
 
 def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel] = (),

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
-from loadtune.results.choice import config_name, dataloader_line, paste_settings
+from loadtune.results.choice import SETTING_COLUMNS, config_name, dataloader_line, paste_settings
 from loadtune.results.choice import recommended as measured_pick
 from loadtune.results.findings import CheaperWaitsMore, ModelError
 from loadtune.results.model import (
@@ -58,8 +58,7 @@ MODEL_COLUMNS = ("fetch_ms", "fetch_cpu_share", "handover_ms", "step_ms", "main_
                  "cpu_count")
 NEEDS_WORKERS = ("prefetch_factor", "persistent_workers", "worker_threads")
 # The settings that make a config, in the order a config is written.
-CONFIG_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
-               "worker_threads")
+CONFIG_KEYS = SETTING_COLUMNS
 # A target this far beyond what was measured (cores, step) is an extrapolation, said so.
 EXTRAPOLATION_MARGIN = 0.10
 # Memory: the share of the target's RAM a config may plan to use (the rest is the training

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from loadtune.config import THREAD_KEYS
 from loadtune.errors import ResultsError
-from loadtune.results.choice import config_name
+from loadtune.results.choice import SETTING_COLUMNS, config_name, recorded_settings
 from loadtune.results.record import Record
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import fmt
@@ -33,8 +33,7 @@ LOADER_SUFFIX = ".loader.json"
 # A watched loader's row on one rank of several: "<name> rank <r>".
 RANK_NAME = re.compile(r"^(?P<name>.+) rank (?P<rank>\d+)$")
 # The settings that make a watched loader's config (the columns).
-SETTING_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "batch_size", "main_threads",
-                "worker_threads")
+SETTING_KEYS = SETTING_COLUMNS
 
 # The sweep around a watched loader. Worker counts tried: these, up to WORKERS_PER_CORE per usable
 # core of a rank (a fetch that waits on storage, the network or a sleep gains from more workers
@@ -272,7 +271,7 @@ def default_sweep(record: Record) -> dict[str, list[Any]]:
     block lists them: worker counts up to WORKERS_PER_CORE per usable core of a rank (at least
     WORKERS_TRIED_AT_LEAST), PREFETCH_FACTORS, persistent workers or not, and pinned memory or
     not where it fed an accelerator."""
-    own = effective_settings({k: getattr(record, k) for k in SETTING_KEYS if getattr(record, k) is not None})
+    own = effective_settings(recorded_settings(record))
     most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * cores_per_rank(record))
     workers = sorted({w for w in WORKER_COUNTS if w <= most} | {int(own["num_workers"] or 0)})
     prefetch = sorted({*PREFETCH_FACTORS, *([own["prefetch_factor"]] if own["prefetch_factor"] else [])})
@@ -348,7 +347,7 @@ def watched_table(records: Sequence[Record], title: str = "", width: int | None 
 def settings_text(record: Record) -> str:
     """A row's DataLoader settings, named as every command names a config (choice.config_name:
     every setting that is set; those that need workers left out without them)."""
-    return config_name({k: getattr(record, k) for k in SETTING_KEYS if getattr(record, k) is not None})
+    return config_name(recorded_settings(record))
 
 
 def _ranks_words(ranks: Sequence[int]) -> str:
