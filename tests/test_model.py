@@ -13,8 +13,9 @@ import pytest
 from loadtune.config import Config
 from loadtune.kinds import Status
 from loadtune.results.interval import Interval
-from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error, simulate
+from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error
 from loadtune.results.record import Record
+from loadtune.results.simulation import simulate
 from loadtune.sweep_process.decide import Scored, pick
 from loadtune.sweep_process.plan import grid_plan
 from loadtune.sweep_process.strategy import config_key, model_targets, run_model, run_ofat
@@ -327,7 +328,7 @@ def test_ranks_step_together_at_the_slowest_ranks_pace():
     """No workers, fetches that vary: each step waits for the slowest of the ranks' fetches, so
     the period is the mean of the maximum over the ranks' draws, not of one rank's; without
     variation, ranks change nothing. The wait is the ranks' mean wait for their own batch."""
-    from loadtune.results.model import SIM_EPOCHS, _draws
+    from loadtune.results.simulation import SIM_EPOCHS, _draws
 
     fetch_ms, step_ms, n = 10.0, 5.0, 40
     flat = [simulate(0, 0, False, fetch_ms, 0.0, 0.0, step_ms, 0.0, n, ranks=r).period_ms for r in (1, 2, 4)]
@@ -345,13 +346,13 @@ def test_ranks_share_the_machines_cores_not_a_slice_each():
     """Two ranks of one worker each on 2 cores, each thread busy half the time: a worker meets the
     other rank's worker, and both training threads at once (ranks step together), on 2 cores; on
     a core of its own it would meet its own training thread alone."""
-    from loadtune.results.model import _contention
+    from loadtune.results.crowding import contention
 
     # Worker: 1 other worker (k = 0, 1), the training threads with p 0.5: max(1, (1 + k + 2) / 2) or
     # max(1, (1 + k) / 2). Training thread: both training threads and k of 2 workers: max(1, (2 + k) / 2).
-    assert _contention(1, 0.5, 0.5, 2.0, ranks=2) == pytest.approx((0.5 * (0.5 * 1.5 + 0.5 * 2.0) + 0.5 * 1.0,
+    assert contention(1, 0.5, 0.5, 2.0, ranks=2) == pytest.approx((0.5 * (0.5 * 1.5 + 0.5 * 2.0) + 0.5 * 1.0,
                                                                     0.25 * 1.0 + 0.5 * 1.5 + 0.25 * 2.0))
-    assert _contention(1, 0.5, 0.5, 1.0) == pytest.approx((0.5 * 2.0 + 0.5 * 1.0, 0.5 * 1.0 + 0.5 * 2.0))
+    assert contention(1, 0.5, 0.5, 1.0) == pytest.approx((0.5 * 2.0 + 0.5 * 1.0, 0.5 * 1.0 + 0.5 * 2.0))
 
 
 def test_ranks_meet_in_a_collective_unless_the_step_was_timed_there():

@@ -1,0 +1,70 @@
+"""The evidence the pipeline model is fitted to: each measured trial's figures as the model reads
+them from its record."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from loadtune.results.record import Record
+from loadtune.trials import IDEAL, effective_settings
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One measured trial as the model reads it (a Record's evidence columns)."""
+
+    settings: dict[str, Any]
+    batch_size: int
+    throughput: float
+    wait_ratio: float | None
+    step_ms: float | None
+    h2d_ms: float
+    fetch_ms: float | None
+    fetch_cpu_share: float | None
+    handover_ms: float | None
+    main_cpu_util: float | None
+    epoch_start_ms: float | None
+    cores: float  # usable cores per rank
+    ranks: int = 1
+
+    @property
+    def workers(self) -> int:
+        return int(self.settings.get("num_workers") or 0)
+
+    @property
+    def period_ms(self) -> float:
+        return 1e3 * self.batch_size / self.throughput
+
+
+def evidence_of(record: Record) -> Evidence | None:
+    """A measured record's evidence, or None when it did not run or lacks the figures."""
+    if not record.ran or record.trial == IDEAL or record.data_flagged or not record.batch_size \
+            or not record.throughput or record.throughput <= 0:
+        return None
+    if record.watched and record.dist_rank is not None and (record.ranks or 1) > 1:
+        return None  # one rank's own figures: evidence once the ranks are combined (watched.combine_ranks)
+    cores = float(record.cpu_count or 1)
+    if record.cpu_quota:
+        cores = min(cores, float(record.cpu_quota))
+    # With ranks, each runs its own DataLoader on a share of the cores; throughput is their sum.
+    ranks = max(int(record.ranks or 1), 1)
+    settings = {k: getattr(record, k) for k in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                 "pin_memory", "batch_size", "main_threads", "worker_threads")}
+    return Evidence(effective_settings(settings), int(record.batch_size), float(record.throughput) / ranks,
+                    record.wait_ratio, record.step_ms, float(record.h2d_ms or 0.0), record.fetch_ms,
+                    record.fetch_cpu_share, record.handover_ms, record.main_cpu_util, record.epoch_start_ms,
+                    max(cores, 1.0) / ranks, ranks)
+
+
+
+def run_epoch_samples(records: Sequence[Record]) -> int | None:
+    """Samples in one of the training run's epochs (per rank): from the epoch the records' figures
+    weigh starts by (run_epoch_batches, in batches of each record's size), else the dataset's
+    length (files written before that column)."""
+    weighed = [r.run_epoch_batches * r.batch_size for r in records if r.run_epoch_batches and r.batch_size]
+    if weighed:
+        return int(statistics.median(weighed))
+    return next((r.dataset_len for r in records if r.dataset_len), None)
+
