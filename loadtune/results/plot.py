@@ -194,8 +194,6 @@ def _throughput_right(rows: dict[str, Row], n_frames: int) -> float:
 
 
 def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Row | None, right: float) -> None:
-    from matplotlib.transforms import blended_transform_factory
-
     ok = [(i, rows[name]) for i, name in enumerate(order) if _is_ok(rows.get(name))]
     ys = [i for i, _ in ok]
     data = [r for _, r in ok]
@@ -211,9 +209,6 @@ def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Ro
                    zorder=4, linewidths=0)
         at = dict(predicted)
         highs = [max(high, at.get(y, 0.0)) for high, y in zip(highs, ys)]  # labels clear the marker
-    base = rows.get(BASELINE)
-    base_value = _num(base["throughput"]) if _is_ok(base) else None
-    ideal_value = _num(ideal["throughput"]) if _is_ok(ideal) else None
     ax.set_xlim(0, right)
 
     for y, value, top, r in zip(ys, values, highs, data):
@@ -224,7 +219,18 @@ def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Ro
         ax.text(top + right * 0.01, y, label, va="center", ha="left", fontsize=8, color="#222222",
                 clip_on=True, zorder=3, bbox=LABEL_BOX)
 
-    # Rows that did not run (or are missing from this CSV): greyed, with their reason.
+    _draw_not_run(ax, order, rows)
+    base = rows.get(BASELINE)
+    _draw_references(ax, _num(base["throughput"]) if _is_ok(base) else None,
+                     _num(ideal["throughput"]) if _is_ok(ideal) else None)
+    ax.set_xlabel("throughput, samples/s (bars: 95% interval)")
+    ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
+
+
+def _draw_not_run(ax: Axes, order: list[str], rows: dict[str, Row]) -> None:
+    """Rows that did not run (or are missing from this CSV): greyed, with their reason."""
+    from matplotlib.transforms import blended_transform_factory
+
     to_axes_x = blended_transform_factory(ax.transAxes, ax.transData)
     for i, name in enumerate(order):
         row = rows.get(name)
@@ -241,6 +247,11 @@ def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Ro
                 color="#777777", style="italic", clip_on=True, zorder=5,
                 bbox={**LABEL_BOX, "facecolor": GREY_FILL, "alpha": 1.0})
 
+
+def _draw_references(ax: Axes, base_value: float | None, ideal_value: float | None) -> None:
+    """The baseline's throughput and the ideal's, as vertical lines across the trials."""
+    from matplotlib.transforms import blended_transform_factory
+
     if base_value is not None:
         ax.axvline(base_value, color=BASELINE_COLOR, ls="--", lw=1.2, zorder=2.5)
     if ideal_value is not None:
@@ -248,8 +259,6 @@ def _draw_throughput(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Ro
         ax.text(ideal_value, 0.99, f"ideal {ideal_value:,.0f}/s ", transform=blended_transform_factory(
             ax.transData, ax.transAxes), rotation=90, va="top", ha="right", fontsize=7.5,
             color=IDEAL_COLOR, zorder=5)
-    ax.set_xlabel("throughput, samples/s (bars: 95% interval)")
-    ax.grid(axis="x", color="#dddddd", lw=0.6, zorder=0)
 
 
 def _draw_wait(ax: Axes, order: list[str], rows: dict[str, Row], ideal: Row | None) -> None:
@@ -303,16 +312,7 @@ def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Figure:
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    if not frames:
-        raise ResultsError("nothing to draw: give at least one results CSV")
-    for label, df in frames:
-        missing = [c for c in ("trial", "status", "throughput", "wait_ratio") if c not in df.columns]
-        if missing:
-            raise ResultsError(f"{label}: not a loadtune results table: missing column(s) {', '.join(missing)}")
-    order = trial_order(frames)
-    if not order:
-        raise ResultsError(f"{frames[0][0]}: no trials to draw")
-
+    order = _drawable_order(frames)
     n = len(frames)
     fig = Figure(figsize=_figure_size(n, len(order)), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -341,18 +341,36 @@ def make_figure(frames: Sequence[tuple[str, pd.DataFrame]]) -> Figure:
     handles = _legend_handles(frames)
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), LEGEND_COLUMNS),
                fontsize=8, frameon=False)
-    first = axes[0]
+    _label_trials(axes[0], order, _rows_by_trial(frames[0][1]))
+    return fig
+
+
+def _drawable_order(frames: Sequence[tuple[str, pd.DataFrame]]) -> list[str]:
+    """The trials to draw, top to bottom; ResultsError when there is nothing a chart can show."""
+    if not frames:
+        raise ResultsError("nothing to draw: give at least one results CSV")
+    for label, df in frames:
+        missing = [c for c in ("trial", "status", "throughput", "wait_ratio") if c not in df.columns]
+        if missing:
+            raise ResultsError(f"{label}: not a loadtune results table: missing column(s) {', '.join(missing)}")
+    order = trial_order(frames)
+    if not order:
+        raise ResultsError(f"{frames[0][0]}: no trials to draw")
+    return order
+
+
+def _label_trials(first: Axes, order: list[str], first_rows: dict[str, Row]) -> None:
+    """The trials' names down the first panel: greyed where the first CSV did not run them, the
+    best in bold, the best at the top."""
     first.set_yticks(range(len(order)))
     first.set_yticklabels(order, fontsize=8.5)
-    first_rows = _rows_by_trial(frames[0][1])
     for tick, name in zip(first.get_yticklabels(), order):
         row = first_rows.get(name)
         if not _is_ok(row):
             tick.set_color(GREY)
         elif _num(row.get("rank")) == 1:
             tick.set_fontweight("bold")
-    first.set_ylim(len(order) - 0.5, -0.5)  # best at the top
-    return fig
+    first.set_ylim(len(order) - 0.5, -0.5)
 
 
 def draw_results(frames: Sequence[tuple[str, pd.DataFrame]], path: Path | str) -> Path:
