@@ -12,6 +12,17 @@ from loadtune.trials import IDEAL, effective_settings
 
 
 @dataclass(frozen=True)
+class LoadingTimes:
+    """What a trial's loading showed: a fetch's time and the share of it that was CPU, the
+    training thread's hand-over of a batch from a worker, and an epoch's wait for its first batch."""
+
+    fetch_ms: float | None
+    fetch_cpu_share: float | None
+    handover_ms: float | None
+    epoch_start_ms: float | None
+
+
+@dataclass(frozen=True)
 class Evidence:
     """One measured trial as the model reads it (a Record's evidence columns)."""
 
@@ -21,11 +32,8 @@ class Evidence:
     wait_ratio: float | None
     step_ms: float | None
     h2d_ms: float
-    fetch_ms: float | None
-    fetch_cpu_share: float | None
-    handover_ms: float | None
     main_cpu_util: float | None
-    epoch_start_ms: float | None
+    loading: LoadingTimes
     cores: float  # usable cores per rank
     ranks: int = 1
 
@@ -52,9 +60,9 @@ def evidence_of(record: Record) -> Evidence | None:
     ranks = max(int(record.ranks or 1), 1)
     settings = {k: getattr(record, k) for k in ("num_workers", "prefetch_factor", "persistent_workers",
                                                  "pin_memory", "batch_size", "main_threads", "worker_threads")}
+    loading = LoadingTimes(record.fetch_ms, record.fetch_cpu_share, record.handover_ms, record.epoch_start_ms)
     return Evidence(effective_settings(settings), int(record.batch_size), float(record.throughput) / ranks,
-                    record.wait_ratio, record.step_ms, float(record.h2d_ms or 0.0), record.fetch_ms,
-                    record.fetch_cpu_share, record.handover_ms, record.main_cpu_util, record.epoch_start_ms,
+                    record.wait_ratio, record.step_ms, float(record.h2d_ms or 0.0), record.main_cpu_util, loading,
                     max(cores, 1.0) / ranks, ranks)
 
 

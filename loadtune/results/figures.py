@@ -47,7 +47,7 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     h2d = _median(plain, _median(pinned))
     h2d_pinned = _median(pinned, h2d)
     start0, start_per, resume = _start_figures(evidence, fetch_cpu, fetch_wait)
-    alone = [e.fetch_ms / e.batch_size for e in evidence if e.fetch_ms is not None and e.workers == 0]
+    alone = [e.loading.fetch_ms / e.batch_size for e in evidence if e.loading.fetch_ms is not None and e.workers == 0]
     return PipelineModel(
         fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
         main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
@@ -105,13 +105,13 @@ def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
     (the training process may fetch differently: its torch ops use several threads; a worker's
     use one), its waiting from the uncontended trials; without a timed fetch, the loop's own
     wait without workers is the fetch."""
-    timed = [e for e in evidence if e.fetch_ms is not None]
+    timed = [e for e in evidence if e.loading.fetch_ms is not None]
     with_fetch = [e for e in timed if e.workers] or timed
     calm = _uncontended(with_fetch) if with_fetch else []
-    fetch_cpu = _median(e.fetch_ms * (e.fetch_cpu_share or 0.0) / e.batch_size
-                        for e in with_fetch if e.fetch_ms is not None)
-    fetch_wait = _median(e.fetch_ms * (1 - (e.fetch_cpu_share or 0.0)) / e.batch_size
-                         for e in calm if e.fetch_ms is not None)
+    fetch_cpu = _median(e.loading.fetch_ms * (e.loading.fetch_cpu_share or 0.0) / e.batch_size
+                        for e in with_fetch if e.loading.fetch_ms is not None)
+    fetch_wait = _median(e.loading.fetch_ms * (1 - (e.loading.fetch_cpu_share or 0.0)) / e.batch_size
+                         for e in calm if e.loading.fetch_ms is not None)
     if not with_fetch:
         fetch_wait = _median((e.period_ms * e.wait_ratio / e.batch_size for e in evidence
                               if e.workers == 0 and e.wait_ratio is not None), 0.0)
@@ -122,8 +122,8 @@ def _handover_figure(evidence: Sequence[Evidence]) -> float:
     """The training thread's CPU per sample to receive a batch from a worker. Without persistent
     workers its CPU in next() also holds each epoch's worker start-up: the persistent trials
     show the hand-over alone, else the lowest."""
-    handovers = [(e.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
-                 if e.workers > 0 and e.handover_ms is not None]
+    handovers = [(e.loading.handover_ms / e.batch_size, bool(e.settings["persistent_workers"])) for e in evidence
+                 if e.workers > 0 and e.loading.handover_ms is not None]
     kept = [ms for ms, persistent in handovers if persistent]
     return _median(kept) if kept else min((ms for ms, _ in handovers), default=0.0)
 
@@ -132,7 +132,7 @@ def _start_figures(evidence: Sequence[Evidence], fetch_cpu: float, fetch_wait: f
     """An epoch's start without persistent workers (fixed part, and per worker started in
     turn: see starting), and with them (the resume), in ms: each epoch's wait for its first
     batch less that batch's own fetch."""
-    starts = [(e, e.epoch_start_ms) for e in evidence if e.workers > 0 and e.epoch_start_ms is not None]
+    starts = [(e, e.loading.epoch_start_ms) for e in evidence if e.workers > 0 and e.loading.epoch_start_ms is not None]
 
     def start_up(e: Evidence, waited_ms: float) -> float:
         first = _first_fetch_ms(fetch_cpu * e.batch_size, fetch_wait * e.batch_size, e.workers, e.cores)
@@ -150,11 +150,12 @@ def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
     if e.main_cpu_util is None:
         return None
     main_ms = e.main_cpu_util * e.cores * e.period_ms
+    loading = e.loading
     if e.workers == 0:
-        if e.fetch_ms is None or e.fetch_cpu_share is None:
+        if loading.fetch_ms is None or loading.fetch_cpu_share is None:
             return None
-        return main_ms - e.fetch_ms * e.fetch_cpu_share
-    return main_ms - (e.handover_ms if e.handover_ms is not None else handover_ms_per_sample * e.batch_size)
+        return main_ms - loading.fetch_ms * loading.fetch_cpu_share
+    return main_ms - (loading.handover_ms if loading.handover_ms is not None else handover_ms_per_sample * e.batch_size)
 
 
 def _line(points: Sequence[tuple[float, float]]) -> tuple[float, float]:

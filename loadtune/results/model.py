@@ -228,10 +228,10 @@ def unshown_figures(model: PipelineModel, records: Sequence[Record],
     if not with_workers:
         return ()
     workers = [e for e in evidence if e.workers]
-    if not any(e.handover_ms is not None for e in workers):
+    if not any(e.loading.handover_ms is not None for e in workers):
         out.append(("handover_ms_per_sample", RUN_WITH_WORKERS))
     epochs = model.dataset_len is not None
-    restarting = [e for e in workers if not e.settings["persistent_workers"] and e.epoch_start_ms is not None]
+    restarting = [e for e in workers if not e.settings["persistent_workers"] and e.loading.epoch_start_ms is not None]
     asked_restarting = {int(c["num_workers"]) for c in with_workers if not c["persistent_workers"]}
     if epochs and asked_restarting and not restarting:
         out += [("worker_start_ms", RUN_RESTARTING_WORKERS), ("worker_start_per_worker_ms", RUN_RESTARTING_WORKERS)]
@@ -239,7 +239,7 @@ def unshown_figures(model: PipelineModel, records: Sequence[Record],
             asked_restarting - {e.workers for e in restarting}:
         out.append(("worker_start_per_worker_ms", RUN_OTHER_WORKER_COUNT))
     if epochs and any(c["persistent_workers"] for c in with_workers) and \
-            not any(e.settings["persistent_workers"] and e.epoch_start_ms is not None for e in workers):
+            not any(e.settings["persistent_workers"] and e.loading.epoch_start_ms is not None for e in workers):
         out.append(("persistent_resume_ms", RUN_PERSISTENT_WORKERS))
     if not _can_show("worker_put_ms", model, evidence):
         out.append(("worker_put_ms", RUN_WITH_WORKERS))

@@ -158,14 +158,26 @@ def predict_rank(model: PipelineModel, batch: int, workers: int, prefetch: int, 
     step_cpu = model.step_cpu_ms_per_sample * batch * step_scale
     step = max(model.step_ms_per_sample * batch * step_scale + collective_ms, step_cpu, 0.0)
     case = _Case(
-        batch=batch, workers=workers, prefetch=prefetch, persistent=persistent, cores=cores,
+        loader=_Loader(batch=batch, workers=workers, prefetch=prefetch, persistent=persistent,
+                       epoch=model.epoch_length(batch, ranks)), cores=cores,
         fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
         step=step, step_cpu=min(step_cpu, step),
         handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
-        epoch=model.epoch_length(batch, ranks), ranks=ranks, step_threads=max(int(model.step_threads), 1))
+        ranks=ranks, step_threads=max(int(model.step_threads), 1))
     if workers == 0:
         return _predict_in_process(model, case)
     return _predict_with_workers(model, case, usable_cores or cores)
+
+
+@dataclass(frozen=True)
+class _Loader:
+    """One config's DataLoader settings, and its epoch's length in batches (inf: no epoch starts)."""
+
+    batch: int
+    workers: int
+    prefetch: int
+    persistent: bool
+    epoch: float
 
 
 @dataclass(frozen=True)
@@ -173,10 +185,7 @@ class _Case:
     """One config on one rank: its settings, its working cores, and its costs per batch in ms
     before any crowding."""
 
-    batch: int
-    workers: int
-    prefetch: int
-    persistent: bool
+    loader: _Loader
     cores: float
     fetch_cpu: float
     fetch_wait: float
@@ -184,7 +193,6 @@ class _Case:
     step_cpu: float
     handover: float
     h2d: float
-    epoch: float  # batches per epoch (inf: no epoch starts)
     ranks: int = 1  # ranks in step, sharing the machine (cores × ranks working cores)
     step_threads: int = 1  # threads the step's CPU phase runs on at once (its CPU work: step_cpu × these)
 
@@ -192,7 +200,7 @@ class _Case:
 def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
     """num_workers=0: the loop fetches each batch itself, then copies and steps."""
     fetch_cpu, fetch_wait, step = case.fetch_cpu, case.fetch_wait, case.step
-    alone = model.main_fetch_ms_per_sample * case.batch if model.main_fetch_ms_per_sample is not None \
+    alone = model.main_fetch_ms_per_sample * case.loader.batch if model.main_fetch_ms_per_sample is not None \
         else fetch_cpu + fetch_wait
     if case.cores < 1:
         # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
@@ -200,9 +208,9 @@ def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
         share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
         alone += alone * share * (1 / case.cores - 1)
         step += case.step_cpu * (1 / case.cores - 1)
-    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.epoch, case.ranks)
+    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.loader.epoch, case.ranks)
     period = max(sim.period_ms, MIN_PERIOD_MS)
-    return Prediction(1e3 * case.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False,
+    return Prediction(1e3 * case.loader.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False,
                       step_ms=step)
 
 
@@ -210,9 +218,9 @@ def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float
     """With workers: the queue simulated at the pace crowding sets (see _settle), capped by the
     cores."""
     case = replace(case, fetch_cpu=case.fetch_cpu + model.worker_put_ms)  # each batch is also put into shared memory
-    start = model.persistent_resume_ms if case.persistent else \
-        model.worker_start_ms + model.worker_start_per_worker_ms * starting(case.workers, usable_cores)
-    starts_ms = start / case.epoch if math.isfinite(case.epoch) else 0.0  # per batch
+    start = model.persistent_resume_ms if case.loader.persistent else \
+        model.worker_start_ms + model.worker_start_per_worker_ms * starting(case.loader.workers, usable_cores)
+    starts_ms = start / case.loader.epoch if math.isfinite(case.loader.epoch) else 0.0  # per batch
 
     def cap(wasted: float, spin: float = 1.0) -> float:
         # The cores cap it all: every batch's CPU (fetch, hand-over, the step's host part on each
@@ -243,8 +251,8 @@ def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float
         wait_ratio = min(wait_ratio, (pace.wait + case.h2d) / period)
     crowded = cpu_bound or pace.worker_stretch > CROWDED_STRETCH or pace.main_stretch > CROWDED_STRETCH or \
         pace.step_stretch > CROWDED_STRETCH
-    hidden = not crowded and pace.fetch / case.workers <= pace.main_wall
-    return Prediction(1e3 * case.batch / period, min(1.0, wait_ratio), period, crowded, hidden, step_wall)
+    hidden = not crowded and pace.fetch / case.loader.workers <= pace.main_wall
+    return Prediction(1e3 * case.loader.batch / period, min(1.0, wait_ratio), period, crowded, hidden, step_wall)
 
 
 @dataclass
@@ -269,14 +277,14 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
     thread is), and each busy thread of a rank beyond its share of the cores costs
     `oversubscription` more CPU (switches, caches)."""
     pace = _Pace()
-    workers, fetch_cpu, handover, kappa = case.workers, case.fetch_cpu, case.handover, model.oversubscription
+    workers, fetch_cpu, handover, kappa = case.loader.workers, case.fetch_cpu, case.handover, model.oversubscription
     threads = case.step_threads
     for attempt in range(4):
         fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
         main_cpu = case.step_cpu * pace.step_stretch + handover * pace.main_stretch
         main_wall = case.step - case.step_cpu + case.h2d + main_cpu
-        sim = simulate(workers, max(case.prefetch, 1), case.persistent, fetch, model.fetch_cv,
-                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.epoch,
+        sim = simulate(workers, max(case.loader.prefetch, 1), case.loader.persistent, fetch, model.fetch_cv,
+                       handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.loader.epoch,
                        case.ranks)
         period = sim.period_ms
         useful = fetch / (workers * period) if period > 0 else 0.0  # the workers' share spent on kept batches
