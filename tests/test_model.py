@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from loadtune.config import Config
 from loadtune.kinds import Status
 from loadtune.results.interval import Interval
 from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error
+from loadtune.results.pipeline import FittedFigures, MeasuredCosts
 from loadtune.results.record import Record
 from loadtune.results.simulation import simulate
 from loadtune.sweep_process.decide import Scored, pick
@@ -26,10 +28,22 @@ CORES = 2.0
 DATASET_LEN = 800  # 50 batches an epoch
 # The truth every made-up trial is drawn from; the fitted figures at values of their grids.
 TRUTH = PipelineModel(
-    fetch_cpu_ms_per_sample=0.25, fetch_wait_ms_per_sample=1.0, main_fetch_ms_per_sample=1.25,
-    handover_ms_per_sample=0.05, step_ms_per_sample=0.6, step_cpu_ms_per_sample=0.1, h2d_ms=0.0, h2d_pinned_ms=0.0,
-    worker_start_ms=30.0, worker_start_per_worker_ms=10.0, persistent_resume_ms=2.0, cores=CORES,
-    fetch_cv=0.3, oversubscription=0.0, worker_put_ms=0.5, core_share=1.0, dataset_len=DATASET_LEN)
+    MeasuredCosts(
+        fetch_cpu_ms_per_sample=0.25, fetch_wait_ms_per_sample=1.0, main_fetch_ms_per_sample=1.25,
+        handover_ms_per_sample=0.05, step_ms_per_sample=0.6, step_cpu_ms_per_sample=0.1, h2d_ms=0.0,
+        h2d_pinned_ms=0.0, worker_start_ms=30.0, worker_start_per_worker_ms=10.0, persistent_resume_ms=2.0),
+    FittedFigures(fetch_cv=0.3, oversubscription=0.0, worker_put_ms=0.5, core_share=1.0),
+    cores=CORES, dataset_len=DATASET_LEN)
+
+
+def varied(model: PipelineModel, **figures: Any) -> PipelineModel:
+    """`model` with the named figures changed, each where the model keeps it (its measured costs,
+    its fitted figures, or itself)."""
+    parts = {"costs": model.costs, "fitted": model.fitted}
+    changed = {part: dataclasses.replace(group, **{k: v for k, v in figures.items() if hasattr(group, k)})
+               for part, group in parts.items()}
+    rest = {k: v for k, v in figures.items() if not any(hasattr(group, k) for group in parts.values())}
+    return dataclasses.replace(model, **changed, **rest)
 
 
 def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persistent: bool = False,
@@ -38,28 +52,29 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
     wait ratio are the model's own prediction: what a noiseless machine with `model.cores`
     usable cores running it would write."""
     CORES = model.cores  # noqa: N806 (the machine the record was measured on)
+    costs = model.costs
     settings = {"num_workers": workers, "prefetch_factor": prefetch if workers else None,
                 "persistent_workers": persistent and workers > 0, "pin_memory": False, "batch_size": BATCH}
     guess = model.predict(settings)
     period_ms = 1e3 * BATCH * model.ranks / guess.throughput  # each rank's
     if workers:
-        fetch_ms = (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample) * BATCH
-        share = model.fetch_cpu_ms_per_sample * BATCH / fetch_ms
-        handover = model.handover_ms_per_sample * BATCH
-        main_ms = model.step_cpu_ms_per_sample * model.step_threads * BATCH + handover
-        first = model.fetch_wait_ms_per_sample * BATCH + model.fetch_cpu_ms_per_sample * BATCH * max(1.0,
-                                                                                                     workers / CORES)
-        start = model.persistent_resume_ms if persistent else \
-            model.worker_start_ms + model.worker_start_per_worker_ms * workers / min(workers, CORES)
+        fetch_ms = (costs.fetch_cpu_ms_per_sample + costs.fetch_wait_ms_per_sample) * BATCH
+        share = costs.fetch_cpu_ms_per_sample * BATCH / fetch_ms
+        handover = costs.handover_ms_per_sample * BATCH
+        main_ms = costs.step_cpu_ms_per_sample * model.step_threads * BATCH + handover
+        first = (costs.fetch_wait_ms_per_sample * BATCH
+                 + costs.fetch_cpu_ms_per_sample * BATCH * max(1.0, workers / CORES))
+        start = costs.persistent_resume_ms if persistent else \
+            costs.worker_start_ms + costs.worker_start_per_worker_ms * workers / min(workers, CORES)
         epoch_start = start + first
     else:
-        fetch_ms = model.main_fetch_ms_per_sample * BATCH
-        share = model.fetch_cpu_ms_per_sample / (model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample)
+        fetch_ms = costs.main_fetch_ms_per_sample * BATCH
+        share = costs.fetch_cpu_ms_per_sample / (costs.fetch_cpu_ms_per_sample + costs.fetch_wait_ms_per_sample)
         handover = None
-        main_ms = model.step_cpu_ms_per_sample * model.step_threads * BATCH + fetch_ms * share
+        main_ms = costs.step_cpu_ms_per_sample * model.step_threads * BATCH + fetch_ms * share
         epoch_start = None
     # A step on several threads is timed as its workers crowd it; on one, as before any crowding.
-    step_ms = guess.step_ms if model.step_threads > 1 else model.step_ms_per_sample * BATCH
+    step_ms = guess.step_ms if model.step_threads > 1 else costs.step_ms_per_sample * BATCH
     return Record(trial=name or f"num_workers={workers}", status="ok", throughput=guess.throughput,
                   wait_ratio=guess.wait_ratio, step_ms=step_ms, h2d_ms=0.0,
                   fetch_ms=fetch_ms, fetch_cpu_share=share, handover_ms=handover,
@@ -81,7 +96,7 @@ def test_fit_recovers_known_parameters_exactly():
     for name in ("fetch_cpu_ms_per_sample", "fetch_wait_ms_per_sample", "main_fetch_ms_per_sample",
                  "handover_ms_per_sample", "step_ms_per_sample", "step_cpu_ms_per_sample", "worker_start_ms",
                  "worker_start_per_worker_ms", "persistent_resume_ms", "cores", "fetch_cv", "worker_put_ms"):
-        assert getattr(fitted, name) == pytest.approx(getattr(TRUTH, name), rel=1e-9, abs=1e-9), name
+        assert fitted.figure(name) == pytest.approx(TRUTH.figure(name), rel=1e-9, abs=1e-9), name
     assert fitted.trials == len(FIRST_ROUND)
     assert fitted.residual_log_sd == pytest.approx(0.0, abs=1e-9)
     # And so it predicts configs it never saw exactly as the truth does.
@@ -140,8 +155,7 @@ def test_simulation_counts_epoch_starts():
 
 def test_busy_threads_beyond_the_cores_slow_the_pace():
     """Fetches that are CPU work: more workers than cores gain nothing over as many as cores."""
-    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0,
-                              dataset_len=None)
+    cpu = varied(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0, dataset_len=None)
     kw = {"prefetch_factor": 2, "batch_size": BATCH}
     two, six = (cpu.predict({**kw, "num_workers": w}).throughput for w in (2, 6))
     assert six <= two * 1.001
@@ -155,29 +169,28 @@ def test_a_step_on_several_threads_is_crowded_by_the_workers():
     predictions follow for configs it never saw (within 2%: beside so much crowding, the fetch's
     variation and a worker's put cost the trials next to nothing, so the fit keeps them nearer
     neutral than the truth)."""
-    threaded = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=0.6, fetch_wait_ms_per_sample=0.3,
-                                   main_fetch_ms_per_sample=0.9, step_ms_per_sample=0.5, step_cpu_ms_per_sample=0.5,
-                                   step_threads=2, step_sync=2.0)
+    threaded = varied(TRUTH, fetch_cpu_ms_per_sample=0.6, fetch_wait_ms_per_sample=0.3, main_fetch_ms_per_sample=0.9,
+                      step_ms_per_sample=0.5, step_cpu_ms_per_sample=0.5, step_threads=2, step_sync=2.0)
     fitted = fit(first_round(threaded), DATASET_LEN)
     assert fitted is not None
     assert fitted.step_threads == 2
     for name in ("step_ms_per_sample", "step_cpu_ms_per_sample", "fetch_cpu_ms_per_sample"):
-        assert getattr(fitted, name) == pytest.approx(getattr(threaded, name), rel=1e-9), name
+        assert fitted.figure(name) == pytest.approx(threaded.figure(name), rel=1e-9), name
     kw = {"prefetch_factor": 2, "batch_size": BATCH}
     for sync in (1.0, 2.0, 4.0, 8.0):
-        truth = dataclasses.replace(threaded, step_sync=sync)
+        truth = varied(threaded, step_sync=sync)
         fitted = fit(first_round(truth), DATASET_LEN)
-        assert fitted is not None and fitted.step_sync == sync
+        assert fitted is not None and fitted.fitted.step_sync == sync
         for workers, prefetch, persistent in ((3, 4, True), (6, 1, False), (2, 2, True)):
             kwargs = {**kw, "num_workers": workers, "prefetch_factor": prefetch, "persistent_workers": persistent}
             assert fitted.predict(kwargs).throughput == pytest.approx(truth.predict(kwargs).throughput, rel=0.02)
     # The step's time grows with the workers' load, past what its share of the cores says.
     steps = [threaded.predict({**kw, "num_workers": w}).step_ms for w in (0, 1, 2, 4)]
     assert steps[0] == pytest.approx(0.5 * BATCH) and steps == sorted(steps) and steps[-1] > 2 * steps[0]
-    shared = dataclasses.replace(threaded, step_sync=0.0)
+    shared = varied(threaded, step_sync=0.0)
     assert shared.predict({**kw, "num_workers": 4}).step_ms < steps[-1]
     # On one thread, as before: the training thread's share of the cores, no more.
-    one = dataclasses.replace(threaded, step_threads=1, step_sync=0.0)
+    one = varied(threaded, step_threads=1, step_sync=0.0)
     assert one.predict({**kw, "num_workers": 1}).step_ms == pytest.approx(0.5 * BATCH)
     # A step that is mostly not CPU work reads as one thread; threads every trial set are taken as set.
     plain = first_round(TRUTH)
@@ -310,12 +323,12 @@ def made_up_ranked(model: PipelineModel, workers: int, prefetch: int | None = 2,
 def test_a_two_rank_sweep_is_evidence_and_predicts_four_ranks_exactly():
     """Trials measured on 2 ranks fit the same figures, and the fitted model predicts 4 ranks (and
     1) as the truth does: the ranks' pace, their shared cores and the collective included."""
-    truth2 = dataclasses.replace(TRUTH, cores=CORES / 2, ranks=2, core_share=1.0)
+    truth2 = varied(TRUTH, cores=CORES / 2, ranks=2, core_share=1.0)
     records = [made_up_ranked(truth2, w, p, pw, name=f"t{i}") for i, (w, p, pw) in enumerate(FIRST_ROUND)]
     fitted = fit(records, DATASET_LEN)
     assert fitted is not None and fitted.ranks == 2 and fitted.cores == CORES / 2
     for name in ("fetch_cpu_ms_per_sample", "fetch_wait_ms_per_sample", "step_ms_per_sample", "fetch_cv"):
-        assert getattr(fitted, name) == pytest.approx(getattr(truth2, name), rel=1e-9, abs=1e-9), name
+        assert fitted.figure(name) == pytest.approx(truth2.figure(name), rel=1e-9, abs=1e-9), name
     for kwargs in ({"num_workers": 3, "prefetch_factor": 4, "batch_size": BATCH},
                    {"num_workers": 0, "batch_size": BATCH},
                    {"num_workers": 2, "persistent_workers": True, "batch_size": BATCH}):
@@ -361,11 +374,10 @@ def test_ranks_meet_in_a_collective_unless_the_step_was_timed_there():
     target's ranks holds its own."""
     from loadtune.results.model import COLLECTIVE_MS
 
-    quick = dataclasses.replace(TRUTH, main_fetch_ms_per_sample=0.0, fetch_cpu_ms_per_sample=0.0,
-                                fetch_wait_ms_per_sample=0.0, fetch_cv=0.0, step_cpu_ms_per_sample=0.0,
-                                cores=8.0, dataset_len=None)
+    quick = varied(TRUTH, main_fetch_ms_per_sample=0.0, fetch_cpu_ms_per_sample=0.0, fetch_wait_ms_per_sample=0.0,
+                   fetch_cv=0.0, step_cpu_ms_per_sample=0.0, cores=8.0, dataset_len=None)
     kwargs = {"num_workers": 0, "batch_size": BATCH}
-    step = quick.step_ms_per_sample * BATCH
+    step = quick.costs.step_ms_per_sample * BATCH
     for ranks in (1, 2, 4):
         added = COLLECTIVE_MS if ranks > 1 else 0.0
         assert quick.added_collective_ms(ranks) == added
@@ -415,7 +427,7 @@ def test_fetch_hidden_only_where_workers_keep_ahead_of_the_loop():
     kw = {"prefetch_factor": 2, "persistent_workers": True, "batch_size": BATCH}
     assert TRUTH.predict({**kw, "num_workers": 3}).fetch_hidden
     assert not TRUTH.predict({**kw, "num_workers": 1}).fetch_hidden
-    cpu = dataclasses.replace(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0)
+    cpu = varied(TRUTH, fetch_cpu_ms_per_sample=1.2, fetch_wait_ms_per_sample=0.0)
     crowded = cpu.predict({**kw, "num_workers": 6})
     assert crowded.cpu_bound and not crowded.fetch_hidden
 

@@ -45,7 +45,7 @@ from loadtune.results.transfer import (
 from loadtune.results.watched import LoaderInfo, plain_settings, run_line, write_loader_info
 from loadtune.trials import BASELINE, cost_of
 from tests.conftest import tiny_config
-from tests.test_model import BATCH, TRUTH, first_round, made_up
+from tests.test_model import BATCH, TRUTH, first_round, made_up, varied
 from tests.test_watched_readers import watched
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compare"
@@ -246,7 +246,7 @@ def test_the_models_error_words_say_when_it_does_not_fit():
 # --- 4. predict recommends within the tolerance of its table's best --------------------------------
 
 
-CPU_STEP = dataclasses.replace(
+CPU_STEP = varied(
     TRUTH, fetch_cpu_ms_per_sample=0.72, fetch_wait_ms_per_sample=0.0, main_fetch_ms_per_sample=0.72,
     step_ms_per_sample=0.31, step_cpu_ms_per_sample=0.31, handover_ms_per_sample=0.0, worker_put_ms=0.0,
     worker_start_ms=0.0, worker_start_per_worker_ms=0.0, persistent_resume_ms=0.0, fetch_cv=0.0)

@@ -10,7 +10,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from loadtune.results.evidence import Evidence
-from loadtune.results.pipeline import PipelineModel, starting
+from loadtune.results.pipeline import FittedFigures, MeasuredCosts, PipelineModel, starting
 
 
 def _median(values: Iterable[float | None], default: float = 0.0) -> float:
@@ -48,13 +48,13 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     h2d_pinned = _median(pinned, h2d)
     start0, start_per, resume = _start_figures(evidence, fetch_cpu, fetch_wait)
     alone = [e.loading.fetch_ms / e.batch_size for e in evidence if e.loading.fetch_ms is not None and e.workers == 0]
-    return PipelineModel(
+    costs = MeasuredCosts(
         fetch_cpu_ms_per_sample=fetch_cpu, fetch_wait_ms_per_sample=fetch_wait,
         main_fetch_ms_per_sample=_median(alone) if alone else None, handover_ms_per_sample=handover,
         step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu, h2d_ms=h2d, h2d_pinned_ms=h2d_pinned,
-        worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume,
-        cores=evidence[0].cores, fetch_cv=0.0, oversubscription=0.0, worker_put_ms=0.0, core_share=1.0,
-        dataset_len=dataset_len, ranks=evidence[0].ranks, trials=len(evidence), step_threads=threads)
+        worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume)
+    return PipelineModel(costs, FittedFigures(), cores=evidence[0].cores, dataset_len=dataset_len,
+                         ranks=evidence[0].ranks, trials=len(evidence), step_threads=threads)
 
 
 def _alone(evidence: Sequence[Evidence]) -> list[Evidence]:

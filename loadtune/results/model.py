@@ -51,7 +51,7 @@ MIN_TRIALS_TO_FIT = 2
 def _core_prediction(model: PipelineModel, e: Evidence) -> Prediction:
     """The mechanism's prediction for a measured trial, without the factors."""
     s = e.settings
-    h2d = model.h2d_pinned_ms if s["pin_memory"] else model.h2d_ms
+    h2d = model.costs.h2d_pinned_ms if s["pin_memory"] else model.costs.h2d_ms
     return predict_rank(model, e.batch_size, e.workers, int(s["prefetch_factor"] or 0),
                         bool(s["persistent_workers"]), h2d, rank_cores(model, model.cores * model.ranks, model.ranks),
                         1.0, model.cores)
@@ -186,8 +186,7 @@ def _factors(model: PipelineModel, evidence: Sequence[Evidence],
 
 def _fitted(model: PipelineModel, figures: Mapping[str, float]) -> PipelineModel:
     """The model with the fitted figures given (FITTED_GRIDS' names)."""
-    # Each is a float field; mypy checks the mapping's values against every field of the model.
-    return replace(model, **figures)  # type: ignore[arg-type]
+    return replace(model, fitted=replace(model.fitted, **figures))
 
 
 def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> bool:
@@ -201,8 +200,7 @@ def _can_show(name: str, model: PipelineModel, evidence: Sequence[Evidence]) -> 
         return True
     if name == "step_sync":
         return model.step_threads > 1
-    fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
-    share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
+    share = model.costs.fetch_cpu_share
     return any(e.workers * share + 1 > e.cores for e in evidence if e.workers)
 
 
@@ -245,12 +243,12 @@ def unshown_figures(model: PipelineModel, records: Sequence[Record],
         out.append(("worker_put_ms", RUN_WITH_WORKERS))
     if model.step_threads > 1 and not _can_show("step_sync", model, evidence):
         out.append(("step_sync", RUN_WITH_WORKERS))
-    fetch = model.fetch_cpu_ms_per_sample + model.fetch_wait_ms_per_sample
-    share = model.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
+    share = model.costs.fetch_cpu_share
     if not _can_show("core_share", model, evidence) and \
             any(int(c["num_workers"]) * share + 1 > model.cores for c in with_workers):
         out += [("core_share", RUN_CROWDED), ("oversubscription", RUN_CROWDED)]
-    if model.h2d_ms > 0 and any(c["pin_memory"] for c in asked) and not any(e.settings["pin_memory"] for e in evidence):
+    if model.costs.h2d_ms > 0 and any(c["pin_memory"] for c in asked) and \
+            not any(e.settings["pin_memory"] for e in evidence):
         out.append(("h2d_pinned_ms", RUN_PINNED))
     return tuple(out)
 

@@ -6,7 +6,7 @@ settings) get a measured factor."""
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable, Mapping
 
 from loadtune.results.crowding import contention, step_stretch
@@ -44,11 +44,10 @@ class Prediction:
     step_ms: float = 0.0  # the step's wall time per batch, crowded as the config crowds it
 
 
-
-
 @dataclass(frozen=True)
-class PipelineModel:
-    """The fitted pipeline. Per-sample costs (a batch of B costs B times as much), in ms."""
+class MeasuredCosts:
+    """The costs the measured trials show directly (figures.base_figures), combined over them.
+    Per-sample costs (a batch of B costs B times as much), in ms."""
 
     fetch_cpu_ms_per_sample: float  # CPU a loading process spends per sample (read, decode, augment, collate)
     fetch_wait_ms_per_sample: float  # the rest of a fetch: waiting on storage, the network, sleeps
@@ -61,11 +60,37 @@ class PipelineModel:
     worker_start_ms: float  # an epoch's start without persistent workers: fixed part
     worker_start_per_worker_ms: float  # and per worker, on a core of its own (see starting)
     persistent_resume_ms: float  # an epoch's start with persistent workers
+
+    @property
+    def fetch_cpu_share(self) -> float:
+        """The share of a fetch that is CPU work (0 where a fetch costs nothing)."""
+        fetch = self.fetch_cpu_ms_per_sample + self.fetch_wait_ms_per_sample
+        return self.fetch_cpu_ms_per_sample / fetch if fetch > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class FittedFigures:
+    """The figures no single column shows, fitted by how well the whole model explains the
+    measured throughputs (the names of model.FITTED_GRIDS); each neutral at its first value there."""
+
+    fetch_cv: float = 0.0  # batch-to-batch variation of a fetch
+    oversubscription: float = 0.0  # extra CPU per busy thread beyond the cores, as a share
+    worker_put_ms: float = 0.0  # a worker's CPU per batch beyond its fetch: putting it into shared memory
+    core_share: float = 1.0  # what each core beyond the first adds for CPU-bound threads (< 1 on shared cores)
+    # A step on several threads: how much more its CPU phase stretches, per busy thread beyond the
+    # cores, than its share of the cores says (its threads wait for each other at every parallel
+    # op, and spin while they wait; 0 where the step runs on one thread).
+    step_sync: float = 0.0
+
+
+@dataclass(frozen=True)
+class PipelineModel:
+    """The fitted pipeline: its measured costs, its fitted figures, and the machine and run it
+    was fitted on."""
+
+    costs: MeasuredCosts
+    fitted: FittedFigures
     cores: float  # usable cores (affinity and quota) of each rank it was fitted on
-    fetch_cv: float  # batch-to-batch variation of a fetch (fitted)
-    oversubscription: float  # extra CPU per busy thread beyond the cores, as a share (fitted)
-    worker_put_ms: float  # a worker's CPU per batch beyond its fetch: putting it into shared memory (fitted)
-    core_share: float  # what each core beyond the first adds for CPU-bound threads (fitted; < 1 on shared cores)
     dataset_len: int | None  # samples in one of the run's epochs (per rank), for any batch size's epoch length
     factors: tuple[tuple[str, str, float], ...] = ()  # (key, value, measured factor) of unexplained settings
     ranks: int = 1  # ranks it was fitted on, each with its own DataLoader, sharing the cores
@@ -76,10 +101,32 @@ class PipelineModel:
     # Threads the step's host CPU runs on at once (torch's intra-op threads), as measured: its
     # CPU over its wall time without workers. The step's CPU work is step_cpu × step_threads.
     step_threads: int = 1
-    # A step on several threads: how much more its CPU phase stretches, per busy thread beyond the
-    # cores, than its share of the cores says (its threads wait for each other at every parallel
-    # op, and spin while they wait; fitted, 0 where the step runs on one thread).
-    step_sync: float = 0.0
+
+    def figure(self, name: str) -> float | None:
+        """One of the model's figures by its name (as to_json names it), wherever the model keeps it."""
+        part = next((p for p in (self.costs, self.fitted) if name in {f.name for f in fields(p)}), self)
+        value: float | None = getattr(part, name)
+        return value
+
+    @property
+    def step_ms_per_sample(self) -> float:
+        """The step's wall time per sample, uncontended (costs.step_ms_per_sample)."""
+        return self.costs.step_ms_per_sample
+
+    @property
+    def handover_ms_per_sample(self) -> float:
+        """The training thread's CPU per sample to receive a batch (costs.handover_ms_per_sample)."""
+        return self.costs.handover_ms_per_sample
+
+    @property
+    def worker_put_ms(self) -> float:
+        """A worker's CPU per batch to put it into shared memory (fitted.worker_put_ms)."""
+        return self.fitted.worker_put_ms
+
+    @property
+    def core_share(self) -> float:
+        """What each core beyond the first adds for CPU-bound threads (fitted.core_share)."""
+        return self.fitted.core_share
 
     # --- predicting --------------------------------------------------------------------------
 
@@ -111,7 +158,7 @@ class PipelineModel:
         workers = int(s["num_workers"] or 0)
         prefetch = int(s["prefetch_factor"] or 0)
         machine = self.cores * self.ranks if cores is None else cores
-        h2d = self.h2d_pinned_ms if s["pin_memory"] else self.h2d_ms
+        h2d = self.costs.h2d_pinned_ms if s["pin_memory"] else self.costs.h2d_ms
         extra = self.added_collective_ms(ranks) if collective_ms is None else collective_ms
         core = predict_rank(self, batch, workers, prefetch, bool(s["persistent_workers"]), h2d,
                             max(rank_cores(self, machine, ranks), 0.05), step_scale, machine / ranks,
@@ -124,10 +171,14 @@ class PipelineModel:
         return replace(core, throughput=throughput, period_ms=core.period_ms / factor)
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["factors"] = [{"key": k, "value": v, "factor": f} for k, v, f in self.factors]
+        """Every figure under its own name, in one mapping (floats to 4 places)."""
+        fitted = asdict(self.fitted)
+        out = {**asdict(self.costs), "cores": self.cores, **{k: v for k, v in fitted.items() if k != "step_sync"},
+               "dataset_len": self.dataset_len,
+               "factors": [{"key": k, "value": v, "factor": f} for k, v, f in self.factors],
+               "ranks": self.ranks, "trials": self.trials, "residual_log_sd": self.residual_log_sd,
+               "collective_ms": self.collective_ms, "step_threads": self.step_threads, "step_sync": fitted["step_sync"]}
         return {k: (round(v, 4) if isinstance(v, float) and math.isfinite(v) else v) for k, v in out.items()}
-
 
 
 def rank_cores(model: PipelineModel, machine_cores: float, ranks: int) -> float:
@@ -137,7 +188,7 @@ def rank_cores(model: PipelineModel, machine_cores: float, ranks: int) -> float:
     Measured (benchmarks/transfer.py): two ranks decoding JPEGs without workers took 24% longer a
     fetch than one rank did; a fetch that spins until its own thread time has passed took no
     longer, as hyperthreads do not show in a thread's time."""
-    working = 1 + (machine_cores - 1) * model.core_share if machine_cores > 1 else machine_cores
+    working = 1 + (machine_cores - 1) * model.fitted.core_share if machine_cores > 1 else machine_cores
     return working / max(ranks, 1)
 
 
@@ -155,14 +206,15 @@ def predict_rank(model: PipelineModel, batch: int, workers: int, prefetch: int, 
     cores (default: `cores`) set how many workers start at once. `collective_ms` is added to each
     step (waiting, not CPU)."""
     ranks = model.ranks if ranks is None else ranks
-    step_cpu = model.step_cpu_ms_per_sample * batch * step_scale
-    step = max(model.step_ms_per_sample * batch * step_scale + collective_ms, step_cpu, 0.0)
+    costs = model.costs
+    step_cpu = costs.step_cpu_ms_per_sample * batch * step_scale
+    step = max(costs.step_ms_per_sample * batch * step_scale + collective_ms, step_cpu, 0.0)
     case = _Case(
         loader=_Loader(batch=batch, workers=workers, prefetch=prefetch, persistent=persistent,
                        epoch=model.epoch_length(batch, ranks)), cores=cores,
-        fetch_cpu=model.fetch_cpu_ms_per_sample * batch, fetch_wait=model.fetch_wait_ms_per_sample * batch,
+        fetch_cpu=costs.fetch_cpu_ms_per_sample * batch, fetch_wait=costs.fetch_wait_ms_per_sample * batch,
         step=step, step_cpu=min(step_cpu, step),
-        handover=model.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
+        handover=costs.handover_ms_per_sample * batch if workers else 0.0, h2d=h2d_ms,
         ranks=ranks, step_threads=max(int(model.step_threads), 1))
     if workers == 0:
         return _predict_in_process(model, case)
@@ -200,15 +252,16 @@ class _Case:
 def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
     """num_workers=0: the loop fetches each batch itself, then copies and steps."""
     fetch_cpu, fetch_wait, step = case.fetch_cpu, case.fetch_wait, case.step
-    alone = model.main_fetch_ms_per_sample * case.loader.batch if model.main_fetch_ms_per_sample is not None \
-        else fetch_cpu + fetch_wait
+    main_fetch = model.costs.main_fetch_ms_per_sample
+    alone = main_fetch * case.loader.batch if main_fetch is not None else fetch_cpu + fetch_wait
     if case.cores < 1:
         # Less than a core of its own (ranks sharing fewer cores, a CPU quota): the training
         # process's CPU phases, its fetch's and its step's, take that much longer.
         share = fetch_cpu / (fetch_cpu + fetch_wait) if fetch_cpu + fetch_wait > 0 else 0.0
         alone += alone * share * (1 / case.cores - 1)
         step += case.step_cpu * (1 / case.cores - 1)
-    sim = simulate(0, 0, False, alone, model.fetch_cv, 0.0, step + case.h2d, 0.0, case.loader.epoch, case.ranks)
+    sim = simulate(0, 0, False, alone, model.fitted.fetch_cv, 0.0, step + case.h2d, 0.0, case.loader.epoch,
+                   case.ranks)
     period = max(sim.period_ms, MIN_PERIOD_MS)
     return Prediction(1e3 * case.loader.batch / period, min(1.0, (sim.wait_ms + case.h2d) / period), period, False,
                       step_ms=step)
@@ -217,9 +270,11 @@ def _predict_in_process(model: PipelineModel, case: _Case) -> Prediction:
 def _predict_with_workers(model: PipelineModel, case: _Case, usable_cores: float) -> Prediction:
     """With workers: the queue simulated at the pace crowding sets (see _settle), capped by the
     cores."""
-    case = replace(case, fetch_cpu=case.fetch_cpu + model.worker_put_ms)  # each batch is also put into shared memory
-    start = model.persistent_resume_ms if case.loader.persistent else \
-        model.worker_start_ms + model.worker_start_per_worker_ms * starting(case.loader.workers, usable_cores)
+    # Each batch is also put into shared memory.
+    case = replace(case, fetch_cpu=case.fetch_cpu + model.fitted.worker_put_ms)
+    costs = model.costs
+    start = costs.persistent_resume_ms if case.loader.persistent else \
+        costs.worker_start_ms + costs.worker_start_per_worker_ms * starting(case.loader.workers, usable_cores)
     starts_ms = start / case.loader.epoch if math.isfinite(case.loader.epoch) else 0.0  # per batch
 
     def cap(wasted: float, spin: float = 1.0) -> float:
@@ -277,13 +332,13 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
     thread is), and each busy thread of a rank beyond its share of the cores costs
     `oversubscription` more CPU (switches, caches)."""
     pace = _Pace()
-    workers, fetch_cpu, handover, kappa = case.loader.workers, case.fetch_cpu, case.handover, model.oversubscription
-    threads = case.step_threads
+    workers, fetch_cpu, handover, threads = case.loader.workers, case.fetch_cpu, case.handover, case.step_threads
+    kappa = model.fitted.oversubscription
     for attempt in range(4):
         fetch = case.fetch_wait + fetch_cpu * pace.worker_stretch
         main_cpu = case.step_cpu * pace.step_stretch + handover * pace.main_stretch
         main_wall = case.step - case.step_cpu + case.h2d + main_cpu
-        sim = simulate(workers, max(case.loader.prefetch, 1), case.loader.persistent, fetch, model.fetch_cv,
+        sim = simulate(workers, max(case.loader.prefetch, 1), case.loader.persistent, fetch, model.fitted.fetch_cv,
                        handover * pace.main_stretch, main_wall - handover * pace.main_stretch, start, case.loader.epoch,
                        case.ranks)
         period = sim.period_ms
@@ -295,8 +350,8 @@ def _settle(model: PipelineModel, case: _Case, start: float, cap: Callable[[floa
         worker_busy = min(1.0, sim.worker_share * fetch_cpu * pace.worker_stretch / fetch) if fetch > 0 else 0.0
         main_busy = min(1.0, main_cpu / period) if period > 0 else 1.0
         ws, ms = contention(workers, worker_busy, main_busy, case.cores * case.ranks, case.ranks, threads)
-        ss, spin = (ms, 1.0) if threads == 1 and model.step_sync == 0 else \
-            step_stretch(workers, worker_busy, case.cores * case.ranks, case.ranks, threads, model.step_sync)
+        ss, spin = (ms, 1.0) if threads == 1 and model.fitted.step_sync == 0 else \
+            step_stretch(workers, worker_busy, case.cores * case.ranks, case.ranks, threads, model.fitted.step_sync)
         # The cost of threads beyond the cores is fitted on one process tree: each rank pays it
         # for its own beyond its share (counted over the whole host, four ranks of six workers
         # on two cores would pay for 20 threads, far past any the fit saw: measured, the cpu

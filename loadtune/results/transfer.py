@@ -206,7 +206,7 @@ class Forecast:
             "source_pick_share": _round(self.carried_share, 4),
             "extrapolated": list(self.extrapolated),
             "notes": list(self.notes),
-            "neutral": [{"figure": name, "value": getattr(self.model, name), "shown_by": run}
+            "neutral": [{"figure": name, "value": self.model.figure(name), "shown_by": run}
                         for name, run in self.neutral],
             "model": {**self.model.to_json(), **self.model_error.to_json()},
             "rows": [row(r) for r in self.rows],
