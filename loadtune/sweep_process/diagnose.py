@@ -70,8 +70,9 @@ def window_evidence(measurement: Measurement, usable_cores: float, workers: int)
     wall = sum(c.wall_s for c in cpus)
     main = sum(c.main_cpu_s for c in cpus)
     work = sum(c.workers_cpu_s for c in cpus)
-    busy = [c for c in cpus if c.machine_busy_s is not None and c.machine_cpus]
-    machine = sum(c.machine_busy_s for c in busy) / sum(c.wall_s * c.machine_cpus for c in busy) if busy else None
+    busy = [(c.machine_busy_s, c.wall_s * c.machine_cpus) for c in cpus
+            if c.machine_busy_s is not None and c.machine_cpus]
+    machine = sum(b for b, _ in busy) / sum(capacity for _, capacity in busy) if busy else None
     uses = [u for w in measurement.windows for u in w.loaders]
     fetched = sum(u.batches for u in uses)
     fetch_wall = sum(u.fetch_wall_s for u in uses)

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from loadtune.measurement import MEMORY_CPU_BUDGET, ProcessSample, ResourceSamples, Sample
 from loadtune.trials import DEFAULT_PREFETCH
@@ -231,8 +231,7 @@ class TreeSampler:
         c0 = time.thread_time()
         try:
             if not root_last:
-                t_s = self._clock()
-                root = self._read(self._root, memory)
+                t_s, root = self._clock(), self._read(self._root, memory)
                 if root is None:
                     return False
             pids = self._descendants()
@@ -242,10 +241,9 @@ class TreeSampler:
                 after_mains = None
             descendants += self._read_pids([p for p in pids if p not in self.main_pids], memory)
             if root_last:
-                t_s = self._clock()
-                root = self._read(self._root, memory)
-                if root is None:
-                    return False
+                t_s, root = self._clock(), self._read(self._root, memory)
+            if root is None:
+                return False
             self._samples.append(Sample(t_s=t_s, processes=(root, *descendants), memory=memory))
             if memory:
                 spent = time.thread_time() - c0
