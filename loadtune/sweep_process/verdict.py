@@ -194,6 +194,11 @@ def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
             f"indices: DataLoader asks each worker for at most prefetch_factor batches and takes them in "
             f"order, so try prefetch_factor={deeper}{order}."
         )
+    return _loading(e, waiting, busy)
+
+
+def _loading(e: Evidence, waiting: str, busy: float) -> tuple[str, str]:
+    """CPU work or waiting on storage, from how much of each fetch is CPU work."""
     target = max(1, int(e.usable_cores / e.ranks))  # per rank: the ranks share the cores
     if e.fetch_cpu_share is not None:
         cpu_work = e.fetch_cpu_share >= FETCH_CPU_BOUND_SHARE
