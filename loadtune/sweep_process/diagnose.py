@@ -8,7 +8,8 @@ from typing import Any, Sequence
 
 from loadtune.measurement import Measurement
 from loadtune.results.findings import ThreadsOversubscribed
-from loadtune.sweep_process.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.sweep_process.resource_figures import ResourceFigures, summarize_resources
+from loadtune.sweep_process.resources import shm_need_mb
 from loadtune.sweep_process.stats import TrialStats
 from loadtune.sweep_process.verdict import (
     Evidence,
