@@ -3,8 +3,9 @@ drives the writer, the single reader, the required-column checks and the pandas 
 
 `Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Their
 fields, in order, are the columns; each field's metadata gives its kind and, for floats, the
-digits it is rounded to when a record is built (`rounded`). Every file carries the format
-version it was written with; files written before the version column (version 1) still load.
+digits it is rounded to when a record is built (`rounded`), as results/columns defines them.
+Every file carries the format version it was written with; files written before the version
+column (version 1) still load.
 """
 
 from __future__ import annotations
