@@ -277,7 +277,7 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     return TrialStats(
         wait_ratio=rerun_interval(wait_ratio, draws.wait_ratio, log=False, drift_sd=drift.wait_ratio_sd),
         throughput=rerun_interval(throughput, draws.throughput, drift_sd=drift.throughput_log_sd),
-        times=batch_times(measurement),
+        times=_batch_times(measurement),
         repeats=len(windows),
         batches=len(windows[0]) if windows else 0,
         ranks=max(1, len(measurement.ranks)),
@@ -306,7 +306,7 @@ def _draws(own: np.ndarray | None, noise: ProcessNoise | None, repeats: int, wai
     return Draws(throughput=tp_draws, wait_ratio=wr_draws)
 
 
-def batch_times(measurement: Measurement) -> BatchTimes:
+def _batch_times(measurement: Measurement) -> BatchTimes:
     """The per-batch figures of a measurement's counted batches."""
     windows = measurement.windows
     wait = np.concatenate([a[0] for a in map(_arrays, windows)])
