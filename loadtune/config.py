@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import math
+import operator
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,8 +175,9 @@ def _check_sweep(sweep: dict[str, list[Any]]) -> None:
         if not values:
             raise ValueError(f"sweep.{key}: give at least one value to try")
         field = LoaderSpec.model_fields[key]
-        annotated = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-        adapter = TypeAdapter(annotated, config=ConfigDict(strict=True, allow_inf_nan=False))
+        annotated: Any = operator.getitem(Annotated, (field.annotation, *field.metadata)) if field.metadata \
+            else field.annotation
+        adapter: TypeAdapter[Any] = TypeAdapter(annotated, config=ConfigDict(strict=True, allow_inf_nan=False))
         for i, value in enumerate(values):
             try:
                 adapter.validate_python(value)
@@ -267,7 +269,7 @@ def _key(part: Any) -> str:
     return text if _PLAIN_KEY.match(text) else repr(part)
 
 
-def _dotted(loc: tuple) -> str:
+def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{_key(part)}" if out else _key(part))
@@ -311,7 +313,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return one_line(problem)
 
 
-def _read_yaml(path: Path) -> dict:
+def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -339,7 +341,7 @@ def _refuse_cycles(data: Any, where: str) -> None:
     itself: nothing can validate, hash or pass it on. Iterative, linear in the nodes."""
     done: set[int] = set()
     on_path: set[int] = set()
-    stack: list[tuple[Any, tuple, bool]] = [(data, (), False)]
+    stack: list[tuple[Any, tuple[Any, ...], bool]] = [(data, (), False)]
     while stack:
         node, loc, leaving = stack.pop()
         if leaving:
@@ -358,7 +360,7 @@ def _refuse_cycles(data: Any, where: str) -> None:
             stack.append((child, (*loc, key), False))
 
 
-def apply_override(data: dict, assignment: str) -> dict:
+def apply_override(data: dict[str, Any], assignment: str) -> dict[str, Any]:
     """Return a copy of `data` with one `KEY.PATH=VALUE` override applied (VALUE parsed as YAML)."""
     key, sep, raw = assignment.partition("=")
     key = key.strip()
@@ -396,7 +398,7 @@ def load_config(
     return config_from_data(data, path, overrides, scale)
 
 
-def config_from_data(data: dict, path: Path, overrides: list[str] | tuple[str, ...] = (),
+def config_from_data(data: dict[str, Any], path: Path, overrides: list[str] | tuple[str, ...] = (),
                      scale: float = 1.0) -> RunSpec:
     """A config given as data (a mapping, as YAML would load it): `path` names it in messages,
     and relative factory paths and `output` are taken from its folder."""

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from torchvision import transforms as T
-from torchvision.datasets import ImageFolder
+from torchvision import transforms as T  # type: ignore[import-untyped]
+from torchvision.datasets import ImageFolder  # type: ignore[import-untyped]
 
 DEFAULT_CACHE = Path(os.environ.get("LOADTUNE_CACHE", Path.home() / ".cache" / "loadtune"))
 CLASSES = 10
@@ -38,7 +38,7 @@ def _make_image(index: int, seed: int, min_px: int, max_px: int) -> Any:
     rng = np.random.default_rng((seed, index))
     width, height = (int(v) for v in rng.integers(min_px, max_px + 1, size=2))
     coarse = rng.integers(0, 256, size=(6, 6, 3), dtype=np.uint8)
-    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC), dtype=np.int16)
+    smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.Resampling.BICUBIC), dtype=np.int16)
     texture = rng.normal(0, 12, size=smooth.shape).astype(np.int16)
     return Image.fromarray(np.clip(smooth + texture, 0, 255).astype(np.uint8))
 
@@ -151,7 +151,8 @@ class _SlowFileServer(ThreadingHTTPServer):
 
     def server_bind(self) -> None:
         socketserver.TCPServer.server_bind(self)  # HTTPServer's own would look the host's name up
-        self.server_name, self.server_port = self.server_address[:2]
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client gone mid-response (a worker stopped at a trial's end) is no error of the server

@@ -9,7 +9,7 @@ import shutil
 import socket
 from pathlib import Path
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 SHM = Path("/dev/shm")

@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset
 
 
-class SleepCost(Dataset):
+class SleepCost(Dataset[Any]):
     def __init__(self, num_samples: int, cost_s: float, sample_shape: Sequence[int]) -> None:
         self.num_samples, self.cost_s, self.sample_shape = num_samples, cost_s, tuple(sample_shape)
 
@@ -41,7 +41,7 @@ class CpuCost(SleepCost):
         return torch.full(self.sample_shape, float(index)), index
 
 
-class SleepCostStream(IterableDataset):
+class SleepCostStream(IterableDataset[Any]):
     """An iterable twin of SleepCost, sharded across DataLoader workers."""
 
     def __init__(self, num_samples: int, cost_s: float, sample_shape: Sequence[int]) -> None:
@@ -116,14 +116,17 @@ def uneven_batches(num_samples: int = 512, fast_s: float = 0.0005, slow_s: float
     return UnevenBatches(num_samples, fast_s, slow_s, slow_every, batch_size, tuple(sample_shape))
 
 
-class ManyTensors(SleepCost):
+class ManyTensors(Dataset[list[torch.Tensor]]):
     """Cheap samples made of `parts` small tensors each: every batch hands over that many
     shared-memory tensors, which the training process must receive and rebuild one by one."""
 
     def __init__(self, num_samples: int, parts: int, sample_shape: Sequence[int]) -> None:
-        super().__init__(num_samples, 0.0, sample_shape)
+        self.num_samples, self.cost_s, self.sample_shape = num_samples, 0.0, tuple(sample_shape)
         self.parts = parts
         self.template = [torch.zeros(self.sample_shape) for _ in range(parts)]
+
+    def __len__(self) -> int:
+        return self.num_samples
 
     def __getitem__(self, index: int) -> list[torch.Tensor]:
         if index >= self.num_samples:

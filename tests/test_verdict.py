@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 
 import pytest
 
@@ -24,6 +24,8 @@ from loadtune.sweep_process.verdict import (
     START_UP_WAIT_SHARE,
     VERDICTS,
     Evidence,
+    MemoryGrowth,
+    Waits,
     epoch_starts_per_batch,
     epoch_wait_share,
     oversubscription_warning,
@@ -36,17 +38,26 @@ BASE = Evidence(
     cpu_util=0.97,
     usable_cores=2,
     num_workers=2,
-    wait_ms=40.0,
-    epoch_start_ms=math.nan,
-    epoch_wait_share=0.0,
-    worker_pss_growth_mb=3.0,
-    pss_growth_mb=6.0,
+    waits=Waits(wait_ms=40.0, epoch_start_ms=math.nan, epoch_wait_share=0.0),
+    memory=MemoryGrowth(worker_pss_growth_mb=3.0, pss_growth_mb=6.0),
     threads_per_worker=3.0,
 )
 
 
+def changed(e: Evidence, **figures) -> Evidence:
+    """`e` with `figures` changed, each where Evidence holds it (at its top or in one of its groups)."""
+    groups = {}
+    for name in (f.name for f in fields(e)):
+        group = getattr(e, name)
+        if is_dataclass(group):
+            own = {f.name: figures.pop(f.name) for f in fields(group) if f.name in figures}
+            if own:
+                groups[name] = replace(group, **own)
+    return replace(e, **groups, **figures)
+
+
 def judge(**changes):
-    return verdict(replace(BASE, **changes))
+    return verdict(changed(BASE, **changes))
 
 
 def test_cpu_bound_advice_has_the_figures():
@@ -93,7 +104,7 @@ def test_start_up_without_workers():
     assert name == DATA_BOUND_START_UP
     assert "__iter__" in advice and "persistent_workers=True" in advice
     # The settings the advice names, so that they are measured (or said untested), not just advised.
-    assert suggestions(replace(BASE, epoch_start_ms=300.0, epoch_wait_share=0.9, num_workers=0)) == \
+    assert suggestions(changed(BASE, epoch_start_ms=300.0, epoch_wait_share=0.9, num_workers=0)) == \
         [{"num_workers": 2, "persistent_workers": True}]
 
 
@@ -138,10 +149,10 @@ def test_threshold_edges():
 
 def evidence(**figures) -> Evidence:
     """Evidence of a quiet, steady loader (no start-up wait, no growth) with `figures` changed."""
-    quiet = dict(wait_ratio=0.5, cpu_util=0.5, usable_cores=4, num_workers=2, wait_ms=20.0,
-                 epoch_start_ms=math.nan, epoch_wait_share=0.0, worker_pss_growth_mb=0.0,
-                 pss_growth_mb=0.0, threads_per_worker=3.0)
-    return Evidence(**{**quiet, **figures})
+    quiet = Evidence(wait_ratio=0.5, cpu_util=0.5, usable_cores=4, num_workers=2,
+                     waits=Waits(wait_ms=20.0, epoch_start_ms=math.nan, epoch_wait_share=0.0),
+                     memory=MemoryGrowth(worker_pss_growth_mb=0.0, pss_growth_mb=0.0), threads_per_worker=3.0)
+    return changed(quiet, **figures)
 
 
 # Each verdict with evidence that shows that limit and nothing else.
@@ -218,20 +229,20 @@ def test_no_oversubscription_warning_cases():
 
 
 def test_busy_workers_with_idle_cores_are_cpu_bound_and_asked_for_more_workers():
-    e = replace(BASE, wait_ratio=0.6, cpu_util=0.5, usable_cores=4, num_workers=2, loader_busy=0.97)
+    e = changed(BASE, wait_ratio=0.6, cpu_util=0.5, usable_cores=4, num_workers=2, loader_busy=0.97)
     name, advice = verdict(e)
     assert name == DATA_BOUND_CPU
     assert "97% busy" in advice and "num_workers=4" in advice
 
 
 def test_loading_in_the_training_process_is_cpu_bound_and_asked_for_workers():
-    e = replace(BASE, wait_ratio=0.6, cpu_util=0.45, usable_cores=2, num_workers=0, loader_busy=0.9)
+    e = changed(BASE, wait_ratio=0.6, cpu_util=0.45, usable_cores=2, num_workers=0, loader_busy=0.9)
     name, advice = verdict(e)
     assert name == DATA_BOUND_CPU and "use workers (num_workers=2)" in advice
 
 
 def test_idle_workers_stay_io_bound():
-    e = replace(BASE, wait_ratio=0.6, cpu_util=0.2, usable_cores=2, num_workers=2, loader_busy=0.2)
+    e = changed(BASE, wait_ratio=0.6, cpu_util=0.2, usable_cores=2, num_workers=2, loader_busy=0.2)
     assert verdict(e)[0] == DATA_BOUND_IO
 
 

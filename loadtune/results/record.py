@@ -3,22 +3,27 @@ drives the writer, the single reader, the required-column checks and the pandas 
 
 `Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Their
 fields, in order, are the columns; each field's metadata gives its kind and, for floats, the
-digits it is rounded to when a record is built (`rounded`). Every file carries the format
-version it was written with; files written before the version column (version 1) still load.
+digits it is rounded to when a record is built (`rounded`), as results/columns defines them.
+Every file carries the format version it was written with; files written before the version
+column (version 1) still load.
 """
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence, overload
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
+from loadtune.results.columns import BOOL, FALSE_TEXT, FLOAT, INT, TEXT, TRUE_TEXT, R, RecordTable
+from loadtune.results.columns import FIGURES as FIGURES
+from loadtune.results.columns import Column as Column
+from loadtune.results.columns import Figures as Figures
+from loadtune.results.columns import column_field as _col
 from loadtune.results.interval import Interval
 
 if TYPE_CHECKING:
@@ -29,9 +34,6 @@ if TYPE_CHECKING:
 # watched rows (status watched, dist_rank).
 FORMAT_VERSION = 5
 RUN_FIGURES_FORMAT = 4  # the first version whose figures are the training run's: what a sweep may resume
-INT, FLOAT, BOOL, TEXT = "int", "float", "bool", "text"
-TRUE_TEXT = frozenset({"true", "yes", "1"})
-FALSE_TEXT = frozenset({"false", "no", "0"})
 ENCODING = "utf-8"
 # The data_check column: whether a trial delivered the baseline's samples. Trials that did not
 # (DATA_FLAGGED) keep their figures but are never ranked or recommended.
@@ -40,49 +42,6 @@ DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
 DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
 # Rows whose figures were measured: a sweep's trial that ran, or a real training run watched.
 MEASURED_STATUSES = frozenset({Status.OK, Status.WATCHED})
-
-
-def _col(kind: str, digits: int | None = None) -> Any:
-    # Any, as dataclasses.field() is typed: each field has its annotation's type.
-    return field(default=None, metadata={"kind": kind, "digits": digits})
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    kind: str
-    digits: int | None = None
-
-
-@dataclass(frozen=True)
-class Figures:
-    """The figures a trial's measurements give (or one rank's): defined here once, the columns
-    both record types share, in this order."""
-
-    wait_ratio: float | None = _col(FLOAT, 4)
-    wait_ratio_lo: float | None = _col(FLOAT, 4)
-    wait_ratio_hi: float | None = _col(FLOAT, 4)
-    throughput: float | None = _col(FLOAT, 2)
-    throughput_lo: float | None = _col(FLOAT, 2)
-    throughput_hi: float | None = _col(FLOAT, 2)
-    wait_ms: float | None = _col(FLOAT, 3)
-    wait_p95_ms: float | None = _col(FLOAT, 3)
-    h2d_ms: float | None = _col(FLOAT, 3)
-    step_ms: float | None = _col(FLOAT, 3)
-    first_batch_s: float | None = _col(FLOAT, 3)
-    epoch_start_ms: float | None = _col(FLOAT, 3)
-    h2d_gb_per_s: float | None = _col(FLOAT, 3)
-
-    @property
-    def throughput_interval(self) -> Interval | None:
-        return _interval(self.throughput, self.throughput_lo, self.throughput_hi)
-
-    @property
-    def wait_ratio_interval(self) -> Interval | None:
-        return _interval(self.wait_ratio, self.wait_ratio_lo, self.wait_ratio_hi)
-
-
-FIGURES = tuple(f.name for f in dataclasses.fields(Figures))
 
 
 @dataclass(frozen=True)
@@ -95,51 +54,7 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class _Table(Figures):
-    """Helpers shared by the record types: the column table and rounding. The shared figures
-    (Figures) sit in the columns where FIGURES_AT says, `h2d_gb_per_s` where H2D_AT says."""
-
-    FIGURES_AT: ClassVar[str] = ""  # the column the figures follow
-    H2D_AT: ClassVar[str] = ""  # the column h2d_gb_per_s follows
-
-    @classmethod
-    def columns(cls) -> tuple[Column, ...]:
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        own = [name for name in fields if name not in FIGURES]
-        order: list[str] = []
-        for name in own:
-            order.append(name)
-            if name == cls.FIGURES_AT:
-                order.extend(n for n in FIGURES if n != "h2d_gb_per_s")
-            if name == cls.H2D_AT:
-                order.append("h2d_gb_per_s")
-        return tuple(Column(n, fields[n].metadata["kind"], fields[n].metadata["digits"]) for n in order)
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        return tuple(c.name for c in cls.columns())
-
-    @classmethod
-    def rounded(cls: type[R], **values: Any) -> R:
-        """A record with each float rounded to its column's digits; NaN and infinities become None."""
-        digits = {c.name: c.digits for c in cls.columns() if c.kind == FLOAT}
-        for name, value in values.items():
-            if name in digits and value is not None:
-                value = float(value)
-                values[name] = None if not math.isfinite(value) else (
-                    round(value, digits[name]) if digits[name] is not None else value)
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The values in column order."""
-        return {name: getattr(self, name) for name in self.names()}
-
-
-R = TypeVar("R", bound=_Table)
-
-
-@dataclass(frozen=True)
-class Record(_Table):
+class Record(RecordTable):
     """One trial of a sweep: the settings, the figures, the diagnosis, its placing and the run."""
 
     FIGURES_AT: ClassVar[str] = "batch_size"
@@ -254,7 +169,7 @@ class Record(_Table):
 
 
 @dataclass(frozen=True)
-class RankRecord(_Table):
+class RankRecord(RecordTable):
     """One rank of a trial that ran on several (the NAME.ranks.csv beside a sweep's CSV)."""
 
     FIGURES_AT: ClassVar[str] = "dist_rank"
@@ -267,12 +182,6 @@ class RankRecord(_Table):
     config_sha: str | None = _col(TEXT)
     started_at: str | None = _col(TEXT)
     format_version: int | None = _col(INT)
-
-
-def _interval(mean: float | None, lo: float | None, hi: float | None) -> Interval | None:
-    if mean is None:
-        return None
-    return Interval(mean, mean if lo is None else lo, mean if hi is None else hi)
 
 
 # What a file must have to be shown, compared or resumed: the rest may be missing (older files).
@@ -300,7 +209,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _cells(record: _Table) -> list[str]:
+def _cells(record: RecordTable) -> list[str]:
     values = record.to_dict()
     if "format_version" in values:
         values["format_version"] = FORMAT_VERSION
@@ -311,22 +220,22 @@ class ResultsFile:
     """A CSV of records that is valid after every row: appended and flushed as trials finish;
     the final ranking is written to a temporary file and renamed over it."""
 
-    def __init__(self, path: Path | str, kind: type[_Table] = Record) -> None:
+    def __init__(self, path: Path | str, kind: type[RecordTable] = Record) -> None:
         self.path = Path(path)
         self.kind = kind
 
-    def start(self, kept: Iterable[_Table] = ()) -> None:
+    def start(self, kept: Iterable[RecordTable] = ()) -> None:
         """A new file holding the header and any records kept from an earlier run."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.replace(kept)
 
-    def append(self, record: _Table) -> None:
+    def append(self, record: RecordTable) -> None:
         with self.path.open("a", newline="", encoding=ENCODING) as f:
             csv.writer(f).writerow(_cells(record))
             f.flush()
             os.fsync(f.fileno())
 
-    def replace(self, records: Iterable[_Table]) -> None:
+    def replace(self, records: Iterable[RecordTable]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with tmp.open("w", newline="", encoding=ENCODING) as f:
             writer = csv.writer(f)
@@ -388,7 +297,7 @@ def read_records(path: Path | str, kind: type[R], *, required: Sequence[str] | N
                  missing_ok: bool = True) -> list[R]: ...
 
 
-def read_records(path: Path | str, kind: type[_Table] = Record, *, required: Sequence[str] | None = None,
+def read_records(path: Path | str, kind: type[RecordTable] = Record, *, required: Sequence[str] | None = None,
                  missing_ok: bool = True) -> list[Any]:
     """The records of a results CSV, typed by the column table.
 
@@ -403,6 +312,35 @@ def read_records(path: Path | str, kind: type[_Table] = Record, *, required: Seq
         required = REQUIRED if kind is Record else RANK_REQUIRED
     if not path.exists() and missing_ok:
         return []
+    rows = _rows(path)
+    header = [cell.strip() for cell in rows[0]]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ResultsError(f"{path}: not a loadtune results CSV (missing columns: {', '.join(missing)})")
+    columns = {c.name: c for c in kind.columns()}
+    known = [(i, columns[name]) for i, name in enumerate(header) if name in columns]
+    version_at = header.index("format_version") if "format_version" in header else None
+    records: list[RecordTable] = []
+    for line, cells in enumerate(rows[1:], start=2):
+        if len(cells) != len(header) or not any(c.strip() for c in cells):
+            continue  # cut short by a kill, or blank
+        values: dict[str, Any] = dict.fromkeys(columns)
+        for i, column in known:
+            try:
+                values[column.name] = _parse(column, cells[i])
+            except _Bad as exc:
+                raise ResultsError(f"{path}: row {line}, column {column.name}: {exc}") from None
+        written = version_at is not None and bool(cells[version_at].strip())
+        values = _migrate(values, _version(values, written, path))
+        if kind is Record or "trial" in columns:
+            if not values.get("trial"):
+                raise ResultsError(f"{path}: row {line} has no trial name")
+        records.append(kind(**values))
+    return records
+
+
+def _rows(path: Path) -> list[list[str]]:
+    """The rows of the CSV at `path`, its header first; a ResultsError when it cannot be read or is empty."""
     if path.is_dir():
         raise ResultsError(f"{path}: is a folder, not a results CSV")
     try:
@@ -416,35 +354,19 @@ def read_records(path: Path | str, kind: type[_Table] = Record, *, required: Seq
         raise ResultsError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     if not rows or not any(cell.strip() for cell in rows[0]):
         raise ResultsError(f"{path}: the file is empty, not a results CSV")
-    header = [cell.strip() for cell in rows[0]]
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise ResultsError(f"{path}: not a loadtune results CSV (missing columns: {', '.join(missing)})")
-    columns = {c.name: c for c in kind.columns()}
-    known = [(i, columns[name]) for i, name in enumerate(header) if name in columns]
-    version_at = header.index("format_version") if "format_version" in header else None
-    records: list[_Table] = []
-    for line, cells in enumerate(rows[1:], start=2):
-        if len(cells) != len(header) or not any(c.strip() for c in cells):
-            continue  # cut short by a kill, or blank
-        values: dict[str, Any] = dict.fromkeys(columns)
-        for i, column in known:
-            try:
-                values[column.name] = _parse(column, cells[i])
-            except _Bad as exc:
-                raise ResultsError(f"{path}: row {line}, column {column.name}: {exc}") from None
-        version = 1
-        if version_at is not None and cells[version_at].strip():
-            version = values["format_version"] or 1
-            if version > FORMAT_VERSION:
-                raise ResultsError(f"{path}: written by a newer loadtune (format {version}; this one reads up "
-                                   f"to {FORMAT_VERSION}): upgrade loadtune to read it")
-        values = _migrate(values, version)
-        if kind is Record or "trial" in columns:
-            if not values.get("trial"):
-                raise ResultsError(f"{path}: row {line} has no trial name")
-        records.append(kind(**values))
-    return records
+    return rows
+
+
+def _version(values: dict[str, Any], written: bool, path: Path) -> int:
+    """The format version a row was written with (1 when it has none); a ResultsError for a
+    version newer than this one reads."""
+    if not written:
+        return 1
+    version: int = values["format_version"] or 1
+    if version > FORMAT_VERSION:
+        raise ResultsError(f"{path}: written by a newer loadtune (format {version}; this one reads up "
+                           f"to {FORMAT_VERSION}): upgrade loadtune to read it")
+    return version
 
 
 def missing_columns(path: Path | str, names: Sequence[str]) -> list[str]:
@@ -466,7 +388,7 @@ def load_records(path: Path | str) -> list[Record]: ...
 def load_records(path: Path | str, kind: type[R]) -> list[R]: ...
 
 
-def load_records(path: Path | str, kind: type[_Table] = Record) -> list[Any]:
+def load_records(path: Path | str, kind: type[RecordTable] = Record) -> list[Any]:
     """The records of a results CSV to show or compare: a missing, empty or foreign file, or a
     value that does not fit its column, is a ResultsError naming the file."""
     return read_records(path, kind, missing_ok=False)
@@ -475,7 +397,7 @@ def load_records(path: Path | str, kind: type[_Table] = Record) -> list[Any]:
 PANDAS_DTYPES = {INT: "Int64", FLOAT: "float64", BOOL: "boolean", TEXT: "object"}
 
 
-def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> pandas.DataFrame:
+def to_frame(records: Sequence[RecordTable], kind: type[RecordTable] = Record) -> pandas.DataFrame:
     """Records as a pandas DataFrame, one column per field, typed by the column table."""
     import pandas as pd
 
@@ -487,7 +409,7 @@ def to_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> pandas.D
     return frame
 
 
-def plain_frame(records: Sequence[_Table], kind: type[_Table] = Record) -> pandas.DataFrame:
+def plain_frame(records: Sequence[RecordTable], kind: type[RecordTable] = Record) -> pandas.DataFrame:
     """Records as a frame for tables and charts: numbers as floats (NaN when empty), text as
     str ('' when empty), booleans as True / False / None."""
     frame = to_frame(records, kind)

@@ -8,10 +8,15 @@ from typing import Any, Sequence
 
 from loadtune.measurement import Measurement
 from loadtune.results.findings import ThreadsOversubscribed
-from loadtune.sweep_process.resources import ResourceFigures, shm_need_mb, summarize_resources
+from loadtune.sweep_process.resource_figures import ResourceFigures, summarize_resources
+from loadtune.sweep_process.resources import shm_need_mb
 from loadtune.sweep_process.stats import TrialStats
 from loadtune.sweep_process.verdict import (
     Evidence,
+    InsideTrial,
+    MemoryGrowth,
+    Settings,
+    Waits,
     epoch_starts_per_batch,
     epoch_wait_share,
     oversubscription_warning,
@@ -70,8 +75,9 @@ def window_evidence(measurement: Measurement, usable_cores: float, workers: int)
     wall = sum(c.wall_s for c in cpus)
     main = sum(c.main_cpu_s for c in cpus)
     work = sum(c.workers_cpu_s for c in cpus)
-    busy = [c for c in cpus if c.machine_busy_s is not None and c.machine_cpus]
-    machine = sum(c.machine_busy_s for c in busy) / sum(c.wall_s * c.machine_cpus for c in busy) if busy else None
+    busy = [(c.machine_busy_s, c.wall_s * c.machine_cpus) for c in cpus
+            if c.machine_busy_s is not None and c.machine_cpus]
+    machine = sum(b for b, _ in busy) / sum(capacity for _, capacity in busy) if busy else None
     uses = [u for w in measurement.windows for u in w.loaders]
     fetched = sum(u.batches for u in uses)
     fetch_wall = sum(u.fetch_wall_s for u in uses)
@@ -198,23 +204,26 @@ class _Trial:
             cpu_util=use.cpu_util,
             usable_cores=self.usable_cores,
             num_workers=per_rank,
-            wait_ms=stats.wait_ms,
-            epoch_start_ms=stats.epoch_start_ms,
-            epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms,
-                                              epoch_starts_per_batch(self.measurement)),
-            worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
-            pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+            waits=Waits(wait_ms=stats.wait_ms, epoch_start_ms=stats.epoch_start_ms,
+                        epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms,
+                                                          epoch_starts_per_batch(self.measurement))),
+            memory=MemoryGrowth(
+                worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
+                pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+                inflight_mb_per_worker=(self.need_mb / workers) if self.need_mb and workers else 0.0,
+            ),
             threads_per_worker=use.threads_per_worker,
-            persistent_workers=self.kwargs.get("persistent_workers"),
-            inflight_mb_per_worker=(self.need_mb / workers) if self.need_mb and workers else 0.0,
             loader_busy=loader_busy,
             ranks=self.ranks,
-            machine_busy=inside.machine_busy,
-            outside_cpu=inside.outside_cpu,
-            fetch_cpu_share=inside.fetch_cpu_share,
-            worker_idle_share=inside.worker_idle_share,
-            handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
-            and stats.wait_ms > 0 else None,
-            prefetch_factor=self.kwargs.get("prefetch_factor"),
-            in_order=self.kwargs.get("in_order", True),
+            inside=InsideTrial(
+                machine_busy=inside.machine_busy,
+                outside_cpu=inside.outside_cpu,
+                fetch_cpu_share=inside.fetch_cpu_share,
+                worker_idle_share=inside.worker_idle_share,
+                handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
+                and stats.wait_ms > 0 else None,
+            ),
+            settings=Settings(persistent_workers=self.kwargs.get("persistent_workers"),
+                              prefetch_factor=self.kwargs.get("prefetch_factor"),
+                              in_order=self.kwargs.get("in_order", True)),
         )

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loadtune.kinds import Status
-from loadtune.measurement import Measurement
-from loadtune.sweep_process.resources import ResourceSamples, TreeSampler
+from loadtune.measurement import Measurement, ResourceSamples
+from loadtune.sweep_process.resources import TreeSampler
 from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, MAIN_NAME_VAR, MAIN_PATH_VAR, SAMPLING
 from loadtune.trial_process.failures import signal_text
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
@@ -110,9 +110,10 @@ def _descendants(pid: int) -> list[Any]:
     """The trial's process tree, taken while it is whole: a worker's own child that left the
     group (a new session) is still found here, not by the group kill."""
     try:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
-        return psutil.Process(pid).children(recursive=True)
+        children: list[Any] = psutil.Process(pid).children(recursive=True)
+        return children
     except Exception:  # noqa: BLE001 - gone already, or no /proc: the group kill still runs
         return []
 
@@ -168,6 +169,8 @@ def _start_sampler(pid: int | None, main_pids: tuple[int, ...] = (),
                    after_mains: Callable[[], None] | None = None) -> TreeSampler | None:
     """A sampler of the tree under `pid`, started; `after_mains` is called once, whatever happens."""
     try:
+        if pid is None:
+            raise ProcessLookupError("the trial has no process yet")
         sampler = TreeSampler(pid, main_pids=main_pids)
     except Exception:  # noqa: BLE001 - gone already: the trial's own result says why
         if after_mains is not None:

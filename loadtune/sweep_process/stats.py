@@ -31,30 +31,79 @@ MAX_LOG_DRAW = 20.0
 
 
 @dataclass(frozen=True)
-class TrialStats:
-    wait_ratio: Interval  # the run's wait ratio, with the interval a rerun's estimate lands in
-    throughput: Interval  # the run's samples/s, likewise
+class BatchTimes:
+    """Per-batch figures of a trial's counted batches."""
+
     wait_ms: float
     wait_p95_ms: float
     h2d_ms: float
     step_ms: float
     first_batch_s: float
     epoch_start_ms: float
+    copy_gb_per_s: float | None = None  # bytes per batch / device-timed copy, where timed
+
+
+@dataclass(frozen=True)
+class Draws:
+    """Draws of the config's own figures (both levels of noise, not a rerun's), for comparing
+    trials (see decide): independent between trials."""
+
+    throughput: np.ndarray | None = None
+    wait_ratio: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class TrialStats:
+    wait_ratio: Interval  # the run's wait ratio, with the interval a rerun's estimate lands in
+    throughput: Interval  # the run's samples/s, likewise
+    times: BatchTimes
     repeats: int
     batches: int
     ranks: int = 1
     wait_ratio_max_rank: float | None = None  # the slowest-fed rank's wait ratio (ranks > 1)
-    copy_gb_per_s: float | None = None  # bytes per batch / device-timed copy, where timed
     window_throughput: float | None = None  # samples/s over the counted batches, as the windows cut epochs
     run_epoch_batches: float | None = None  # the run's epoch the figures weigh starts by (None: none weighed)
-    # Draws of the config's own figures (both levels of noise, not a rerun's), for comparing
-    # trials (see decide): independent between trials.
-    throughput_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
-    wait_ratio_draws: np.ndarray | None = field(default=None, compare=False, repr=False)
+    draws: Draws = field(default=Draws(), compare=False, repr=False)
 
     @property
     def noisy(self) -> bool:
         return self.throughput.relative_spread > NOISY_RELATIVE_SPREAD
+
+    @property
+    def wait_ms(self) -> float:
+        return self.times.wait_ms
+
+    @property
+    def wait_p95_ms(self) -> float:
+        return self.times.wait_p95_ms
+
+    @property
+    def h2d_ms(self) -> float:
+        return self.times.h2d_ms
+
+    @property
+    def step_ms(self) -> float:
+        return self.times.step_ms
+
+    @property
+    def first_batch_s(self) -> float:
+        return self.times.first_batch_s
+
+    @property
+    def epoch_start_ms(self) -> float:
+        return self.times.epoch_start_ms
+
+    @property
+    def copy_gb_per_s(self) -> float | None:
+        return self.times.copy_gb_per_s
+
+    @property
+    def throughput_draws(self) -> np.ndarray | None:
+        return self.draws.throughput
+
+    @property
+    def wait_ratio_draws(self) -> np.ndarray | None:
+        return self.draws.wait_ratio
 
 
 def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
@@ -224,16 +273,42 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     # The machine's drift between sweeps, where the spread between processes is known (before,
     # the intervals say only how well each process was measured).
     drift = drift if drift is not None and noise is not None else ProcessNoise(0.0, 0.0, 0)
+    draws = _draws(own, noise, len(windows), wait_ratio, throughput, rng)
+    return TrialStats(
+        wait_ratio=rerun_interval(wait_ratio, draws.wait_ratio, log=False, drift_sd=drift.wait_ratio_sd),
+        throughput=rerun_interval(throughput, draws.throughput, drift_sd=drift.throughput_log_sd),
+        times=_batch_times(measurement),
+        repeats=len(windows),
+        batches=len(windows[0]) if windows else 0,
+        ranks=max(1, len(measurement.ranks)),
+        wait_ratio_max_rank=max(_wait_ratio(r, run_epoch_batches) for r in measurement.ranks)
+        if measurement.ranks else None,
+        window_throughput=float(np.mean([_ratios(*_arrays(w))[1] for w in windows])),
+        run_epoch_batches=epochs.batches if epochs.early and math.isfinite(epochs.batches) else None,
+        draws=draws,
+    )
+
+
+def _draws(own: np.ndarray | None, noise: ProcessNoise | None, repeats: int, wait_ratio: float,
+           throughput: float, rng: np.random.Generator) -> Draws:
+    """The figures' draws: the batches' bootstrap (`own`), widened to the spread between
+    processes (`noise`) over the square root of the `repeats`, with Student's t tails."""
     tp_draws: np.ndarray | None = None
     wr_draws: np.ndarray | None = None
     if own is not None:
         wr_draws, tp_draws = _figures(own)
     if noise is not None:
-        root = math.sqrt(len(windows))
+        root = math.sqrt(repeats)
         log_se = max(noise.throughput_log_sd / root, _log_sd(tp_draws) if tp_draws is not None else 0.0)
         wr_se = max(noise.wait_ratio_sd / root, _sd(wr_draws) if wr_draws is not None else 0.0)
         tp_draws = throughput * np.exp(np.clip(log_se * _t(noise.dof, rng), -MAX_LOG_DRAW, MAX_LOG_DRAW))
         wr_draws = np.clip(wait_ratio + wr_se * _t(noise.dof, rng), 0.0, 1.0)
+    return Draws(throughput=tp_draws, wait_ratio=wr_draws)
+
+
+def _batch_times(measurement: Measurement) -> BatchTimes:
+    """The per-batch figures of a measurement's counted batches."""
+    windows = measurement.windows
     wait = np.concatenate([a[0] for a in map(_arrays, windows)])
     h2d = np.concatenate([a[1] for a in map(_arrays, windows)])
     step = np.concatenate([a[2] for a in map(_arrays, windows)])
@@ -242,25 +317,14 @@ def summarize(measurement: Measurement, seed: int = SEED, noise: ProcessNoise | 
     copies = [c for w in windows for c in w.copy_s]
     copy_s = float(np.mean(copies)) if copies and len(copies) == len(wait) else 0.0
     copy_gb_per_s = measurement.batch_bytes / copy_s / 1e9 if copy_s > 0 and measurement.batch_bytes else None
-    return TrialStats(
-        wait_ratio=rerun_interval(wait_ratio, wr_draws, log=False, drift_sd=drift.wait_ratio_sd),
-        throughput=rerun_interval(throughput, tp_draws, drift_sd=drift.throughput_log_sd),
+    return BatchTimes(
         wait_ms=float(wait.mean() * 1e3),
         wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
         h2d_ms=float(h2d.mean() * 1e3),
         step_ms=float(step.mean() * 1e3),
         first_batch_s=measurement.first_batch_s,
         epoch_start_ms=epoch_start_ms,
-        repeats=len(windows),
-        batches=len(windows[0]) if windows else 0,
-        ranks=max(1, len(measurement.ranks)),
-        wait_ratio_max_rank=max(_wait_ratio(r, run_epoch_batches) for r in measurement.ranks)
-        if measurement.ranks else None,
         copy_gb_per_s=copy_gb_per_s,
-        window_throughput=float(np.mean([_ratios(*_arrays(w))[1] for w in windows])),
-        run_epoch_batches=epochs.batches if epochs.early and math.isfinite(epochs.batches) else None,
-        throughput_draws=tp_draws,
-        wait_ratio_draws=wr_draws,
     )
 
 

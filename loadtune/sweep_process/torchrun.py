@@ -66,13 +66,14 @@ class Cluster:
             raise LaunchError(f"torchrun rank {self.rank} of {self.world_size}: cannot reach the other ranks at "
                               f"{self.host}:{os.environ['MASTER_PORT']}: {type(exc).__name__}: {exc}") from None
         # The trials' own meeting place, beside the one torchrun set up for the sweeps.
-        self._store: Any = dist.TCPStore(self.host, 0, is_master=True, wait_for_workers=False, timeout=timeout) \
+        store: Any = dist.TCPStore  # type: ignore[attr-defined]
+        self._store: Any = store(self.host, 0, is_master=True, wait_for_workers=False, timeout=timeout) \
             if self.rank == 0 else None
-        where = [self._store.port if self._store is not None else None]
+        where: list[Any] = [self._store.port if self._store is not None else None]
         dist.broadcast_object_list(where, src=0)
         self.port = int(where[0])
         if self._store is None:
-            self._store = dist.TCPStore(self.host, self.port, is_master=False, timeout=timeout)
+            self._store = store(self.host, self.port, is_master=False, timeout=timeout)
         self._closed = False
 
     @property

@@ -59,6 +59,44 @@ EXTRA_THREADS_TOLERANCE = 0.5
 
 
 @dataclass(frozen=True)
+class Waits:
+    """How long the loop waited per batch, and how much of it at epoch starts."""
+
+    wait_ms: float  # mean wait per counted batch
+    epoch_start_ms: float  # mean wait of an epoch's first batch; nan when no epoch started
+    epoch_wait_share: float  # share of the total wait spent at epoch starts (see epoch_wait_share())
+
+
+@dataclass(frozen=True)
+class MemoryGrowth:
+    """How the tree's memory grew within the window, and what batches in flight may hold."""
+
+    worker_pss_growth_mb: float | None = None  # mean per worker within the window
+    pss_growth_mb: float | None = None  # the whole tree; used per worker when the above is missing
+    inflight_mb_per_worker: float = 0.0  # batches a worker may hold: shm_need_mb(...) / num_workers
+
+
+@dataclass(frozen=True)
+class InsideTrial:
+    """From inside the trial (see diagnose.window_evidence); None where not read."""
+
+    machine_busy: float | None = None  # every process on the machine, share of its cores (the kernel's)
+    outside_cpu: float | None = None  # other processes' share of the usable cores
+    fetch_cpu_share: float | None = None  # CPU / wall inside the loading processes' fetches
+    worker_idle_share: float | None = None  # share of a window the mean worker spent not fetching
+    handover_share: float | None = None  # share of the wait the training thread spent receiving batches
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The trial's loader settings the advice depends on."""
+
+    persistent_workers: bool | None = None  # sharpens the start-up advice when known
+    prefetch_factor: int | None = None
+    in_order: bool = True
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What a verdict is drawn from: one trial's figures (stats and summarize_resources)."""
 
@@ -66,26 +104,15 @@ class Evidence:
     cpu_util: float  # the tree's CPU / wall / usable cores, over the counted window
     usable_cores: float
     num_workers: int  # per rank
-    wait_ms: float  # mean wait per counted batch
-    epoch_start_ms: float  # mean wait of an epoch's first batch; nan when no epoch started
-    epoch_wait_share: float  # share of the total wait spent at epoch starts (see epoch_wait_share())
-    worker_pss_growth_mb: float | None = None  # mean per worker within the window
-    pss_growth_mb: float | None = None  # the whole tree; used per worker when the above is missing
+    waits: Waits
+    memory: MemoryGrowth = MemoryGrowth()
     threads_per_worker: float | None = None
-    persistent_workers: bool | None = None  # sharpens the start-up advice when known
-    inflight_mb_per_worker: float = 0.0  # batches a worker may hold: shm_need_mb(...) / num_workers
     # How busy each loading process is, as a share of one core: the mean worker (or, without
     # workers, the main process). Near 1, loading is CPU work even when cores are left idle.
     loader_busy: float | None = None
     ranks: int = 1  # data-parallel ranks, each with num_workers workers of its own
-    # From inside the trial (see diagnose.window_evidence); None where not read.
-    machine_busy: float | None = None  # every process on the machine, share of its cores (the kernel's)
-    outside_cpu: float | None = None  # other processes' share of the usable cores
-    fetch_cpu_share: float | None = None  # CPU / wall inside the loading processes' fetches
-    worker_idle_share: float | None = None  # share of a window the mean worker spent not fetching
-    handover_share: float | None = None  # share of the wait the training thread spent receiving batches
-    prefetch_factor: int | None = None
-    in_order: bool = True
+    inside: InsideTrial = InsideTrial()
+    settings: Settings = Settings()
 
 
 def epoch_starts_per_batch(measurement: Measurement) -> float:
@@ -109,10 +136,10 @@ def epoch_wait_share(wait_ms: float, epoch_start_ms: float, starts_per_batch: fl
 def _growth_per_worker(e: Evidence) -> float | None:
     if e.num_workers <= 0:
         return None  # no worker copies anything: growth in the main process is not this pattern
-    if e.worker_pss_growth_mb is not None:
-        return e.worker_pss_growth_mb
-    if e.pss_growth_mb is not None:
-        return e.pss_growth_mb / (e.num_workers * e.ranks)
+    if e.memory.worker_pss_growth_mb is not None:
+        return e.memory.worker_pss_growth_mb
+    if e.memory.pss_growth_mb is not None:
+        return e.memory.pss_growth_mb / (e.num_workers * e.ranks)
     return None
 
 
@@ -124,7 +151,7 @@ def verdict(e: Evidence) -> tuple[str, str]:
     """The verdict (one of VERDICTS) and one sentence of advice with the figures behind it."""
     waiting = f"waiting {e.wait_ratio:.0%} of the time"
     growth = _growth_per_worker(e)
-    if growth is not None and growth > MEMORY_RISK_GROWTH_MB + e.inflight_mb_per_worker:
+    if growth is not None and growth > MEMORY_RISK_GROWTH_MB + e.memory.inflight_mb_per_worker:
         return MEMORY_RISK, (
             f"each of the {e.num_workers} workers grew by {growth:.0f} MB during the window "
             f"({growth * e.num_workers:.0f} MB in all, and it grows with the number of workers): Python "
@@ -135,16 +162,17 @@ def verdict(e: Evidence) -> tuple[str, str]:
         return COMPUTE_BOUND, (
             f"{waiting}: the loader keeps up, so the model and its kernels are what to optimise now."
         )
-    share = e.epoch_wait_share
+    share = e.waits.epoch_wait_share
     if share > START_UP_WAIT_SHARE:
-        each = f"{e.epoch_start_ms:.0f} ms each" if not math.isnan(e.epoch_start_ms) else "at each start"
+        start_ms = e.waits.epoch_start_ms
+        each = f"{start_ms:.0f} ms each" if not math.isnan(start_ms) else "at each start"
         where = f"{share:.0%} of the wait is at epoch starts ({each})"
         if e.num_workers <= 0:
             return DATA_BOUND_START_UP, (
                 f"{where}: the dataset's per-epoch setup (its __iter__ or sampler) is slow; do it once, "
                 f"or use workers with persistent_workers=True so it overlaps the step."
             )
-        if e.persistent_workers:
+        if e.settings.persistent_workers:
             return DATA_BOUND_START_UP, (
                 f"{where} even with persistent_workers=True: the first batch of an epoch waits for a "
                 f"whole batch to be built, so use longer epochs or make the per-epoch setup cheaper."
@@ -155,7 +183,7 @@ def verdict(e: Evidence) -> tuple[str, str]:
             f"shows whether it pays here), or use longer epochs."
         )
     name, advice = _steady_state(e, waiting)
-    handover = e.handover_share or 0.0
+    handover = e.inside.handover_share or 0.0
     if name != DATA_BOUND_HANDOVER and e.num_workers > 0 and handover >= HANDOVER_PART_SHARE:
         kind = name.split(": ", 1)[-1]
         advice = (f"mostly {kind}, partly hand-over ({handover:.0%} of the wait is receiving batches from the "
@@ -164,15 +192,16 @@ def verdict(e: Evidence) -> tuple[str, str]:
 
 
 def _outside(e: Evidence) -> str:
-    if e.outside_cpu is not None and e.outside_cpu >= OUTSIDE_NOTABLE:
-        return f" (other processes use {e.outside_cpu:.0%} of them: a busy machine)"
+    if e.inside.outside_cpu is not None and e.inside.outside_cpu >= OUTSIDE_NOTABLE:
+        return f" (other processes use {e.inside.outside_cpu:.0%} of them: a busy machine)"
     return ""
 
 
 def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
     """What the steady-state wait is, from the evidence of inside the trial."""
-    busy = e.machine_busy if e.machine_busy is not None else e.cpu_util
-    handover = e.handover_share or 0.0
+    inside = e.inside
+    busy = inside.machine_busy if inside.machine_busy is not None else e.cpu_util
+    handover = inside.handover_share or 0.0
     if e.num_workers > 0 and handover >= HANDOVER_MAIN_SHARE:
         return DATA_BOUND_HANDOVER, (
             f"{waiting}, {handover:.0%} of it receiving batches from the workers (the queue read and the "
@@ -180,26 +209,34 @@ def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
             f"lists of them), numpy arrays rather than Python objects, and smaller dtypes; more workers "
             f"will not help."
         )
-    if busy >= CPU_SATURATED_UTIL and (e.fetch_cpu_share is None or e.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE):
+    fetch_cpu = inside.fetch_cpu_share
+    if busy >= CPU_SATURATED_UTIL and (fetch_cpu is None or fetch_cpu >= FETCH_CPU_CONTENDED_SHARE):
         return DATA_BOUND_CPU, (
             f"{waiting} while the {_cores(e.usable_cores)} are {busy:.0%} busy{_outside(e)}: more workers "
             f"will not help; make the transforms cheaper, give the job more cores, or move decoding "
             f"elsewhere (the accelerator, or once, offline)."
         )
-    if e.num_workers > 0 and e.worker_idle_share is not None and e.worker_idle_share >= STARVED_IDLE_SHARE:
-        deeper = max(4, 2 * (e.prefetch_factor or 2))
-        order = " or in_order=False (a slow batch then no longer holds back the ones behind it)" if e.in_order else ""
+    if e.num_workers > 0 and inside.worker_idle_share is not None and inside.worker_idle_share >= STARVED_IDLE_SHARE:
+        deeper = max(4, 2 * (e.settings.prefetch_factor or 2))
+        order = " or in_order=False (a slow batch then no longer holds back the ones behind it)" \
+            if e.settings.in_order else ""
         return DATA_BOUND_STARVED, (
-            f"{waiting} while the workers sit idle {e.worker_idle_share:.0%} of the time, waiting for "
+            f"{waiting} while the workers sit idle {inside.worker_idle_share:.0%} of the time, waiting for "
             f"indices: DataLoader asks each worker for at most prefetch_factor batches and takes them in "
             f"order, so try prefetch_factor={deeper}{order}."
         )
+    return _loading(e, waiting, busy)
+
+
+def _loading(e: Evidence, waiting: str, busy: float) -> tuple[str, str]:
+    """CPU work or waiting on storage, from how much of each fetch is CPU work."""
     target = max(1, int(e.usable_cores / e.ranks))  # per rank: the ranks share the cores
-    if e.fetch_cpu_share is not None:
-        cpu_work = e.fetch_cpu_share >= FETCH_CPU_BOUND_SHARE
+    fetch_cpu_share = e.inside.fetch_cpu_share
+    if fetch_cpu_share is not None:
+        cpu_work = fetch_cpu_share >= FETCH_CPU_BOUND_SHARE
     else:  # no fetch counters: how busy each loading process is
         cpu_work = e.loader_busy is not None and e.loader_busy >= CPU_SATURATED_UTIL
-    share = f"{e.fetch_cpu_share:.0%} of each fetch is CPU work" if e.fetch_cpu_share is not None else \
+    share = f"{fetch_cpu_share:.0%} of each fetch is CPU work" if fetch_cpu_share is not None else \
         f"each loading process is {e.loader_busy or 0:.0%} busy"
     if cpu_work:
         if e.num_workers <= 0:
@@ -215,7 +252,7 @@ def _steady_state(e: Evidence, waiting: str) -> tuple[str, str]:
         )
     more = max(2, 2 * e.num_workers)
     now = "loading in the main process" if e.num_workers <= 0 else f"now {e.num_workers}"
-    detail = f", and only {e.fetch_cpu_share:.0%} of each fetch is CPU work" if e.fetch_cpu_share is not None else ""
+    detail = f", and only {fetch_cpu_share:.0%} of each fetch is CPU work" if fetch_cpu_share is not None else ""
     return DATA_BOUND_IO, (
         f"{waiting} while the {_cores(e.usable_cores)} are only {busy:.0%} busy{detail}: the loader waits on "
         f"storage or latency, not CPU, so more workers ({now}; try num_workers={more}) help, and on "
@@ -227,13 +264,13 @@ def suggestions(e: Evidence) -> list[dict[str, object]]:
     """The loader settings the verdict's advice names, as changes to measure on top of the
     trial (one dict per alternative); none where the advice is not a setting."""
     name, _ = verdict(e)
-    busy = e.machine_busy if e.machine_busy is not None else e.cpu_util
+    busy = e.inside.machine_busy if e.inside.machine_busy is not None else e.cpu_util
     if name == DATA_BOUND_IO:
         return [{"num_workers": max(2, 2 * e.num_workers)}]
     if name == DATA_BOUND_STARVED:
-        deeper: list[dict[str, object]] = [{"prefetch_factor": max(4, 2 * (e.prefetch_factor or 2))}]
-        return deeper + ([{"in_order": False}] if e.in_order else [])
-    if name == DATA_BOUND_START_UP and e.num_workers > 0 and not e.persistent_workers:
+        deeper: list[dict[str, object]] = [{"prefetch_factor": max(4, 2 * (e.settings.prefetch_factor or 2))}]
+        return deeper + ([{"in_order": False}] if e.settings.in_order else [])
+    if name == DATA_BOUND_START_UP and e.num_workers > 0 and not e.settings.persistent_workers:
         return [{"persistent_workers": True}]
     if name == DATA_BOUND_START_UP and e.num_workers <= 0:
         return [{"num_workers": max(1, int(e.usable_cores / e.ranks)), "persistent_workers": True}]
