@@ -385,13 +385,8 @@ def predict(
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's or a watched run's CSV."""
     from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import (
-        Target,
-        forecast_file,
-        forecast_lines,
-        forecast_table,
-        write_forecast,
-    )
+    from loadtune.results.transfer import Target, forecast_file
+    from loadtune.results.transfer_text import forecast_lines, forecast_table, write_forecast
 
     for value, hint, ok, what in ((cores, "--cores", lambda v: v > 0, "above 0"),
                                   (step_ms, "--step-ms", lambda v: v > 0, "above 0"),

@@ -37,11 +37,11 @@ from loadtune.results.transfer import (
     Target,
     forecast,
     forecast_file,
-    forecast_lines,
     settings_key,
     settings_of,
-    transfer_check,
 )
+from loadtune.results.transfer_checks import transfer_check
+from loadtune.results.transfer_text import forecast_lines
 from loadtune.results.watched import LoaderInfo, plain_settings, run_line, write_loader_info
 from loadtune.trials import BASELINE, cost_of
 from tests.conftest import tiny_config
@@ -390,7 +390,7 @@ def test_compare_and_the_run_readers_name_configs_as_the_sweep_does(tmp_path):
         r.settings for r in forecast(records, Target(cores=1)).rows if r.config == check.predicted_pick)}, LOADER)
     # A run of the sweep's baseline config is named as the sweep names it.
     run = watched(made_up(TRUTH, 1, 2, False))
-    from loadtune.results.transfer import run_checks
+    from loadtune.results.transfer_checks import run_checks
 
     (said,) = run_checks(records, [run])
     assert said.config == BASELINE

@@ -21,9 +21,9 @@ from loadtune.results.transfer import (
     forecast,
     forecast_file,
     space,
-    transfer_check,
     travel,
 )
+from loadtune.results.transfer_checks import transfer_check
 from loadtune.trials import cost_of
 from tests.conftest import run_cli
 from tests.test_model import BATCH, TRUTH, first_round, made_up

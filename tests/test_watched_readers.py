@@ -25,16 +25,15 @@ from loadtune.results.model import evidence_of
 from loadtune.results.record import Record, ResultsFile, read_records
 from loadtune.results.report import not_run_lines, results_table
 from loadtune.results.transfer import (
-    MEASURED,
-    PREDICTED,
     fit_records,
     forecast,
     forecast_file,
-    forecast_lines,
     settings_key,
     settings_of,
     space,
 )
+from loadtune.results.transfer_text import forecast_lines
+from loadtune.results.transfer_values import MEASURED, PREDICTED
 from loadtune.results.watched import (
     combine_ranks,
     default_sweep,

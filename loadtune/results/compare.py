@@ -27,18 +27,15 @@ from loadtune.results.choice import config_name
 from loadtune.results.record import MEASURED_STATUSES, Record, load_records, missing_columns, plain_frame
 from loadtune.results.report import short_trial
 from loadtune.results.table import Cell, Column, fitted_table
-from loadtune.results.transfer import (
+from loadtune.results.transfer import MODEL_COLUMNS, names_of, settings_of
+from loadtune.results.transfer_checks import run_checks, transfer_check
+from loadtune.results.transfer_text import target_text
+from loadtune.results.transfer_values import (
     MEASURED,
-    MODEL_COLUMNS,
     RUN_AGREES_SHARE,
     RUN_AGREES_WAIT_RATIO,
     RunCheck,
     TransferCheck,
-    names_of,
-    run_checks,
-    settings_of,
-    target_text,
-    transfer_check,
 )
 from loadtune.results.watched import combine_ranks, is_run
 from loadtune.text import STATUS_STYLE
@@ -357,7 +354,7 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     not measure TRIAL`. Tie-group and status changes are flagged only.
 
     Files of a real run (watched rows) rank nothing: the conclusion is the sweeps' (the first
-    sweep is the reference), and each run is set against the first sweep (transfer.run_checks).
+    sweep is the reference), and each run is set against the first sweep (transfer_checks.run_checks).
     A run is never refused as another config: a script is no sweep config.
     """
     results = list(results)
@@ -520,7 +517,7 @@ def _flag_statuses(table: pd.DataFrame, labels: Sequence[str], trials: Sequence[
 
 def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
     """For each file after the first measured on another machine (cores, ranks, step): what the
-    first file's model predicted for it (see transfer.transfer_check)."""
+    first file's model predicted for it (see transfer_checks.transfer_check)."""
     if missing_columns(results[0].path, MODEL_COLUMNS):
         return {}  # written before the model's evidence: nothing to fit
     out = {}
