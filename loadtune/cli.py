@@ -338,7 +338,8 @@ def compare(
     """Align sweeps from several machines or scales and say whether the conclusion holds; set a
     watched run beside what a sweep measured or predicted for its loader's config."""
     from loadtune.results.compare import compare as compare_results
-    from loadtune.results.compare import comparison_lines, comparison_table, load_results, run_table, write_aligned
+    from loadtune.results.compare import load_results
+    from loadtune.results.compare_text import comparison_lines, comparison_table, run_table, write_aligned
 
     console = _err() if as_json else _console()
     try:

@@ -21,7 +21,9 @@ import pytest
 from rich.console import Console
 
 from loadtune.errors import ResultsError
-from loadtune.results.compare import (
+from loadtune.results.compare import compare, kendall_tau_b, load_results
+from loadtune.results.compare_text import comparison_lines, comparison_table, write_aligned
+from loadtune.results.compare_values import (
     ABSENT,
     HELPS_TO_HURTS,
     HURTS_TO_HELPS,
@@ -30,12 +32,6 @@ from loadtune.results.compare import (
     VERDICT_HOLDS,
     WINNER_CHANGED,
     Comparison,
-    compare,
-    comparison_lines,
-    comparison_table,
-    kendall_tau_b,
-    load_results,
-    write_aligned,
 )
 from loadtune.results.record import COLUMNS
 

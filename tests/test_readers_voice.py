@@ -19,15 +19,9 @@ from typer.testing import CliRunner
 from loadtune.cli import app
 from loadtune.config import config_from_data
 from loadtune.results.choice import config_name, dataloader_line, loader_keywords, paste_settings, thread_settings
-from loadtune.results.compare import (
-    VERDICT_CANNOT_TELL,
-    VERDICT_HOLDS,
-    WINNER_CHANGED,
-    WINNER_NOT_MEASURED,
-    compare,
-    comparison_lines,
-    load_results,
-)
+from loadtune.results.compare import compare, load_results
+from loadtune.results.compare_text import comparison_lines
+from loadtune.results.compare_values import VERDICT_CANNOT_TELL, VERDICT_HOLDS, WINNER_CHANGED, WINNER_NOT_MEASURED
 from loadtune.results.findings import MODEL_ERROR_LARGE, CheaperWaitsMore, ModelError, ModelFellBack
 from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import Record, ResultsFile
