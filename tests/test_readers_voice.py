@@ -253,8 +253,8 @@ def test_predict_recommends_the_cheapest_within_the_tolerance_of_its_tables_best
     f = forecast(records, Target(ranks=ranks))
     best = max(r.predicted_throughput for r in f.rows)
     pick = f.recommended
-    assert pick is not None and pick.predicted_throughput >= (1 - f.tolerance) * best
-    tied = [r for r in f.rows if r.predicted_throughput >= (1 - f.tolerance) * best]
+    assert pick is not None and pick.predicted_throughput >= (1 - f.choice.tolerance) * best
+    tied = [r for r in f.rows if r.predicted_throughput >= (1 - f.choice.tolerance) * best]
     assert cost_of(pick.settings) == min(cost_of(r.settings) for r in tied)
     table_order = [r.predicted_throughput for r in f.rows]
     assert table_order == sorted(table_order, reverse=True)
@@ -265,12 +265,13 @@ def test_a_recommendation_that_waits_more_than_one_as_fast_says_why():
     config without many workers is as fast while its loop waits for data far more of the time."""
     f = forecast([watched(made_up(CPU_STEP, 0))], Target(ranks=2))
     pick = f.recommended
-    lean = min((r for r in f.rows if r.predicted_throughput >= (1 - f.tolerance) * f.rows[0].predicted_throughput),
+    best = f.rows[0].predicted_throughput
+    lean = min((r for r in f.rows if r.predicted_throughput >= (1 - f.choice.tolerance) * best),
                key=lambda r: r.predicted_wait_ratio)
     assert pick.predicted_wait_ratio - lean.predicted_wait_ratio > 0.1
     said = [line for line in forecast_lines(f) if line.startswith("Wait ratio:")]
     assert said == [str(CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
-                                         lean.predicted_throughput / pick.predicted_throughput, f.tolerance, 2))]
+                                         lean.predicted_throughput / pick.predicted_throughput, f.choice.tolerance, 2))]
     assert "waiting for the slowest rank" in said[0] and "Samples/s is what training feels" in said[0]
     # On the sweep's own pipeline the pick waits about as little as the fastest: nothing to say.
     assert not [line for line in forecast_lines(forecast(as_swept(first_round(TRUTH)))) if line.startswith("Wait")]

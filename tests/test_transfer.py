@@ -79,9 +79,10 @@ def test_the_sources_pick_is_predicted_for_the_target_and_its_share_said():
     fastest = max(range(len(records)), key=lambda i: records[i].throughput)
     records[fastest] = dataclasses.replace(records[fastest], tied_with_best=True)
     f = forecast(records, Target(cores=1))
-    assert f.source_pick is not None
-    assert f.source_pick.predicted_throughput == pytest.approx(truth(f.source_pick.settings, 1), rel=1e-9)
-    assert f.carried_share == pytest.approx(f.source_pick.predicted_throughput / f.recommended.predicted_throughput)
+    carried = f.choice.source_pick
+    assert carried is not None
+    assert carried.predicted_throughput == pytest.approx(truth(carried.settings, 1), rel=1e-9)
+    assert f.carried_share == pytest.approx(carried.predicted_throughput / f.recommended.predicted_throughput)
 
 
 def test_what_lies_beyond_the_measured_range_is_said_with_how_far():

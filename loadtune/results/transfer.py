@@ -34,8 +34,8 @@ from loadtune.results.model import (
 )
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.report import Travel
+from loadtune.results.transfer_values import Carried, Choice, Fit, Memory, ResolvedTarget, Source, TargetRow
 from loadtune.results.transfer_values import Forecast as Forecast
-from loadtune.results.transfer_values import Memory, ResolvedTarget, Source, TargetRow
 from loadtune.results.transfer_values import Target as Target
 from loadtune.results.watched import (
     LoaderInfo,
@@ -415,8 +415,8 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
     beyond = extrapolations(source, resolved, step_given, model.collective_ms)
     kept, aside = kept_settings(loader)
-    return Forecast(source, resolved, tuple(rows), pick, tuple(beyond), model,
-                    tolerance, source_pick, tuple(notes), prediction_error(records), neutral, kept, tuple(aside))
+    return Forecast(source, resolved, tuple(rows), Choice(pick, tolerance, source_pick, tuple(notes)),
+                    Fit(model, prediction_error(records), neutral, tuple(beyond)), Carried(kept, tuple(aside)))
 
 
 def _same_machine(source: Source, target: ResolvedTarget) -> bool:
@@ -438,7 +438,9 @@ def forecast_file(path: Path | str, target: Target = Target(), tolerance: float 
     else:  # a sweep's trials: the loader's other settings of its pick, as its own paste line has them
         info = infos.get(str(pick.trial) if pick is not None else BASELINE) or infos.get(BASELINE)
     result = forecast(records, target, tolerance, where=str(path), loader=info)
-    return result if info is not None else replace(result, unknown_rest=loader_file(path).name)
+    if info is not None:
+        return result
+    return replace(result, carried=replace(result.carried, unknown_rest=loader_file(path).name))
 
 
 # --- the sweep's summary: does the pick travel? --------------------------------------------------

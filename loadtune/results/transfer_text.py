@@ -58,27 +58,27 @@ def forecast_lines(f: Forecast) -> list[str]:
     is extrapolated, what does not fit, and what to paste."""
     source = replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms)
     measured = f"Measured on {target_text(source)}" + (f" (the run, {f.source.run} watched)" if f.source.run else "")
-    if f.model.trials == 1:
+    if f.fit.model.trials == 1:
         lines = [f"{measured}; fitted to 1 measured config: the model could not be checked against a second "
                  "measured config, so how far off its predictions are here is not known"]
     else:
-        lines = [f"{measured}; {f.model.trials} trials fitted", str(f.model_error)]
+        lines = [f"{measured}; {f.fit.model.trials} trials fitted", str(f.model_error)]
     lines.extend(neutral_lines(f))
     pick = f.recommended
     if pick is None:
-        return [*lines, *f.notes]
+        return [*lines, *f.choice.notes]
     lines.append(f"Recommended for {target_text(f.target)}: {pick.config}: {pick.predicted_throughput:.1f} samples/s"
                  f"{' in all' if f.target.ranks > 1 else ''}, wait ratio {pick.predicted_wait_ratio:.3f} (predicted; "
-                 f"the cheapest within {f.tolerance:.0%} of the best)")
+                 f"the cheapest within {f.choice.tolerance:.0%} of the best)")
     share = f.carried_share
     own = "The run's own settings" if f.source.run else "The sweep's own pick"
-    if f.source_pick is not None and share is not None and f.source_pick.settings != pick.settings:
-        if share >= 1 - f.tolerance:
-            lines.append(f"{own} ({f.source_pick.config}) would do as well there ({share:.2f} of it); "
+    if f.choice.source_pick is not None and share is not None and f.choice.source_pick.settings != pick.settings:
+        if share >= 1 - f.choice.tolerance:
+            lines.append(f"{own} ({f.choice.source_pick.config}) would do as well there ({share:.2f} of it); "
                          f"the recommendation costs less.")
         else:
-            lines.append(f"{own} ({f.source_pick.config}) would run {share:.2f} of that there.")
-    elif f.source_pick is not None:
+            lines.append(f"{own} ({f.choice.source_pick.config}) would run {share:.2f} of that there.")
+    elif f.choice.source_pick is not None:
         lines.append("The run's own settings are the recommendation: keep them." if f.source.run else
                      "The sweep's own pick is the same: it travels.")
     lines += [f"Extrapolated: {e}." for e in f.extrapolated]
@@ -86,13 +86,13 @@ def forecast_lines(f: Forecast) -> list[str]:
     if unfit:
         lines.append(f"Does not fit: {len(unfit)} config{'' if len(unfit) == 1 else 's'}, e.g. {unfit[0].config}: "
                      f"{unfit[0].memory.why}.")
-    lines += list(f.notes)
+    lines += list(f.choice.notes)
     lines += [str(w) for w in wait_words(f)]
-    aside = f"; keep {', '.join(f.aside)} as in your code" if f.aside else ""
-    if f.unknown_rest is not None:
+    aside = f"; keep {', '.join(f.carried.aside)} as in your code" if f.carried.aside else ""
+    if f.carried.unknown_rest is not None:
         aside += (f"; keep your DataLoader's other settings (shuffle, drop_last, a sampler, ...) as in your code: "
-                  f"no {f.unknown_rest} beside the CSV says them")
-    lines.append(f"Paste (each rank): {dataloader_line(paste_settings(pick.settings, f.kept))}{aside}")
+                  f"no {f.carried.unknown_rest} beside the CSV says them")
+    lines.append(f"Paste (each rank): {dataloader_line(paste_settings(pick.settings, f.carried.kept))}{aside}")
     return lines
 
 
@@ -107,12 +107,12 @@ def wait_words(f: Forecast) -> list[CheaperWaitsMore]:
     if pick is None:
         return []
     best = max(r.predicted_throughput for r in f.rows if r.memory.fits)
-    tied = [r for r in f.rows if r.memory.fits and r.predicted_throughput >= (1 - f.tolerance) * best]
+    tied = [r for r in f.rows if r.memory.fits and r.predicted_throughput >= (1 - f.choice.tolerance) * best]
     lean = min(tied, key=lambda r: r.predicted_wait_ratio)
     if pick.predicted_wait_ratio - lean.predicted_wait_ratio <= WAITS_MORE:
         return []
     return [CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
-                             lean.predicted_throughput / pick.predicted_throughput, f.tolerance, f.target.ranks)]
+                             lean.predicted_throughput / pick.predicted_throughput, f.choice.tolerance, f.target.ranks)]
 
 
 # What each figure model.unshown_figures names costs, in words.
@@ -132,10 +132,10 @@ FIGURE_WORDS = {
 def neutral_lines(f: Forecast) -> list[str]:
     """One line naming the figures no measured config shows, kept neutral, and the run that
     would show them; none where every figure a config predicted needs was measured."""
-    if not f.neutral:
+    if not f.fit.neutral:
         return []
     runs: dict[str, list[str]] = {}
-    for name, run in f.neutral:
+    for name, run in f.fit.neutral:
         runs.setdefault(run, []).append(name)
     parts = []
     for run, names in runs.items():

@@ -79,25 +79,45 @@ class TargetRow:
     recommended: bool = False
 
 
-@dataclass(frozen=True)
-class Forecast:
-    """The space predicted for a target, best first, and the recommendation."""
+def _figures(r: TargetRow) -> dict[str, Any]:
+    """A row's predicted figures and memory, as the JSON and the CSV give them."""
+    return {"predicted_throughput": round(r.predicted_throughput, 2),
+            "predicted_throughput_per_rank": round(r.predicted_throughput_per_rank, 2),
+            "predicted_wait_ratio": round(r.predicted_wait_ratio, 4), "cpu_bound": r.cpu_bound,
+            "measured_throughput": r.measured_throughput, "ram_need_gb": _round(r.memory.ram_gb, 3),
+            "shm_need_gb": round(r.memory.shm_gb, 4), "fits": r.memory.fits, "recommended": r.recommended}
 
-    source: Source
-    target: ResolvedTarget
-    rows: tuple[TargetRow, ...]
+
+@dataclass(frozen=True)
+class Choice:
+    """What a forecast recommends: the cheapest config predicted within `tolerance` of the best
+    that fits the target, the source's own pick predicted there, and the notes that go with them
+    (which loader was predicted, that nothing fits)."""
+
     recommended: TargetRow | None
-    extrapolated: tuple[str, ...]  # what lies beyond the measured range, and how far
-    model: PipelineModel
     tolerance: float
     source_pick: TargetRow | None = None  # the source's own recommendation, predicted for the target
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The model behind a forecast and how far to trust it on the target."""
+
+    model: PipelineModel
     # the model's error on the file: median |predicted/measured - 1| over the trials predicted
     # before they ran, and how many (model.prediction_error): the sweep's own `model.error`
     error: tuple[float | None, int] = (None, 0)
     # the model's figures no measured row shows, kept neutral, that a config predicted needs:
     # (figure, the run that would show it) (model.unshown_figures)
     neutral: tuple[tuple[str, str], ...] = ()
+    extrapolated: tuple[str, ...] = ()  # what lies beyond the measured range, and how far
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What the paste line carries besides the recommended settings."""
+
     # the watched loader's other DataLoader keywords, carried into the paste line, and what it had
     # that no keyword carries (its own sampler), to keep as it is
     kept: dict[str, Any] = field(default_factory=dict)
@@ -106,57 +126,70 @@ class Forecast:
     # says them: the paste line then says to keep them as in the user's code
     unknown_rest: str | None = None
 
+
+@dataclass(frozen=True)
+class Forecast:
+    """The space predicted for a target, best first, and the recommendation."""
+
+    source: Source
+    target: ResolvedTarget
+    rows: tuple[TargetRow, ...]
+    choice: Choice
+    fit: Fit
+    carried: Carried = field(default_factory=Carried)
+
+    @property
+    def recommended(self) -> TargetRow | None:
+        """The recommended row (Choice.recommended)."""
+        return self.choice.recommended
+
+    @property
+    def extrapolated(self) -> tuple[str, ...]:
+        """What lies beyond the measured range, and how far (Fit.extrapolated)."""
+        return self.fit.extrapolated
+
     @property
     def model_error(self) -> ModelError:
         """The model's error on the file, as the sweep's summary and `loadtune report` word it."""
-        return ModelError(*self.error)
+        return ModelError(*self.fit.error)
 
     @property
     def carried_share(self) -> float | None:
         """What the source's pick would run on the target, as a share of the recommendation."""
-        if self.source_pick is None or self.recommended is None:
+        pick, best = self.choice.source_pick, self.choice.recommended
+        if pick is None or best is None:
             return None
-        return self.source_pick.predicted_throughput / self.recommended.predicted_throughput
+        return pick.predicted_throughput / best.predicted_throughput
 
     def to_json(self) -> dict[str, Any]:
+        """What `loadtune predict --json` prints (docs/reference.md)."""
         def row(r: TargetRow) -> dict[str, Any]:
-            return {"config": r.config, "settings": r.settings,
-                    "predicted_throughput": round(r.predicted_throughput, 2),
-                    "predicted_throughput_per_rank": round(r.predicted_throughput_per_rank, 2),
-                    "predicted_wait_ratio": round(r.predicted_wait_ratio, 4), "cpu_bound": r.cpu_bound,
-                    "measured_throughput": r.measured_throughput,
-                    "ram_need_gb": _round(r.memory.ram_gb, 3), "shm_need_gb": round(r.memory.shm_gb, 4),
-                    "fits": r.memory.fits, "recommended": r.recommended}
+            return {"config": r.config, "settings": r.settings, **_figures(r)}
 
+        source, target, choice = self.source, self.target, self.choice
         return {
-            "source": {"cores": self.source.cores, "ranks": self.source.ranks, "batch_size": self.source.batch_size,
-                       "step_ms": round(self.source.step_ms, 3),
-                       "step_ms_range": [round(v, 3) for v in self.source.step_ms_range],
-                       "scale": self.source.scale, "ram_gb": self.source.ram_gb, "shm_gb": self.source.shm_gb,
-                       "pick": self.source_pick.config if self.source_pick else None, "run": self.source.run},
-            "target": {"cores": self.target.cores, "ranks": self.target.ranks,
-                       "step_ms": _round(self.target.step_ms, 3), "scale": self.target.scale,
-                       "ram_gb": self.target.ram_gb, "shm_gb": self.target.shm_gb},
-            "tolerance": self.tolerance,
-            "recommended": row(self.recommended) if self.recommended else None,
-            "source_pick": row(self.source_pick) if self.source_pick else None,
+            "source": {"cores": source.cores, "ranks": source.ranks, "batch_size": source.batch_size,
+                       "step_ms": round(source.step_ms, 3),
+                       "step_ms_range": [round(v, 3) for v in source.step_ms_range],
+                       "scale": source.scale, "ram_gb": source.ram_gb, "shm_gb": source.shm_gb,
+                       "pick": choice.source_pick.config if choice.source_pick else None, "run": source.run},
+            "target": {"cores": target.cores, "ranks": target.ranks, "step_ms": _round(target.step_ms, 3),
+                       "scale": target.scale, "ram_gb": target.ram_gb, "shm_gb": target.shm_gb},
+            "tolerance": choice.tolerance,
+            "recommended": row(choice.recommended) if choice.recommended else None,
+            "source_pick": row(choice.source_pick) if choice.source_pick else None,
             "source_pick_share": _round(self.carried_share, 4),
-            "extrapolated": list(self.extrapolated),
-            "notes": list(self.notes),
-            "neutral": [{"figure": name, "value": getattr(self.model, name), "shown_by": run}
-                        for name, run in self.neutral],
-            "model": {**self.model.to_json(), **self.model_error.to_json()},
+            "extrapolated": list(self.fit.extrapolated),
+            "notes": list(choice.notes),
+            "neutral": [{"figure": name, "value": getattr(self.fit.model, name), "shown_by": run}
+                        for name, run in self.fit.neutral],
+            "model": {**self.fit.model.to_json(), **self.model_error.to_json()},
             "rows": [row(r) for r in self.rows],
         }
 
     def table_rows(self) -> list[dict[str, Any]]:
         """The rows as `--out` writes them: one flat dict per config."""
-        return [{"config": r.config, **{k: r.settings.get(k) for k in SETTING_COLUMNS},
-                 "predicted_throughput": round(r.predicted_throughput, 2),
-                 "predicted_throughput_per_rank": round(r.predicted_throughput_per_rank, 2),
-                 "predicted_wait_ratio": round(r.predicted_wait_ratio, 4), "cpu_bound": r.cpu_bound,
-                 "measured_throughput": r.measured_throughput, "ram_need_gb": _round(r.memory.ram_gb, 3),
-                 "shm_need_gb": round(r.memory.shm_gb, 4), "fits": r.memory.fits, "recommended": r.recommended,
+        return [{"config": r.config, **{k: r.settings.get(k) for k in SETTING_COLUMNS}, **_figures(r),
                  "target_cores": self.target.cores, "target_ranks": self.target.ranks,
                  "target_step_ms": _round(self.target.step_ms, 3), "target_scale": self.target.scale}
                 for r in self.rows]
