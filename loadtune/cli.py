@@ -349,9 +349,9 @@ def compare(
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    if len(comparison.sweep_labels) != 1 or not comparison.run_labels:
+    if len(comparison.files.sweep_labels) != 1 or not comparison.files.run_labels:
         _table(console, comparison_table(comparison, width=console.width))
-    if comparison.runs:
+    if comparison.checked.runs:
         _table(console, run_table(comparison, width=console.width))
     lines = comparison_lines(comparison)
     _say_lines(console, lines)

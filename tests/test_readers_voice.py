@@ -303,9 +303,9 @@ def test_a_file_that_never_measured_the_others_winner_cannot_tell(tmp_path, stat
     assert c.winners["other"] == "num_workers=4"
     assert c.changed is False
     assert c.verdict == f"{VERDICT_CANNOT_TELL}: other did not measure num_workers=2"
-    assert c.unknown == ("other did not measure num_workers=2",)
-    assert WINNER_NOT_MEASURED in c.flags["num_workers=2"]
-    assert WINNER_CHANGED not in c.flags.get("num_workers=4", [])
+    assert c.conclusion.unknown == ("other did not measure num_workers=2",)
+    assert WINNER_NOT_MEASURED in c.conclusion.flags["num_workers=2"]
+    assert WINNER_CHANGED not in c.conclusion.flags.get("num_workers=4", [])
     assert comparison_lines(c)[-1] == c.verdict
     # The other way round: the first file never measured the second's winner.
     back = compare(load_results([other, FIXTURES / "base.csv"]))
@@ -321,7 +321,7 @@ def test_a_winner_that_failed_elsewhere_changes_the_conclusion(tmp_path):
     other = without(tmp_path, "crashed", "num_workers=2", "failed")
     c = compare(load_results([FIXTURES / "base.csv", other]))
     assert c.changed is True and c.verdict.startswith("conclusion changed: winner is num_workers=4 in crashed")
-    assert c.unknown == ()
+    assert c.conclusion.unknown == ()
     result = CliRunner().invoke(app, ["compare", str(FIXTURES / "base.csv"), str(other), "--fail-on-flip"],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 3
@@ -333,7 +333,7 @@ def test_a_changed_conclusion_still_says_what_cannot_be_told(tmp_path):
     assert c.changed is True and c.verdict.startswith("conclusion changed: ")
     assert c.verdict.endswith(f"; {VERDICT_CANNOT_TELL}: gone did not measure num_workers=2")
     same = compare(load_results([FIXTURES / "base.csv", FIXTURES / "same.csv"]))
-    assert same.verdict == VERDICT_HOLDS and same.unknown == ()
+    assert same.verdict == VERDICT_HOLDS and same.conclusion.unknown == ()
 
 
 # --- 6. one name for a config ---------------------------------------------------------------------

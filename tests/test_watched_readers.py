@@ -249,10 +249,10 @@ def test_a_run_of_a_config_the_sweep_measured_on_a_like_machine_is_set_beside_th
     same = next(r for r in sweep if r.num_workers == 1 and r.prefetch_factor == 2 and not r.persistent_workers)
     run = watched(same, throughput=same.throughput * 0.9)
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", [run])]))
-    (check,) = comparison.runs["run"]
+    (check,) = comparison.checked.runs["run"]
     assert check.figure == MEASURED and check.sweep_trial == same.trial
     assert check.ratio == pytest.approx(0.9, abs=1e-3) and check.agrees
-    assert not comparison.changed and comparison.run_labels == ("run",) and comparison.reference == "sweep"
+    assert not comparison.changed and comparison.files.run_labels == ("run",) and comparison.reference == "sweep"
     lines = comparison_lines(comparison)
     said = next(line for line in lines if line.startswith("run (the run): train"))
     assert f"sweep (the sweep) measured {same.throughput:.1f}" in said and "run / sweep 0.90" in said
@@ -270,7 +270,7 @@ def test_a_run_on_another_machine_is_set_beside_the_sweeps_prediction_for_it(tmp
     on_four = dataclasses.replace(made_up(dataclasses.replace(TRUTH, cores=2.0, ranks=2), 1), cpu_count=4)
     run = [watched(on_four, rank=k, ranks=2) for k in (0, 1)]
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", run)]))
-    (check,) = comparison.runs["run"]
+    (check,) = comparison.checked.runs["run"]
     assert check.figure == PREDICTED and check.ranks == 2
     assert (check.target.cores, check.target.ranks) == (4.0, 2)
     model = fit_records(sweep)
@@ -287,11 +287,12 @@ def test_two_sweeps_compare_as_before_and_a_run_beside_them_changes_nothing(tmp_
     other = write(tmp_path / "b.csv", ranked_sweep())
     run = write(tmp_path / "run.csv", [watched(made_up(TRUTH, 0))])
     plain = compare(load_results([sweep, other]))
-    assert plain.runs == {} and plain.run_labels == () and comparison_lines(plain)[-1] == "conclusion holds"
+    assert plain.checked.runs == {} and plain.files.run_labels == ()
+    assert comparison_lines(plain)[-1] == "conclusion holds"
     mixed = compare(load_results([sweep, other, run]))
     assert mixed.verdict == plain.verdict and mixed.winners["a"] == plain.winners["a"]
-    assert set(mixed.runs) == {"run"} and comparison_lines(mixed)[-1] == "conclusion holds"
-    assert not any("status changed" in f for flags in mixed.flags.values() for f in flags)
+    assert set(mixed.checked.runs) == {"run"} and comparison_lines(mixed)[-1] == "conclusion holds"
+    assert not any("status changed" in f for flags in mixed.conclusion.flags.values() for f in flags)
     runs_only = compare(load_results([run, run]))
     assert not runs_only.changed and "Runs only" in comparison_lines(runs_only)[-1]
 

@@ -43,6 +43,9 @@ from loadtune.results.compare_values import (
     WINNER_CHANGED,
     WINNER_NOT_MEASURED,
     WINNER_WITHIN_NOISE,
+    Checked,
+    Conclusion,
+    Files,
     FileValue,
     ResultSet,
 )
@@ -251,46 +254,46 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     sweeps = [r for r in results if not r.run]
     if not force and len(sweeps) > 1:
         _check_same_config(sweeps)
-    labels = [r.label for r in results]
-    sweep_labels = [r.label for r in sweeps]
     trials = _trial_order(results)
-    winners = {r.label: winner_of(r.frame) for r in results}
     table = _aligned(results, trials)
-    # Each trial's flags, in the order the checks run; the reasons the conclusion changed.
+    # Each trial's flags, in the order the checks run.
     flags: dict[str, list[str]] = {t: [] for t in trials}
+    conclusion = _conclude(results, sweeps, table, flags)
+    checked = Checked(_transfers(sweeps) if len(sweeps) > 1 else {},
+                      _run_checks(sweeps[0], [r for r in results if r.run]) if sweeps else {})
+    _add_checks(table, checked, trials)
+    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
+    files = Files(tuple(r.label for r in results), tuple(r.path for r in results),
+                  tuple(r.label for r in results if r.run), _differences(results))
+    return Comparison(files, table, conclusion, checked)
+
+
+def _conclude(results: Sequence[ResultSet], sweeps: Sequence[ResultSet], table: pd.DataFrame,
+              flags: dict[str, list[str]]) -> Conclusion:
+    """The sweeps' conclusion: each file's winner, and each trial's flags (added to `flags`) with
+    the reasons the conclusion changed; with no sweep, the runs' status flags alone."""
+    trials = list(flags)
+    winners = {r.label: winner_of(r.frame) for r in results}
     reasons: list[str] = []
     unknown: list[str] = []
     if sweeps:
         _flag_winners(sweeps, winners, flags, reasons, unknown)
         _flag_sides(sweeps, trials, flags, reasons)
-    _flag_statuses(table, sweep_labels if sweeps else labels, trials, flags)
-    changed = bool(reasons)
-    verdict = _verdict(reasons, unknown)
-    transfers = _transfers(sweeps) if len(sweeps) > 1 else {}
-    for label, check in transfers.items():
+    _flag_statuses(table, [r.label for r in (sweeps or results)], trials, flags)
+    return Conclusion(winners, _taus(sweeps), {t: f for t, f in flags.items() if f}, _verdict(reasons, unknown),
+                      bool(reasons), tuple(unknown))
+
+
+def _add_checks(table: pd.DataFrame, checked: Checked, trials: Sequence[str]) -> None:
+    """The checks' columns: per later sweep what the first file's model predicted for each trial
+    there, per run what the first sweep said of each watched loader's config."""
+    for label, check in checked.transfers.items():
         table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
-    runs = _run_checks(sweeps[0], [r for r in results if r.run]) if sweeps else {}
-    for label, checks in runs.items():
+    for label, checks in checked.runs.items():
         by_trial = {c.trial: c for c in checks}
         for column, attribute in RUN_COLUMNS.items():
             table[f"{column}{LABEL_SEPARATOR}{label}"] = [getattr(by_trial[t], attribute) if t in by_trial else None
                                                           for t in trials]
-    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
-    return Comparison(
-        labels=tuple(labels),
-        paths=tuple(r.path for r in results),
-        table=table,
-        winners=winners,
-        differences=_differences(results),
-        tau=_taus(sweeps),
-        flags={t: f for t, f in flags.items() if f},
-        verdict=verdict,
-        changed=changed,
-        transfers=transfers,
-        run_labels=tuple(r.label for r in results if r.run),
-        runs=runs,
-        unknown=tuple(unknown),
-    )
 
 
 def _verdict(reasons: Sequence[str], unknown: Sequence[str]) -> str:

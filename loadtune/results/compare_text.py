@@ -34,7 +34,7 @@ def _csv_cell(value: object) -> object:
 def aligned_frame(comparison: Comparison) -> pd.DataFrame:
     """The aligned table as written by --out: booleans as true/false, missing cells empty."""
     frame = comparison.table.copy()
-    for label in comparison.labels:
+    for label in comparison.files.labels:
         name = f"tied_with_best{LABEL_SEPARATOR}{label}"
         frame[name] = frame[name].map(_csv_cell)
     return frame
@@ -63,9 +63,9 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
     Beside a run, the sweeps alone (run_table sets the runs against them). At `width`, the least
     important columns are left out, and trial names shortened, rather than a figure cut."""
     rows = comparison.table.to_dict("records")
-    labels = comparison.labels
-    if comparison.run_labels and comparison.sweep_labels:
-        labels = comparison.sweep_labels
+    labels = comparison.files.labels
+    if comparison.files.run_labels and comparison.files.sweep_labels:
+        labels = comparison.files.sweep_labels
         rows = [row for row in rows if any(row[f"status{LABEL_SEPARATOR}{label}"] != ABSENT for label in labels)]
     figures: list[Column] = []
     for label in labels:
@@ -75,7 +75,7 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
             predicted.append(_fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
                              if status in (Status.OK, Status.PREDICTED) else "")
             transfers.append(_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)
-                             if label in comparison.transfers else "")
+                             if label in comparison.checked.transfers else "")
             if status not in MEASURED_STATUSES:
                 ranks.append(Text(status, style=STATUS_STYLE.get(status, "")))
                 samples.append("")
@@ -92,8 +92,8 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
         figures += [Column(f"{label}\nrank", tuple(ranks)), Column(f"{label}\nsamples/s [95%]", tuple(samples)),
                     Column(f"{label}\npredicted", tuple(predicted), priority=3),
                     Column(f"{label}\nwait ratio [95%]", tuple(waits), priority=2)]
-        if label in comparison.transfers:
-            figures.append(Column(f"{label}\nfrom {comparison.labels[0]}", tuple(transfers), priority=1))
+        if label in comparison.checked.transfers:
+            figures.append(Column(f"{label}\nfrom {comparison.files.labels[0]}", tuple(transfers), priority=1))
     flags = Column("flags", tuple(Text(str(row[FLAGS_COLUMN]), style="yellow") for row in rows), "left",
                    priority=1, wrap=True)
     names = [str(row["trial"]) for row in rows]
@@ -105,31 +105,31 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
 def comparison_lines(comparison: Comparison) -> list[str]:
     """Plain lines to show under the table: winners, what differs, tau, each run against the
     first sweep, the verdict (last; with fewer than two sweeps there is no conclusion to hold)."""
-    sweeps = comparison.sweep_labels
-    first = sweeps[0] if sweeps else comparison.labels[0]
+    sweeps = comparison.files.sweep_labels
+    first = sweeps[0] if sweeps else comparison.files.labels[0]
     lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}" for label in sweeps)] \
         if sweeps else []
-    for column, values in comparison.differences.items():
+    for column, values in comparison.files.differences.items():
         shown = ", ".join(f"{label} {'-' if v is None else format(v, 'g') if isinstance(v, float) else v}"
                           for label, v in values.items())
         lines.append(f"differs: {column}: {shown}")
     if len(sweeps) > 1:
-        taus = [f"{label} {'-' if comparison.tau.get(label) is None else format(comparison.tau[label], '.2f')}"
-                for label in sweeps[1:]]
+        tau = comparison.conclusion.tau
+        taus = [f"{label} {'-' if tau.get(label) is None else format(tau[label], '.2f')}" for label in sweeps[1:]]
         lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
-    for label, check in comparison.transfers.items():
+    for label, check in comparison.checked.transfers.items():
         measured = "not measured there" if check.pick_measured_share is None else \
             f"measured {check.pick_measured_share:.2f} of its best ({check.measured_best})"
         lines.append(f"predicted from {first} for {label} ({target_text(check.target)}): {check.predicted_pick}, "
                      f"{measured}; median |predicted/measured - 1| {check.median_error:.0%} over "
                      f"{check.compared} trials")
-    for label, checks in comparison.runs.items():
+    for label, checks in comparison.checked.runs.items():
         lines.extend(run_check_line(c, label, first) for c in checks)
         if not checks:
             lines.append(f"{label}: no watched loader ran: nothing to set against {first}")
     if not sweeps:
         lines.append("Runs only: their figures side by side; no sweep to set them against, and no ranking.")
-    if len(sweeps) > 1 or not comparison.run_labels:
+    if len(sweeps) > 1 or not comparison.files.run_labels:
         lines.append(comparison.verdict)
     return lines
 
@@ -161,7 +161,7 @@ def run_check_line(check: RunCheck, run: str, sweep: str) -> str:
 
 def run_table(comparison: Comparison, width: int | None = None) -> Table:
     """Each run's watched loaders (ranks combined) beside what the first sweep said of their configs."""
-    rows = [(label, c) for label, checks in comparison.runs.items() for c in checks]
+    rows = [(label, c) for label, checks in comparison.checked.runs.items() for c in checks]
     sweep = comparison.reference or ""
 
     def cells(get: Any) -> tuple[Cell, ...]:

@@ -78,30 +78,72 @@ class ResultSet:
         return is_run(self.records)
 
 
-@dataclass(frozen=True, eq=False)
-class Comparison:
+@dataclass(frozen=True)
+class Files:
+    """The files compared, in the order given, and the file-level columns that differ between them."""
+
     labels: tuple[str, ...]
     paths: tuple[Path, ...]
-    table: pd.DataFrame  # one row per trial: `trial`, `<metric>@<label>` per file, `flags`
-    winners: dict[str, str | None]  # label -> trial (None: nothing ranked in that file)
-    differences: dict[str, dict[str, FileValue]]  # column -> label -> value, only columns that differ
-    tau: dict[str, float | None]  # label -> Kendall tau-b against the first file's ranking
-    flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
-    verdict: str
-    changed: bool
-    # label -> what the first file's pipeline model predicted for that file's machine (other
-    # cores, ranks or step), against what it measured
-    transfers: dict[str, TransferCheck] = field(default_factory=dict)
-    # the labels of the files of a real run (the conclusion is the sweeps'), and per file of a run
-    # what the first sweep said of each watched loader's config beside what the run measured
+    # the labels of the files of a real run: the conclusion is the sweeps'
     run_labels: tuple[str, ...] = ()
-    runs: dict[str, tuple[RunCheck, ...]] = field(default_factory=dict)
-    # what cannot be told: a file's winner the other file did not measure ("b did not measure X")
-    unknown: tuple[str, ...] = ()
+    differences: dict[str, dict[str, FileValue]] = field(default_factory=dict)  # column -> label -> value
 
     @property
     def sweep_labels(self) -> tuple[str, ...]:
         return tuple(label for label in self.labels if label not in self.run_labels)
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """Whether the first sweep's conclusion holds in the other sweeps, and why not."""
+
+    winners: dict[str, str | None]  # label -> trial (None: nothing ranked in that file)
+    tau: dict[str, float | None]  # label -> Kendall tau-b against the first file's ranking
+    flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
+    verdict: str
+    changed: bool
+    # what cannot be told: a file's winner the other file did not measure ("b did not measure X")
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The first sweep set against the other files' machines."""
+
+    # label -> what the first file's pipeline model predicted for that file's machine (other
+    # cores, ranks or step), against what it measured
+    transfers: dict[str, TransferCheck] = field(default_factory=dict)
+    # per file of a run: what the first sweep said of each watched loader's config beside what
+    # the run measured
+    runs: dict[str, tuple[RunCheck, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class Comparison:
+    """The files aligned by trial, whether the conclusion holds, and the first sweep against the others."""
+
+    files: Files
+    table: pd.DataFrame  # one row per trial: `trial`, `<metric>@<label>` per file, `flags`
+    conclusion: Conclusion
+    checked: Checked = field(default_factory=Checked)
+
+    @property
+    def verdict(self) -> str:
+        return self.conclusion.verdict
+
+    @property
+    def changed(self) -> bool:
+        return self.conclusion.changed
+
+    @property
+    def winners(self) -> dict[str, str | None]:
+        return self.conclusion.winners
+
+    @property
+    def reference(self) -> str | None:
+        """The sweep the runs are set against: the first."""
+        sweeps = self.files.sweep_labels
+        return sweeps[0] if sweeps else None
 
     def to_json(self, summary: Sequence[str] = (), out: Path | None = None) -> dict[str, Any]:
         """What `loadtune compare --json` prints (docs/reference.md): the files, each one's winner,
@@ -117,25 +159,20 @@ class Comparison:
             return value.item() if hasattr(value, "item") else value
 
         rows = [{k: cell(v) for k, v in row.items()} for row in self.table.astype(object).to_dict("records")]
+        files, conclusion = self.files, self.conclusion
         return {
-            "files": [{"label": label, "path": str(path), "run": label in self.run_labels}
-                      for label, path in zip(self.labels, self.paths)],
-            "reference": self.labels[0] if self.labels else None,
-            "winners": self.winners,
-            "differences": self.differences,
-            "tau": self.tau,
-            "flags": self.flags,
-            "changed": self.changed,
-            "verdict": self.verdict,
-            "transfers": {label: plain(check) for label, check in self.transfers.items()},
-            "runs": {label: [plain(check) for check in checks] for label, checks in self.runs.items()},
+            "files": [{"label": label, "path": str(path), "run": label in files.run_labels}
+                      for label, path in zip(files.labels, files.paths)],
+            "reference": files.labels[0] if files.labels else None,
+            "winners": conclusion.winners,
+            "differences": files.differences,
+            "tau": conclusion.tau,
+            "flags": conclusion.flags,
+            "changed": conclusion.changed,
+            "verdict": conclusion.verdict,
+            "transfers": {label: plain(check) for label, check in self.checked.transfers.items()},
+            "runs": {label: [plain(check) for check in checks] for label, checks in self.checked.runs.items()},
             "rows": rows,
             "summary": list(summary),
             "out": str(out) if out is not None else None,
         }
-
-    @property
-    def reference(self) -> str | None:
-        """The sweep the runs are set against: the first."""
-        return self.sweep_labels[0] if self.sweep_labels else None
-
