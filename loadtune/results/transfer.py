@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -34,7 +33,8 @@ from loadtune.results.model import (
 )
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.report import Travel
-from loadtune.results.transfer_values import Carried, Choice, Fit, Memory, ResolvedTarget, Source, TargetRow
+from loadtune.results.transfer_memory import memory_model, memory_there
+from loadtune.results.transfer_values import Carried, Choice, Fit, ResolvedTarget, Source, TargetRow
 from loadtune.results.transfer_values import Forecast as Forecast
 from loadtune.results.transfer_values import Target as Target
 from loadtune.results.watched import (
@@ -57,12 +57,6 @@ NEEDS_WORKERS = ("prefetch_factor", "persistent_workers", "worker_threads")
 CONFIG_KEYS = SETTING_COLUMNS
 # A target this far beyond what was measured (cores, step) is an extrapolation, said so.
 EXTRAPOLATION_MARGIN = 0.10
-# Memory: the share of the target's RAM a config may plan to use (the rest is the training
-# process's model, the OS, page cache), and how many times over its batches in flight must
-# fit /dev/shm (a batch that does not fit kills its worker with SIGBUS).
-RAM_HEADROOM = 0.8
-SHM_MARGIN = 1.5
-MB_PER_GB = 1024.0
 # Targets the sweep's summary checks the pick against: (label, cores factor, ranks factor,
 # step factor); {ranks} in a label is the target's ranks.
 COMMON_TARGETS: tuple[tuple[str, float, int, float], ...] = (
@@ -222,72 +216,6 @@ def fit_records(records: Sequence[Record], where: str = "the file", min_trials: 
     return model
 
 
-# --- memory -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MemoryModel:
-    """Memory per rank, from the measured rows: the training process, each worker, each
-    worker's copy-on-read growth per batch the loader delivers, and a batch's bytes."""
-
-    main_mb: float | None
-    worker_mb: float | None
-    growth_mb_per_batch: float  # per worker, per batch the rank's loader delivered
-    batch_mb_per_sample: float
-    dataset_len: int | None
-    scale: float
-
-    def need(self, settings: Mapping[str, Any], ranks: int, scale: float) -> tuple[float | None, float]:
-        """(RAM GB, /dev/shm GB) of the whole machine for a config after one epoch at `scale`."""
-        s = effective_settings(settings)
-        workers, batch = int(s["num_workers"] or 0), int(s["batch_size"] or 1)
-        prefetch = int(s["prefetch_factor"] or 0)
-        shm = self.batch_mb_per_sample * batch * workers * (prefetch + 1) * ranks / MB_PER_GB
-        if self.main_mb is None:
-            return None, shm
-        # Ranks split the data (DistributedSampler): each rank's workers read its share.
-        epoch = (self.dataset_len or 0) * scale / self.scale / batch / ranks
-        per_worker = (self.worker_mb or 0.0) + self.growth_mb_per_batch * epoch
-        return ranks * (self.main_mb + workers * per_worker) / MB_PER_GB, shm
-
-
-def memory_model(records: Sequence[Record]) -> MemoryModel:
-    mains: list[float] = []
-    worker_pss: list[float] = []
-    growths: list[float] = []
-    batch: list[float] = []
-    for r in measured_rows(records):
-        if r.peak_pss_mb is None:
-            continue
-        ranks = max(int(r.ranks or 1), 1)
-        mains.append(r.peak_pss_mb / ranks - (r.num_workers or 0) * (r.worker_pss_mb or 0.0))
-        if not r.num_workers or r.worker_pss_mb is None:
-            continue
-        worker_pss.append(r.worker_pss_mb)
-        if r.pss_growth_mb is not None and r.batches:
-            growths.append(max(0.0, r.pss_growth_mb) / (r.num_workers * ranks) / r.batches)
-        # shm_need_mb counts every rank's workers.
-        if r.shm_need_mb is not None and r.batch_size:
-            batch.append(r.shm_need_mb / (r.num_workers * ranks * ((r.prefetch_factor or 2) + 1) * r.batch_size))
-    worker_mb = statistics.median(worker_pss) if worker_pss else None
-    main_mb = max(0.0, statistics.median(mains)) if mains else None
-    first = next(iter(measured_rows(records)), None)
-    return MemoryModel(main_mb, worker_mb, statistics.median(growths) if growths else 0.0,
-                       statistics.median(batch) if batch else 0.0, first.dataset_len if first else None,
-                       float(first.scale or 1.0) if first else 1.0)
-
-
-def _memory(need: tuple[float | None, float], target: ResolvedTarget) -> Memory:
-    ram, shm = need
-    why = []
-    if ram is not None and target.ram_gb is not None and ram > RAM_HEADROOM * target.ram_gb:
-        why.append(f"needs {ram:.1f} GB of RAM, over {RAM_HEADROOM:.0%} of {target.ram_gb:g} GB")
-    if target.shm_gb is not None and shm * SHM_MARGIN > target.shm_gb:
-        why.append(f"needs {shm * MB_PER_GB:.0f} MB of /dev/shm ({SHM_MARGIN:g}x over), the target has "
-                   f"{target.shm_gb * MB_PER_GB:.0f} MB")
-    return Memory(ram, shm, not why, "; ".join(why) or None)
-
-
 # --- predicting ---------------------------------------------------------------------------------
 
 
@@ -331,9 +259,12 @@ def predict_space(model: PipelineModel, configs: Sequence[Mapping[str, Any]], co
 
 def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float,
            keep: Mapping[str, Any] | None = None) -> int | None:
-    """Index of the cheapest config predicted within the tolerance of the predicted best; with
-    `keep`, of those, first the ones that keep these settings (settings whose effect nothing
-    measured shows: a figure kept neutral is no reason to change them)."""
+    """Index of the config to recommend among (settings, predicted samples/s): of those whose
+    figure is finite, the ones within `tolerance` of the best (t >= (1 - tolerance) * best), and
+    of these the one that changes fewest of the settings in `keep` (settings whose effect nothing
+    measured shows: a figure kept neutral is no reason to change them; one that needs workers
+    counts only where the config has workers), then the cheapest (trials.cost_of), then the
+    first in `predicted`'s order. None when no figure is finite."""
     if not predicted:
         return None
     scored = [(i, t) for i, (_, t) in enumerate(predicted) if math.isfinite(t)]
@@ -375,36 +306,57 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     source = source_of(records, model)
     step_given = target.step_ms is not None
     resolved = resolve(target, source)
-    for name, value in (("cores", resolved.cores), ("step_ms", resolved.step_ms if step_given else 1.0),
-                        ("scale", resolved.scale)):
+    _check_asked(source, resolved, step_given, tolerance, where)
+    configs = space(records)
+    rows = _predicted_rows(records, model, source, resolved, configs, step_given)
+    neutral = unshown_figures(model, records, configs)
+    ranked, choice = _recommend(rows, tolerance, source, neutral, [note] if note else [])
+    beyond = extrapolations(source, resolved, step_given, model.collective_ms)
+    kept, aside = kept_settings(loader)
+    return Forecast(source, resolved, ranked, choice, Fit(model, prediction_error(records), neutral, tuple(beyond)),
+                    Carried(kept, tuple(aside)))
+
+
+def _check_asked(source: Source, target: ResolvedTarget, step_given: bool, tolerance: float, where: str) -> None:
+    """A ResultsError for a target or tolerance that cannot be predicted for."""
+    for name, value in (("cores", target.cores), ("step_ms", target.step_ms if step_given else 1.0),
+                        ("scale", target.scale)):
         if not (math.isfinite(value) and value > 0):
             raise ResultsError(f"the target's {name} must be above 0, got {value:g}")
     if not 0 <= tolerance < 1:
         raise ResultsError(f"the tolerance must be at least 0 and below 1, got {tolerance:g}")
-    if source.step_ms <= 0 and resolved.step_ms != source.step_ms:
+    if source.step_ms <= 0 and target.step_ms != source.step_ms:
         raise ResultsError(f"{where}: the measured step took no time, so another step time cannot be scaled from it")
-    step_scale = resolved.step_ms / source.step_ms if source.step_ms > 0 else 1.0
-    memory = memory_model(records)
+
+
+def _predicted_rows(records: Sequence[Record], model: PipelineModel, source: Source, target: ResolvedTarget,
+                    configs: Sequence[dict[str, Any]], step_given: bool) -> list[TargetRow]:
+    """Each config predicted for the target, with its memory there and, on the source's own
+    machine, what the source measured of it."""
+    step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
+    memory = memory_model(measured_rows(records))
     measured: dict[SettingsKey, float] = {}
-    for r in measured_rows(records):
-        if r.throughput is not None:  # each measured row has one
-            measured.setdefault(settings_key(settings_of(r)), float(r.throughput))
-    rows = []
-    configs = space(records)
+    if _same_machine(source, target):
+        for r in measured_rows(records):
+            if r.throughput is not None:  # each measured row has one
+                measured.setdefault(settings_key(settings_of(r)), float(r.throughput))
     keys = varying(configs)
     names = names_of(records)
     # A step timed on the target holds its ranks' collective; else the model adds what more ranks cost.
     collective = 0.0 if step_given else None
-    for settings, p in predict_space(model, configs, resolved.cores, resolved.ranks, step_scale, collective):
-        rows.append(TargetRow(names(settings, keys), settings, p.throughput, p.throughput / resolved.ranks,
-                              p.wait_ratio, p.cpu_bound,
-                              measured.get(settings_key(settings)) if _same_machine(source, resolved) else None,
-                              _memory(memory.need(settings, resolved.ranks, resolved.scale), resolved)))
-    neutral = unshown_figures(model, records, configs)
+    return [TargetRow(names(settings, keys), settings, p.throughput, p.throughput / target.ranks, p.wait_ratio,
+                      p.cpu_bound, measured.get(settings_key(settings)),
+                      memory_there(memory.need(settings, target.ranks, target.scale), target))
+            for settings, p in predict_space(model, configs, target.cores, target.ranks, step_scale, collective)]
+
+
+def _recommend(rows: list[TargetRow], tolerance: float, source: Source, neutral: Sequence[tuple[str, str]],
+               notes: list[str]) -> tuple[tuple[TargetRow, ...], Choice]:
+    """The rows best predicted first, the one `choose` picks among those that fit marked
+    recommended, and the source's own pick among them."""
     fitting = [i for i, r in enumerate(rows) if r.memory.fits]
     chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance,
                     unjudged(source, neutral))
-    notes = [note] if note else []
     if not fitting:
         notes.append("no config fits the target's memory: see each row's memory")
     if chosen is not None:
@@ -413,10 +365,7 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     pick = next((r for r in rows if r.recommended), None)
     picked = settings_key(source.pick) if source.pick is not None else None
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)
-    beyond = extrapolations(source, resolved, step_given, model.collective_ms)
-    kept, aside = kept_settings(loader)
-    return Forecast(source, resolved, tuple(rows), Choice(pick, tolerance, source_pick, tuple(notes)),
-                    Fit(model, prediction_error(records), neutral, tuple(beyond)), Carried(kept, tuple(aside)))
+    return tuple(rows), Choice(pick, tolerance, source_pick, tuple(notes))
 
 
 def _same_machine(source: Source, target: ResolvedTarget) -> bool:
@@ -472,10 +421,16 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
         ours = next((r for r in there.rows if settings_key(r.settings) == key), None)
         if theirs is None or ours is None:
             continue
-        if settings_key(theirs.settings) == key or \
-                ours.predicted_throughput >= (1 - tolerance) * theirs.predicted_throughput:
-            same.append(label)  # the same pick, or a cheaper one there while the pick loses nothing
+        if _travels(ours, theirs, tolerance):
+            same.append(label)
             continue
         moved.append(Travel(label, theirs.config, ours.predicted_throughput / theirs.predicted_throughput))
     return moved, same
 
+
+def _travels(pick: TargetRow, recommended: TargetRow, tolerance: float) -> bool:
+    """Whether the sweep's pick still holds on a target where `recommended` is predict's pick: it
+    is that config, or it is predicted within `tolerance` of it (pick >= (1 - tolerance) *
+    recommended), a tie that keeps the sweep's pick over a cheaper recommendation."""
+    return settings_key(pick.settings) == settings_key(recommended.settings) or \
+        pick.predicted_throughput >= (1 - tolerance) * recommended.predicted_throughput
