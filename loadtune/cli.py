@@ -30,8 +30,7 @@ from loadtune.version import __version__
 
 if TYPE_CHECKING:
     from loadtune.options import SweepOptions
-    from loadtune.results.record import Record
-    from loadtune.results.report import Summary
+    from loadtune.results.report_view import Shown
     from loadtune.results.sweep import SweepResult
 from loadtune.kinds import RankBy, Status, Strategy
 
@@ -89,6 +88,19 @@ def _warn(console: Console, text: str) -> None:
 def _table(console: Console, table: RenderableType) -> None:
     """A table, never cut: where even its essential columns do not fit, its rows run past the width."""
     console.print(table, crop=False)
+
+
+def _show(console: Console, shown: Iterable["Shown"]) -> None:
+    """A command's output in order: tables (never cut), prose and warnings."""
+    from loadtune.results.report_view import Prose, Warned
+
+    for piece in shown:
+        if isinstance(piece, Prose):
+            _say_lines(console, piece.lines, style=piece.style)
+        elif isinstance(piece, Warned):
+            _warn(console, piece.text)
+        else:
+            _table(console, piece)
 
 
 def _version(value: bool) -> None:
@@ -427,19 +439,7 @@ def report(
     """Show results CSVs as ranked tables with what limits each trial, each ending with the answer
     its sweep gave (a watched run: each loader and rank, and what to run next), and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import (
-        LEGEND,
-        finding_lines,
-        flagged_lines,
-        noise_warnings,
-        not_run_lines,
-        predicted_lines,
-        repeat_lines,
-        report_title,
-        results_table,
-        summary_lines,
-    )
-    from loadtune.results.watched import WATCHED_LEGEND, watched_lines, watched_table
+    from loadtune.results.report_view import report_shown
 
     console = _err() if as_json else _console()
     try:
@@ -450,68 +450,12 @@ def report(
             draw_csvs(csvs, plot)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    legends: list[str] = []
-    files: list[dict[str, Any]] = []
-
-    def legend(lines: Iterable[str]) -> None:
-        """The legend of a kind of table, under the first table of that kind (the answer ends each file)."""
-        new = [line for line in lines if line not in legends]
-        legends.extend(new)
-        _say_lines(console, new, style="dim")
-
-    for path, all_rows in tables:
-        run_rows = [r for r in all_rows if r.watched]
-        if run_rows:
-            title = f"{report_title(run_rows, path.name)} (a watched run)"
-            _table(console, watched_table(run_rows, title=title, width=console.width))
-            legend(WATCHED_LEGEND)
-            _say_lines(console, watched_lines(run_rows, path))
-        rows = [r for r in all_rows if not r.watched]
-        info = _file_summary(rows, path) if rows else None
-        files.append({"file": str(path), "summary": info.to_json() if info is not None else None,
-                      "watched": [_watched_json(r) for r in run_rows]})
-        if run_rows and not rows:
-            continue
-        _table(console, results_table(rows, title=report_title(rows, path.name), width=console.width))
-        _say_lines(console, [f"  {line}" for line in not_run_lines(rows)])
-        _say_lines(console, [f"  {line}" for line in predicted_lines(rows)])
-        _say_lines(console, [f"  not ranked: {line}" for line in flagged_lines(rows)])
-        legend(LEGEND)
-        _say_lines(console, finding_lines(rows, every_trial=verbose))
-        if verbose:
-            _say_lines(console, repeat_lines(path, rows))
-        for warning in noise_warnings(rows):
-            _warn(console, str(warning))
-        if info is not None:
-            _say_lines(console, summary_lines(info))
+    shown, files = report_shown(tables, verbose, console.width)
+    _show(console, shown)
     if plot is not None:
         _say(console, f"Chart: {plot}")
     if as_json:
         _json({"files": files, "plot": str(plot) if plot is not None else None})
-
-
-def _file_summary(rows: list["Record"], path: Path) -> "Summary | None":
-    """A file's summary rebuilt from its rows, with where its pick moves and the trials' loader
-    settings beside it (NAME.loader.json), as the sweep said them."""
-    from loadtune.errors import ResultsError
-    from loadtune.results.choice import recommended
-    from loadtune.results.report import file_summary
-    from loadtune.results.transfer import settings_of, travel
-    from loadtune.results.watched import read_loader_info
-
-    chosen = recommended(rows)
-    moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
-    try:
-        loaders = {trial: info.loader_kwargs for trial, info in read_loader_info(path).items()}
-    except ResultsError:  # unreadable: the paste line holds the swept settings, and says so
-        loaders = {}
-    return file_summary(rows, str(path), moved, same, loaders)
-
-
-def _watched_json(record: "Record") -> dict[str, Any]:
-    from loadtune.results.report import brief
-
-    return {**(brief(record) or {}), "dist_rank": record.dist_rank, "reason": record.reason or None}
 
 
 @app.command()
