@@ -102,6 +102,17 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
     return fitted_table(versions, width, title or None)
 
 
+def comparison_tables(comparison: Comparison, width: int | None = None) -> list[Table]:
+    """The tables `loadtune compare` shows: the aligned trials (beside a single sweep, only when
+    there is no run to set against it) and the runs against the first sweep."""
+    tables = []
+    if len(comparison.files.sweep_labels) != 1 or not comparison.files.run_labels:
+        tables.append(comparison_table(comparison, width=width))
+    if comparison.checked.runs:
+        tables.append(run_table(comparison, width=width))
+    return tables
+
+
 def comparison_lines(comparison: Comparison) -> list[str]:
     """Plain lines to show under the table: winners, what differs, tau, each run against the
     first sweep, the verdict (last; with fewer than two sweeps there is no conclusion to hold)."""

@@ -15,7 +15,7 @@ import itertools
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
@@ -227,6 +227,22 @@ def resolve(target: Target, source: Source) -> ResolvedTarget:
                           scale=float(target.scale if target.scale is not None else source.scale),
                           ram_gb=target.ram_gb if target.ram_gb is not None else source.ram_gb,
                           shm_gb=target.shm_gb if target.shm_gb is not None else source.shm_gb)
+
+
+def out_of_range(target: Target, tolerance: float | None) -> tuple[str, str] | None:
+    """The first of `loadtune predict`'s options given outside its range, as (its flag, what it
+    must be, and what it got); None when each is in range or not given."""
+    checks: tuple[tuple[float | None, str, Callable[[float], bool], str], ...] = (
+        (target.cores, "--cores", lambda v: v > 0, "above 0"),
+        (target.step_ms, "--step-ms", lambda v: v > 0, "above 0"),
+        (target.scale, "--scale", lambda v: v > 0, "above 0"),
+        (target.ram_gb, "--ram-gb", lambda v: v > 0, "above 0"),
+        (target.shm_gb, "--shm-gb", lambda v: v >= 0, "0 or more"),
+        (tolerance, "--tolerance", lambda v: 0 <= v < 1, "at least 0 and below 1"))
+    for value, flag, ok, what in checks:
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            return flag, f"must be {what}, got {value:g}"
+    return None
 
 
 def extrapolations(source: Source, target: ResolvedTarget, step_given: bool = True,

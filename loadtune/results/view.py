@@ -1,5 +1,6 @@
-"""What `loadtune report` shows of its files, in order, and each file's JSON: the CLI prints
-the pieces (tables, prose, warnings) as they come."""
+"""What the commands show, built as pieces (tables, prose, warnings) in order, for the CLI to
+print as they come: `loadtune sweep`'s progress lines and result, `loadtune report`'s files and
+their JSON."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any, Sequence
 from rich.table import Table
 
 from loadtune.errors import ResultsError
+from loadtune.kinds import Status
 from loadtune.results.choice import recommended
 from loadtune.results.record import Record
 from loadtune.results.report import (
     LEGEND,
     Summary,
     brief,
+    detail_lines,
     file_summary,
     finding_lines,
     flagged_lines,
@@ -27,6 +30,7 @@ from loadtune.results.report import (
     results_table,
     summary_lines,
 )
+from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.results.watched import WATCHED_LEGEND, read_loader_info, watched_lines, watched_table
 
@@ -59,6 +63,61 @@ class _Legends:
         new = tuple(line for line in lines if line not in self.seen)
         self.seen.extend(new)
         return Prose(new, style="dim")
+
+
+def started_lines(strategy: str, device: str, dataset_len: int | None, out_path: Path, resumed: int,
+                  older: int) -> list[str]:
+    """What a sweep says as it starts: where, on what, and what it keeps of an earlier run."""
+    lines = [f"Sweeping ({strategy}) on {device}, dataset length {dataset_len}; rows go to {out_path}"]
+    if resumed:
+        lines.append(f"Resuming: {resumed} trials kept from that file")
+    if older:
+        lines.append(f"Resuming: {older} rows of that file measured again: an older loadtune wrote them, weighing "
+                     "epoch starts by its windows, not the run's epochs")
+    return lines
+
+
+def trial_line(r: Record, resumed: bool) -> str:
+    """A trial's line as the sweep finishes it: its figures and how many repeats (kept: from an
+    earlier run), or why it did not run."""
+    if r.status != Status.OK:
+        return f"  {r.trial}: {r.status}: {r.reason}"
+    how = " (kept)" if resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
+    how += "" if resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
+    return f"  {r.trial}: {r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
+
+
+def sweep_shown(result: SweepResult, verbose: bool, width: int | None) -> list[Shown]:
+    """A finished sweep's ranked table and what did not run (with `verbose`: also what was only
+    predicted, what was not ranked, and the details of the answer)."""
+    info, records = result.summary, result.records
+    on_ranks = f", {info.ranks} ranks" if info.ranks > 1 else ""
+    title = f"{info.config} (scale x{info.scale:g}, {info.device}{on_ranks}, {info.strategy}, ranked by {info.rank_by})"
+    lines = [f"  {line}" for line in not_run_lines(records, skipped=verbose)]
+    if verbose:
+        lines += [f"  {line}" for line in predicted_lines(records)]
+        lines += [f"  not ranked: {line}" for line in flagged_lines(records)]
+        lines += detail_lines(info)
+    return [results_table(records, title=title, width=width), Prose(tuple(lines))]
+
+
+def files_line(result: SweepResult, plot: Path | None, verbose: bool) -> str:
+    """The files a sweep wrote: its CSV, the per-rank CSV, the chart (`plot`, where drawn), and
+    without `verbose` where the details are."""
+    info = result.summary
+    files = [f"{result.out_path} (CSV)"] + ([f"{info.per_rank_csv} (per rank)"] if info.per_rank_csv else [])
+    files += [f"{plot} (chart)"] if plot is not None else []
+    more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
+    return f"Files: {', '.join(files)}{more}"
+
+
+def written_line(written: Path, loader: str | None, source: Path | None) -> str:
+    """What `loadtune init` wrote, and what to do next: a config from a watched run (`loader`,
+    watched in `source`) needs its dataset factory."""
+    if loader is not None:
+        return (f"Wrote {written} with the settings of {loader!r}, watched in {source}; fill in its "
+                f"dataset.factory, then run: loadtune sweep {written}")
+    return f"Wrote {written}; edit it, then run: loadtune sweep {written}"
 
 
 def file_summary_of(rows: list[Record], path: Path) -> Summary | None:
