@@ -4,8 +4,8 @@ against a real training run (a file of watched rows).
 Rows are aligned by trial, columns by file. For each sweep: its winner, Kendall's tau-b between
 its ranking and the first sweep's, and per trial the flags that say where the conclusion moved.
 For each file of a run: what the first sweep measured or predicted for each watched loader's
-config, beside what the run measured. Builds plain data and renderables; printing and exit codes
-are the CLI's job.
+config, beside what the run measured. Builds plain data (compare_values); compare_text renders
+it; printing and exit codes are the CLI's job.
 """
 
 from __future__ import annotations

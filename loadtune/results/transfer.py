@@ -7,6 +7,9 @@ Every config of the space (each combination of the values a sweep's rows hold; a
 loader, the default sweep, watched.default_sweep) is predicted for the target; the
 recommendation is the cheapest predicted within the tolerance of the predicted best among those
 that fit the target's memory. Offline: numpy and the records only.
+
+The values are transfer_values', a config's memory transfer_memory's, the output transfer_text's;
+transfer_checks sets a model or a sweep against another file.
 """
 
 from __future__ import annotations

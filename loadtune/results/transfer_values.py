@@ -213,7 +213,6 @@ class TransferCheck:
     predicted: dict[str, float]  # B's trial name -> what A's model predicted for it on B's machine
 
 
-
 # A run agrees with what the sweep said of its config when its throughput is within this share of
 # the sweep's figure and its wait ratio within this much of it.
 RUN_AGREES_SHARE = 0.10
