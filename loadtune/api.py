@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
     from loadtune.config import RunSpec
     from loadtune.options import MeasureKeywords, SweepKeywords
-    from loadtune.results.compare import Comparison
-    from loadtune.results.transfer import Forecast
+    from loadtune.results.compare_values import Comparison
+    from loadtune.results.transfer_values import Forecast
     from loadtune.sweep_process.events import Event
     from loadtune.training_process.watched import Watched
 
@@ -131,7 +131,7 @@ def base_dir(asked: SweepOptions) -> Path:
 
 
 def compare(*csvs: str | Path, force: bool = False) -> "Comparison":
-    """Compare results CSVs as `loadtune compare` does: a results.compare.Comparison (its
+    """Compare results CSVs as `loadtune compare` does: a results.compare_values.Comparison (its
     `verdict`, `changed`, `winners` and aligned `table`)."""
     from loadtune.results.compare import compare as compare_results
     from loadtune.results.compare import load_results
@@ -145,7 +145,7 @@ def compare(*csvs: str | Path, force: bool = False) -> "Comparison":
 def predict(csv: str | Path, *, cores: float | None = None, ranks: int = 1, step_ms: float | None = None,
             scale: float | None = None, ram_gb: float | None = None, shm_gb: float | None = None,
             tolerance: float | None = None) -> "Forecast":
-    """What `loadtune predict` says of another machine: a results.transfer.Forecast (its
+    """What `loadtune predict` says of another machine: a results.transfer_values.Forecast (its
     `recommended` row, every config's `rows`, `extrapolated`, `to_json()`)."""
     from loadtune.kinds import TOLERANCE
     from loadtune.results.transfer import Target, forecast_file

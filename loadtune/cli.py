@@ -11,17 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional
 
 import typer
+from rich import progress as bar
 from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 from rich.text import Text
 
 from loadtune.errors import LoadtuneError
@@ -30,10 +22,9 @@ from loadtune.version import __version__
 
 if TYPE_CHECKING:
     from loadtune.options import SweepOptions
-    from loadtune.results.record import Record
-    from loadtune.results.report import Summary
     from loadtune.results.sweep import SweepResult
-from loadtune.kinds import RankBy, Status, Strategy
+    from loadtune.results.view import Shown
+from loadtune.kinds import RankBy, Strategy
 
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
@@ -91,6 +82,19 @@ def _table(console: Console, table: RenderableType) -> None:
     console.print(table, crop=False)
 
 
+def _show(console: Console, shown: Iterable["Shown"]) -> None:
+    """A command's output in order: tables (never cut), prose and warnings."""
+    from loadtune.results.view import Prose, Warned
+
+    for piece in shown:
+        if isinstance(piece, Prose):
+            _say_lines(console, piece.lines, style=piece.style)
+        elif isinstance(piece, Warned):
+            _warn(console, piece.text)
+        else:
+            _table(console, piece)
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"loadtune {__version__}")
@@ -129,42 +133,31 @@ class _ProgressView:
     """Renders sweep events: a bar over trial runs with the current trial's name and an ETA."""
 
     def __init__(self, console: Console) -> None:
-        self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-                                 TimeRemainingColumn(), console=console, transient=True)
-        self.task = None
+        self.progress = bar.Progress(bar.SpinnerColumn(), bar.TextColumn("{task.description}"), bar.BarColumn(),
+                                     bar.MofNCompleteColumn(), bar.TimeElapsedColumn(), bar.TextColumn("eta"),
+                                     bar.TimeRemainingColumn(), console=console, transient=True)
+        self.task: bar.TaskID | None = None
         self.console = console
 
     def __call__(self, event: Any) -> None:
+        from loadtune.results.view import started_lines, trial_line
         from loadtune.sweep_process import events
 
         if isinstance(event, events.SweepStarted):
-            _say(self.console, f"Sweeping ({event.strategy}) on {event.device}, dataset length {event.dataset_len}; "
-                               f"rows go to {event.out_path}")
-            if event.resumed:
-                _say(self.console, f"Resuming: {event.resumed} trials kept from that file")
-            if event.older:
-                _say(self.console, f"Resuming: {event.older} rows of that file measured again: an older loadtune "
-                                   "wrote them, weighing epoch starts by its windows, not the run's epochs")
+            _say_lines(self.console, started_lines(event.strategy, event.device, event.dataset_len, event.out_path,
+                                                   event.resumed, event.older))
             if self.console.is_terminal:  # a bar is for a person watching; a pipe gets the lines alone
                 self.progress.start()
             self.task = self.progress.add_task("starting", total=None)
-        elif isinstance(event, events.RunsPlanned):
+        elif isinstance(event, events.RunsPlanned) and self.task is not None:
             self.progress.update(self.task, total=event.runs)
-        elif isinstance(event, events.RunStarted):
+        elif isinstance(event, events.RunStarted) and self.task is not None:
             self.progress.update(self.task, description=f"[bold]{escape(event.trial.name)}[/] "
                                                         f"(repeat {event.repeat}/{event.repeats})")
-        elif isinstance(event, events.RunFinished):
+        elif isinstance(event, events.RunFinished) and self.task is not None:
             self.progress.advance(self.task)
         elif isinstance(event, events.TrialFinished):
-            r = event.record
-            if r.status == Status.OK:
-                how = " (kept)" if event.resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
-                how += "" if event.resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
-                _say(self.progress.console, f"  {r.trial}: {r.throughput:.1f} samples/s, wait ratio "
-                                            f"{r.wait_ratio:.3f}{how}")
-            else:
-                _say(self.progress.console, f"  {r.trial}: {r.status}: {r.reason}")
+            _say(self.progress.console, trial_line(event.record, event.resumed))
         elif isinstance(event, events.Notice):
             _warn(self.progress.console, event.text)
         elif isinstance(event, events.SweepFinished):
@@ -247,10 +240,10 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
             options = dataclasses.replace(options, ranks=cluster.world_size, torchrun=True)
         spec = options.spec()
         out_path = options.out_path(spec)
-        result = run_sweep(options, spec=spec, on_event=view,
-                           **({"execute": cluster.run_on_every_rank} if cluster is not None else {}))
-        if cluster is not None:
-            cluster.close(EXIT_USER_ERROR if failure(result.records) is not None else 0)
+        if cluster is None:
+            return run_sweep(options, spec=spec, on_event=view)
+        result = run_sweep(options, spec=spec, on_event=view, execute=cluster.run_on_every_rank)
+        cluster.close(EXIT_USER_ERROR if failure(result.records) is not None else 0)
         return result
     except LoadtuneError as exc:
         view.stop()
@@ -277,15 +270,8 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
     """The table, the warnings, the short answer (with --verbose the details first), the files;
     with --json the summary on stdout and the rest on stderr. A sweep in which no trial ran is
     an error (exit 1) naming the first failure; its rows stay in the CSV."""
-    from loadtune.results.report import (
-        detail_lines,
-        failure,
-        flagged_lines,
-        not_run_lines,
-        predicted_lines,
-        results_table,
-        summary_lines,
-    )
+    from loadtune.results.report import failure, summary_lines
+    from loadtune.results.view import files_line, sweep_shown
 
     none_ran = failure(result.records)
     if none_ran is not None:
@@ -293,29 +279,18 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
     err = _err()
     console = err if as_json else _console()
     info = result.summary
-    on_ranks = f", {info.ranks} ranks" if info.ranks > 1 else ""
-    title = f"{info.config} (scale x{info.scale:g}, {info.device}{on_ranks}, {info.strategy}, ranked by {info.rank_by})"
-    _table(console, results_table(result.records, title=title, width=console.width))
-    lines = [f"  {line}" for line in not_run_lines(result.records, skipped=verbose)]
-    if verbose:
-        lines += [f"  {line}" for line in predicted_lines(result.records)]
-        lines += [f"  not ranked: {line}" for line in flagged_lines(result.records)]
-        lines += detail_lines(info)
-    _say_lines(console, lines)
+    _show(console, sweep_shown(result, verbose, console.width))
     for warning in result.warnings:
         _warn(err, str(warning))
     _say_lines(console, summary_lines(info))
-    files = [f"{result.out_path} (CSV)"] + ([f"{info.per_rank_csv} (per rank)"] if info.per_rank_csv else [])
     if plot is not None:
         try:
             from loadtune.results.plot import draw_csvs
 
             info = dataclasses.replace(info, plot=str(draw_csvs([result.out_path], plot)))
-            files.append(f"{plot} (chart)")
         except LoadtuneError as exc:
             _fail(str(exc), debug)
-    more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
-    _say(console, f"Files: {', '.join(files)}{more}")
+    _say(console, files_line(result, plot, verbose))
     if as_json:
         _json(info.to_json())
 
@@ -338,7 +313,8 @@ def compare(
     """Align sweeps from several machines or scales and say whether the conclusion holds; set a
     watched run beside what a sweep measured or predicted for its loader's config."""
     from loadtune.results.compare import compare as compare_results
-    from loadtune.results.compare import comparison_lines, comparison_table, load_results, run_table, write_aligned
+    from loadtune.results.compare import load_results
+    from loadtune.results.compare_text import comparison_lines, comparison_tables, write_aligned
 
     console = _err() if as_json else _console()
     try:
@@ -348,10 +324,8 @@ def compare(
             write_aligned(comparison, out)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    if len(comparison.sweep_labels) != 1 or not comparison.run_labels:
-        _table(console, comparison_table(comparison, width=console.width))
-    if comparison.runs:
-        _table(console, run_table(comparison, width=console.width))
+    for table in comparison_tables(comparison, console.width):
+        _table(console, table)
     lines = comparison_lines(comparison)
     _say_lines(console, lines)
     if out is not None:
@@ -385,23 +359,13 @@ def predict(
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's or a watched run's CSV."""
     from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import (
-        Target,
-        forecast_file,
-        forecast_lines,
-        forecast_table,
-        write_forecast,
-    )
+    from loadtune.results.transfer import Target, forecast_file, out_of_range
+    from loadtune.results.transfer_text import forecast_lines, forecast_table, write_forecast
 
-    for value, hint, ok, what in ((cores, "--cores", lambda v: v > 0, "above 0"),
-                                  (step_ms, "--step-ms", lambda v: v > 0, "above 0"),
-                                  (scale, "--scale", lambda v: v > 0, "above 0"),
-                                  (ram_gb, "--ram-gb", lambda v: v > 0, "above 0"),
-                                  (shm_gb, "--shm-gb", lambda v: v >= 0, "0 or more"),
-                                  (tolerance, "--tolerance", lambda v: 0 <= v < 1, "at least 0 and below 1")):
-        if value is not None and not (math.isfinite(value) and ok(value)):
-            raise typer.BadParameter(f"must be {what}, got {value:g}", param_hint=hint)
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
+    wrong = out_of_range(target, tolerance)
+    if wrong is not None:
+        raise typer.BadParameter(wrong[1], param_hint=wrong[0])
     try:
         _refuse_existing(out, overwrite)
         result = forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)
@@ -431,19 +395,7 @@ def report(
     """Show results CSVs as ranked tables with what limits each trial, each ending with the answer
     its sweep gave (a watched run: each loader and rank, and what to run next), and draw them."""
     from loadtune.results.record import load_records
-    from loadtune.results.report import (
-        LEGEND,
-        finding_lines,
-        flagged_lines,
-        noise_warnings,
-        not_run_lines,
-        predicted_lines,
-        repeat_lines,
-        report_title,
-        results_table,
-        summary_lines,
-    )
-    from loadtune.results.watched import WATCHED_LEGEND, watched_lines, watched_table
+    from loadtune.results.view import report_shown
 
     console = _err() if as_json else _console()
     try:
@@ -454,68 +406,12 @@ def report(
             draw_csvs(csvs, plot)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    legends: list[str] = []
-    files: list[dict[str, Any]] = []
-
-    def legend(lines: Iterable[str]) -> None:
-        """The legend of a kind of table, under the first table of that kind (the answer ends each file)."""
-        new = [line for line in lines if line not in legends]
-        legends.extend(new)
-        _say_lines(console, new, style="dim")
-
-    for path, all_rows in tables:
-        run_rows = [r for r in all_rows if r.watched]
-        if run_rows:
-            title = f"{report_title(run_rows, path.name)} (a watched run)"
-            _table(console, watched_table(run_rows, title=title, width=console.width))
-            legend(WATCHED_LEGEND)
-            _say_lines(console, watched_lines(run_rows, path))
-        rows = [r for r in all_rows if not r.watched]
-        info = _file_summary(rows, path) if rows else None
-        files.append({"file": str(path), "summary": info.to_json() if info is not None else None,
-                      "watched": [_watched_json(r) for r in run_rows]})
-        if run_rows and not rows:
-            continue
-        _table(console, results_table(rows, title=report_title(rows, path.name), width=console.width))
-        _say_lines(console, [f"  {line}" for line in not_run_lines(rows)])
-        _say_lines(console, [f"  {line}" for line in predicted_lines(rows)])
-        _say_lines(console, [f"  not ranked: {line}" for line in flagged_lines(rows)])
-        legend(LEGEND)
-        _say_lines(console, finding_lines(rows, every_trial=verbose))
-        if verbose:
-            _say_lines(console, repeat_lines(path, rows))
-        for warning in noise_warnings(rows):
-            _warn(console, str(warning))
-        if info is not None:
-            _say_lines(console, summary_lines(info))
+    shown, files = report_shown(tables, verbose, console.width)
+    _show(console, shown)
     if plot is not None:
         _say(console, f"Chart: {plot}")
     if as_json:
         _json({"files": files, "plot": str(plot) if plot is not None else None})
-
-
-def _file_summary(rows: list["Record"], path: Path) -> "Summary | None":
-    """A file's summary rebuilt from its rows, with where its pick moves and the trials' loader
-    settings beside it (NAME.loader.json), as the sweep said them."""
-    from loadtune.errors import ResultsError
-    from loadtune.results.choice import recommended
-    from loadtune.results.report import file_summary
-    from loadtune.results.transfer import settings_of, travel
-    from loadtune.results.watched import read_loader_info
-
-    chosen = recommended(rows)
-    moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
-    try:
-        loaders = {trial: info.loader_kwargs for trial, info in read_loader_info(path).items()}
-    except ResultsError:  # unreadable: the paste line holds the swept settings, and says so
-        loaders = {}
-    return file_summary(rows, str(path), moved, same, loaders)
-
-
-def _watched_json(record: "Record") -> dict[str, Any]:
-    from loadtune.results.report import brief
-
-    return {**(brief(record) or {}), "dist_rank": record.dist_rank, "reason": record.reason or None}
 
 
 @app.command()
@@ -552,6 +448,7 @@ def init(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Write a commented starter config that runs the demo dataset, or one from a watched run (--from)."""
+    from loadtune.results.view import written_line
     from loadtune.starter import DEFAULT_STARTER_PATH, write_from_run, write_starter
 
     try:
@@ -561,11 +458,7 @@ def init(
             written, loader = write_starter(path or DEFAULT_STARTER_PATH), None
     except LoadtuneError as exc:
         _fail(str(exc), debug)
-    if loader is not None:
-        typer.echo(f"Wrote {written} with the settings of {loader!r}, watched in {source}; fill in its "
-                   f"dataset.factory, then run: loadtune sweep {written}")
-    else:
-        typer.echo(f"Wrote {written}; edit it, then run: loadtune sweep {written}")
+    typer.echo(written_line(written, loader, source))
 
 
 # Options end at SCRIPT: what follows it is the script's, untouched, options included.

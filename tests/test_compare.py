@@ -21,7 +21,9 @@ import pytest
 from rich.console import Console
 
 from loadtune.errors import ResultsError
-from loadtune.results.compare import (
+from loadtune.results.compare import compare, kendall_tau_b, load_results
+from loadtune.results.compare_text import comparison_lines, comparison_table, write_aligned
+from loadtune.results.compare_values import (
     ABSENT,
     HELPS_TO_HURTS,
     HURTS_TO_HELPS,
@@ -30,12 +32,6 @@ from loadtune.results.compare import (
     VERDICT_HOLDS,
     WINNER_CHANGED,
     Comparison,
-    compare,
-    comparison_lines,
-    comparison_table,
-    kendall_tau_b,
-    load_results,
-    write_aligned,
 )
 from loadtune.results.record import COLUMNS
 
@@ -96,51 +92,51 @@ def test_tau_b_undefined_cases():
 
 def test_identical_rankings_hold():
     c = run("base", "same")
-    assert c.labels == ("base", "same")
+    assert c.files.labels == ("base", "same")
     assert c.winners == {"base": "num_workers=2", "same": "num_workers=2"}
-    assert c.tau["same"] == pytest.approx(1.0)
+    assert c.conclusion.tau["same"] == pytest.approx(1.0)
     assert c.verdict == VERDICT_HOLDS
     assert c.changed is False
-    assert c.flags == {}
-    assert set(c.differences) == {"host", "shm_free_gb"}
-    assert c.differences["host"] == {"base": "vm", "same": "vm2"}
+    assert c.conclusion.flags == {}
+    assert set(c.files.differences) == {"host", "shm_free_gb"}
+    assert c.files.differences["host"] == {"base": "vm", "same": "vm2"}
 
 
 def test_flipped_winner_changes_the_conclusion():
     c = run("base", "flipped")
     assert c.winners == {"base": "num_workers=2", "flipped": "num_workers=4"}
     assert c.changed is True
-    assert WINNER_CHANGED in c.flags["num_workers=4"]
-    assert WINNER_CHANGED not in c.flags.get("num_workers=2", [])
-    assert TIE_GROUP_CHANGED in c.flags["num_workers=2"]  # tied with best in base, not in flipped
+    assert WINNER_CHANGED in c.conclusion.flags["num_workers=4"]
+    assert WINNER_CHANGED not in c.conclusion.flags.get("num_workers=2", [])
+    assert TIE_GROUP_CHANGED in c.conclusion.flags["num_workers=2"]  # tied with best in base, not in flipped
     assert c.verdict.startswith("conclusion changed: ")
     assert "num_workers=4" in c.verdict and "flipped" in c.verdict
     assert "\n" not in c.verdict
-    assert c.tau["flipped"] == pytest.approx(3 / math.sqrt(10))
-    assert c.differences["scale"] == {"base": 1.0, "flipped": 8.0}
+    assert c.conclusion.tau["flipped"] == pytest.approx(3 / math.sqrt(10))
+    assert c.files.differences["scale"] == {"base": 1.0, "flipped": 8.0}
 
 
 def test_helps_then_hurts_changes_the_conclusion():
     c = run("base", "hurts")
     assert c.winners["hurts"] == "num_workers=2"
-    assert c.flags["prefetch_factor=4"] == [HELPS_TO_HURTS]
-    assert not any(WINNER_CHANGED in f for f in c.flags.values())
+    assert c.conclusion.flags["prefetch_factor=4"] == [HELPS_TO_HURTS]
+    assert not any(WINNER_CHANGED in f for f in c.conclusion.flags.values())
     assert c.changed is True
     assert "prefetch_factor=4 helps in base but hurts in hurts" in c.verdict
     # ranks (1,1,3,4,5) vs (1,1,3,3,5): C=8, one pair tied in both, one tied in y: 8 / sqrt(9 * 8)
-    assert c.tau["hurts"] == pytest.approx(8 / math.sqrt(72))
+    assert c.conclusion.tau["hurts"] == pytest.approx(8 / math.sqrt(72))
 
 
 def test_hurts_then_helps_is_flagged_the_other_way():
     c = run("hurts", "base")
-    assert c.flags["prefetch_factor=4"] == [HURTS_TO_HELPS]
+    assert c.conclusion.flags["prefetch_factor=4"] == [HURTS_TO_HELPS]
     assert c.changed is True
 
 
 def test_trials_whose_speedup_interval_holds_one_are_not_flagged():
     c = run("base", "same")
-    assert "baseline" not in c.flags
-    assert "num_workers=0" not in c.flags  # hurts in both
+    assert "baseline" not in c.conclusion.flags
+    assert "num_workers=0" not in c.conclusion.flags  # hurts in both
 
 
 def test_different_configs_are_refused_naming_both_files_and_values():
@@ -156,8 +152,8 @@ def test_different_configs_are_refused_naming_both_files_and_values():
 def test_different_configs_are_compared_with_force():
     c = run("base", "other_config", force=True)
     assert c.changed is False
-    assert c.differences["config_name"] == {"base": "demo-images", "other_config": "demo-text"}
-    assert "config_sha" in c.differences
+    assert c.files.differences["config_name"] == {"base": "demo-images", "other_config": "demo-text"}
+    assert "config_sha" in c.files.differences
 
 
 def test_failed_skipped_and_absent_rows_are_shown():
@@ -173,20 +169,20 @@ def test_failed_skipped_and_absent_rows_are_shown():
     assert col(c, "status", "base", combined) == ABSENT
     assert pd.isna(col(c, "rank", "failed", "num_workers=4"))
     assert col(c, "rank", "failed", combined) == 2
-    assert STATUS_CHANGED in c.flags["num_workers=4"]
-    assert STATUS_CHANGED in c.flags[combined]
-    assert "pin_memory=true" not in c.flags  # skipped in both
+    assert STATUS_CHANGED in c.conclusion.flags["num_workers=4"]
+    assert STATUS_CHANGED in c.conclusion.flags[combined]
+    assert "pin_memory=true" not in c.conclusion.flags  # skipped in both
     # the winner still runs and wins: tau over the trials ok in both (num_workers=2, prefetch, baseline)
     assert c.changed is False and c.verdict == VERDICT_HOLDS
-    assert c.tau["failed"] == pytest.approx(1.0)
+    assert c.conclusion.tau["failed"] == pytest.approx(1.0)
 
 
 def test_many_files_are_compared_against_the_first():
     c = run("base", "same", "flipped", "hurts", "failed")
-    assert c.labels == ("base", "same", "flipped", "hurts", "failed")
-    assert set(c.tau) == set(c.labels)
-    assert c.flags["num_workers=4"][0] == WINNER_CHANGED
-    assert HELPS_TO_HURTS in c.flags["prefetch_factor=4"]
+    assert c.files.labels == ("base", "same", "flipped", "hurts", "failed")
+    assert set(c.conclusion.tau) == set(c.files.labels)
+    assert c.conclusion.flags["num_workers=4"][0] == WINNER_CHANGED
+    assert HELPS_TO_HURTS in c.conclusion.flags["prefetch_factor=4"]
     assert c.changed is True
 
 
@@ -198,7 +194,7 @@ def test_a_file_where_nothing_ran_changes_the_conclusion(tmp_path):
     frame.to_csv(tmp_path / "broken.csv", index=False)
     c = compare(load_results([FIXTURES / "base.csv", tmp_path / "broken.csv"]))
     assert c.winners["broken"] is None
-    assert c.tau["broken"] is None
+    assert c.conclusion.tau["broken"] is None
     assert c.changed is True
     assert "no trial ran in broken" in c.verdict
 
@@ -264,7 +260,7 @@ def test_write_aligned_reads_back_with_pandas(tmp_path):
     back = pd.read_csv(path)
     assert list(back["trial"]) == list(c.table["trial"])
     assert back.columns[0] == "trial" and back.columns[-1] == "flags"
-    for label in c.labels:
+    for label in c.files.labels:
         for metric in ("status", "rank", "tied_with_best", "throughput", "throughput_lo", "throughput_hi",
                        "wait_ratio", "wait_ratio_lo", "wait_ratio_hi", "speedup"):
             assert f"{metric}@{label}" in back.columns
@@ -310,7 +306,7 @@ def test_winners_swapping_within_the_tie_group_is_not_a_flip():
     assert comparison.winners == {"base": "num_workers=2", "swapped": "num_workers=4"}
     assert not comparison.changed
     assert comparison.verdict == VERDICT_HOLDS
-    assert "winner changed within noise" in comparison.flags["num_workers=4"]
+    assert "winner changed within noise" in comparison.conclusion.flags["num_workers=4"]
 
 
 def test_predictions_stand_beside_measurements(tmp_path):
@@ -329,7 +325,7 @@ def test_predictions_stand_beside_measurements(tmp_path):
     expected = base.loc[base["trial"] == "num_workers=4", "predicted_throughput"].item()
     assert col(c, "predicted_throughput", "b", "num_workers=4") == pytest.approx(expected)
     assert col(c, "status", "b", "num_workers=4") == "predicted"
-    assert STATUS_CHANGED not in c.flags.get("num_workers=4", [])
+    assert STATUS_CHANGED not in c.conclusion.flags.get("num_workers=4", [])
     out = io.StringIO()
     Console(file=out, width=250).print(comparison_table(c))
     text = out.getvalue()

@@ -19,15 +19,9 @@ from typer.testing import CliRunner
 from loadtune.cli import app
 from loadtune.config import config_from_data
 from loadtune.results.choice import config_name, dataloader_line, loader_keywords, paste_settings, thread_settings
-from loadtune.results.compare import (
-    VERDICT_CANNOT_TELL,
-    VERDICT_HOLDS,
-    WINNER_CHANGED,
-    WINNER_NOT_MEASURED,
-    compare,
-    comparison_lines,
-    load_results,
-)
+from loadtune.results.compare import compare, load_results
+from loadtune.results.compare_text import comparison_lines
+from loadtune.results.compare_values import VERDICT_CANNOT_TELL, VERDICT_HOLDS, WINNER_CHANGED, WINNER_NOT_MEASURED
 from loadtune.results.findings import MODEL_ERROR_LARGE, CheaperWaitsMore, ModelError, ModelFellBack
 from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import Record, ResultsFile
@@ -37,11 +31,11 @@ from loadtune.results.transfer import (
     Target,
     forecast,
     forecast_file,
-    forecast_lines,
     settings_key,
     settings_of,
-    transfer_check,
 )
+from loadtune.results.transfer_checks import transfer_check
+from loadtune.results.transfer_text import forecast_lines
 from loadtune.results.watched import LoaderInfo, plain_settings, run_line, write_loader_info
 from loadtune.trials import BASELINE, cost_of
 from tests.conftest import tiny_config
@@ -259,8 +253,8 @@ def test_predict_recommends_the_cheapest_within_the_tolerance_of_its_tables_best
     f = forecast(records, Target(ranks=ranks))
     best = max(r.predicted_throughput for r in f.rows)
     pick = f.recommended
-    assert pick is not None and pick.predicted_throughput >= (1 - f.tolerance) * best
-    tied = [r for r in f.rows if r.predicted_throughput >= (1 - f.tolerance) * best]
+    assert pick is not None and pick.predicted_throughput >= (1 - f.choice.tolerance) * best
+    tied = [r for r in f.rows if r.predicted_throughput >= (1 - f.choice.tolerance) * best]
     assert cost_of(pick.settings) == min(cost_of(r.settings) for r in tied)
     table_order = [r.predicted_throughput for r in f.rows]
     assert table_order == sorted(table_order, reverse=True)
@@ -271,12 +265,13 @@ def test_a_recommendation_that_waits_more_than_one_as_fast_says_why():
     config without many workers is as fast while its loop waits for data far more of the time."""
     f = forecast([watched(made_up(CPU_STEP, 0))], Target(ranks=2))
     pick = f.recommended
-    lean = min((r for r in f.rows if r.predicted_throughput >= (1 - f.tolerance) * f.rows[0].predicted_throughput),
+    best = f.rows[0].predicted_throughput
+    lean = min((r for r in f.rows if r.predicted_throughput >= (1 - f.choice.tolerance) * best),
                key=lambda r: r.predicted_wait_ratio)
     assert pick.predicted_wait_ratio - lean.predicted_wait_ratio > 0.1
     said = [line for line in forecast_lines(f) if line.startswith("Wait ratio:")]
     assert said == [str(CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
-                                         lean.predicted_throughput / pick.predicted_throughput, f.tolerance, 2))]
+                                         lean.predicted_throughput / pick.predicted_throughput, f.choice.tolerance, 2))]
     assert "waiting for the slowest rank" in said[0] and "Samples/s is what training feels" in said[0]
     # On the sweep's own pipeline the pick waits about as little as the fastest: nothing to say.
     assert not [line for line in forecast_lines(forecast(as_swept(first_round(TRUTH)))) if line.startswith("Wait")]
@@ -308,9 +303,9 @@ def test_a_file_that_never_measured_the_others_winner_cannot_tell(tmp_path, stat
     assert c.winners["other"] == "num_workers=4"
     assert c.changed is False
     assert c.verdict == f"{VERDICT_CANNOT_TELL}: other did not measure num_workers=2"
-    assert c.unknown == ("other did not measure num_workers=2",)
-    assert WINNER_NOT_MEASURED in c.flags["num_workers=2"]
-    assert WINNER_CHANGED not in c.flags.get("num_workers=4", [])
+    assert c.conclusion.unknown == ("other did not measure num_workers=2",)
+    assert WINNER_NOT_MEASURED in c.conclusion.flags["num_workers=2"]
+    assert WINNER_CHANGED not in c.conclusion.flags.get("num_workers=4", [])
     assert comparison_lines(c)[-1] == c.verdict
     # The other way round: the first file never measured the second's winner.
     back = compare(load_results([other, FIXTURES / "base.csv"]))
@@ -326,7 +321,7 @@ def test_a_winner_that_failed_elsewhere_changes_the_conclusion(tmp_path):
     other = without(tmp_path, "crashed", "num_workers=2", "failed")
     c = compare(load_results([FIXTURES / "base.csv", other]))
     assert c.changed is True and c.verdict.startswith("conclusion changed: winner is num_workers=4 in crashed")
-    assert c.unknown == ()
+    assert c.conclusion.unknown == ()
     result = CliRunner().invoke(app, ["compare", str(FIXTURES / "base.csv"), str(other), "--fail-on-flip"],
                                 env={"COLUMNS": "200"})
     assert result.exit_code == 3
@@ -338,7 +333,7 @@ def test_a_changed_conclusion_still_says_what_cannot_be_told(tmp_path):
     assert c.changed is True and c.verdict.startswith("conclusion changed: ")
     assert c.verdict.endswith(f"; {VERDICT_CANNOT_TELL}: gone did not measure num_workers=2")
     same = compare(load_results([FIXTURES / "base.csv", FIXTURES / "same.csv"]))
-    assert same.verdict == VERDICT_HOLDS and same.unknown == ()
+    assert same.verdict == VERDICT_HOLDS and same.conclusion.unknown == ()
 
 
 # --- 6. one name for a config ---------------------------------------------------------------------
@@ -390,7 +385,7 @@ def test_compare_and_the_run_readers_name_configs_as_the_sweep_does(tmp_path):
         r.settings for r in forecast(records, Target(cores=1)).rows if r.config == check.predicted_pick)}, LOADER)
     # A run of the sweep's baseline config is named as the sweep names it.
     run = watched(made_up(TRUTH, 1, 2, False))
-    from loadtune.results.transfer import run_checks
+    from loadtune.results.transfer_checks import run_checks
 
     (said,) = run_checks(records, [run])
     assert said.config == BASELINE

@@ -21,9 +21,9 @@ from loadtune.results.transfer import (
     forecast,
     forecast_file,
     space,
-    transfer_check,
     travel,
 )
+from loadtune.results.transfer_checks import transfer_check
 from loadtune.trials import cost_of
 from tests.conftest import run_cli
 from tests.test_model import BATCH, TRUTH, first_round, made_up
@@ -79,9 +79,10 @@ def test_the_sources_pick_is_predicted_for_the_target_and_its_share_said():
     fastest = max(range(len(records)), key=lambda i: records[i].throughput)
     records[fastest] = dataclasses.replace(records[fastest], tied_with_best=True)
     f = forecast(records, Target(cores=1))
-    assert f.source_pick is not None
-    assert f.source_pick.predicted_throughput == pytest.approx(truth(f.source_pick.settings, 1), rel=1e-9)
-    assert f.carried_share == pytest.approx(f.source_pick.predicted_throughput / f.recommended.predicted_throughput)
+    carried = f.choice.source_pick
+    assert carried is not None
+    assert carried.predicted_throughput == pytest.approx(truth(carried.settings, 1), rel=1e-9)
+    assert f.carried_share == pytest.approx(carried.predicted_throughput / f.recommended.predicted_throughput)
 
 
 def test_what_lies_beyond_the_measured_range_is_said_with_how_far():
@@ -162,12 +163,12 @@ def test_compare_sets_what_the_first_files_model_predicted_beside_what_the_other
     best = max(b_rows, key=lambda r: r.throughput)
     assert check.measured_best == config_text(best.to_dict(), ("num_workers", "prefetch_factor", "persistent_workers"))
     comparison = compare(load_results([a, b]))
-    assert comparison.transfers["b"].median_error == pytest.approx(0.0, abs=1e-9)
+    assert comparison.checked.transfers["b"].median_error == pytest.approx(0.0, abs=1e-9)
     column = comparison.table["predicted_from_first@b"].tolist()
     assert column[comparison.table["trial"].tolist().index("t1")] == pytest.approx(b_rows[1].throughput)
     # The same machine: nothing to predict.
     assert transfer_check(first_round(TRUTH), first_round(TRUTH)) is None
-    assert compare(load_results([a, a])).transfers == {}
+    assert compare(load_results([a, a])).checked.transfers == {}
 
 
 def test_compare_predicts_nothing_from_a_file_without_the_models_columns(tmp_path):
@@ -175,8 +176,8 @@ def test_compare_predicts_nothing_from_a_file_without_the_models_columns(tmp_pat
     other = tmp_path / "other.csv"
     other.write_text(V1.read_text().replace(",vm,AMD EPYC,2,", ",box,AMD EPYC,1,"))
     comparison = compare(load_results([V1, other]))
-    assert "cpu_count" in comparison.differences
-    assert comparison.transfers == {}
+    assert "cpu_count" in comparison.files.differences
+    assert comparison.checked.transfers == {}
     assert not any(c.startswith("predicted_from_first") for c in comparison.table.columns)
 
 

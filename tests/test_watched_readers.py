@@ -20,21 +20,21 @@ from loadtune.cli import app
 from loadtune.config import load_config
 from loadtune.errors import LoadtuneError, ResultsError
 from loadtune.results.choice import recommended
-from loadtune.results.compare import compare, comparison_lines, load_results, run_table, write_aligned
+from loadtune.results.compare import compare, load_results
+from loadtune.results.compare_text import comparison_lines, run_table, write_aligned
 from loadtune.results.model import evidence_of
 from loadtune.results.record import Record, ResultsFile, read_records
 from loadtune.results.report import not_run_lines, results_table
 from loadtune.results.transfer import (
-    MEASURED,
-    PREDICTED,
     fit_records,
     forecast,
     forecast_file,
-    forecast_lines,
     settings_key,
     settings_of,
     space,
 )
+from loadtune.results.transfer_text import forecast_lines
+from loadtune.results.transfer_values import MEASURED, PREDICTED
 from loadtune.results.watched import (
     combine_ranks,
     default_sweep,
@@ -141,7 +141,7 @@ def test_predict_from_per_rank_rows_is_predict_from_their_sum():
     summed = watched(whole, ranks=2, dist_rank=None, throughput=whole.throughput, main_cpu_util=whole.main_cpu_util)
     # (the combined row, as any row, rounded to its columns' digits)
     a, b = forecast(by_rank), forecast([Record.rounded(**summed.to_dict())])
-    assert a.model.ranks == 2 and a.model.trials == 1
+    assert a.fit.model.ranks == 2 and a.fit.model.trials == 1
     assert {r.config: r.predicted_throughput for r in a.rows} == \
         pytest.approx({r.config: r.predicted_throughput for r in b.rows}, rel=1e-9)
 
@@ -178,12 +178,12 @@ def test_one_watched_config_without_workers_predicts_the_whole_default_space_and
     assert {settings_key(r.settings) for r in f.rows} == default_space_keys(run)
     assert len(f.rows) == 1 + (len(WORKERS_ON_TWO_CORES) - 1) * 3 * 2
     assert {settings_key(s) for s in space([run])} == default_space_keys(run)
-    assert f.model.trials == 1 and f.source.run == "train"
-    neutral = dict(f.neutral)
+    assert f.fit.model.trials == 1 and f.source.run == "train"
+    neutral = dict(f.fit.neutral)
     assert set(neutral) == {"handover_ms_per_sample", "worker_start_ms", "worker_start_per_worker_ms",
                             "persistent_resume_ms", "worker_put_ms", "core_share", "oversubscription"}
     assert neutral["handover_ms_per_sample"] == "num_workers > 0"
-    assert (f.model.handover_ms_per_sample, f.model.worker_put_ms, f.model.core_share) == (0.0, 0.0, 1.0)
+    assert (f.fit.model.handover_ms_per_sample, f.fit.model.worker_put_ms, f.fit.model.core_share) == (0.0, 0.0, 1.0)
     own = next(r for r in f.rows if r.settings["num_workers"] == 0)
     assert own.measured_throughput == pytest.approx(run.throughput)
     lines = forecast_lines(f)
@@ -200,15 +200,15 @@ def test_one_watched_config_without_workers_predicts_the_whole_default_space_and
 def test_a_run_with_persistent_workers_keeps_them_while_their_start_up_is_unknown():
     run = watched(made_up(TRUTH, 2, 2, True))
     f = forecast([run])
-    assert {"worker_start_ms", "worker_start_per_worker_ms"} <= {name for name, _ in f.neutral}
-    assert "persistent_resume_ms" not in {name for name, _ in f.neutral}, "the run shows the resume"
+    assert {"worker_start_ms", "worker_start_per_worker_ms"} <= {name for name, _ in f.fit.neutral}
+    assert "persistent_resume_ms" not in {name for name, _ in f.fit.neutral}, "the run shows the resume"
     assert f.recommended is not None and f.recommended.settings["persistent_workers"] is True, \
         "a start-up kept at no cost is no reason to drop persistent workers"
 
 
 def test_a_sweep_predicts_as_before_with_nothing_kept_neutral():
     f = forecast(first_round(TRUTH))
-    assert f.neutral == () and f.source.run is None
+    assert f.fit.neutral == () and f.source.run is None
     assert not any(line.startswith("Kept neutral") for line in forecast_lines(f))
     assert fit_records(first_round(TRUTH)[:1]).trials == 1, "predict fits one measured trial of a sweep too"
 
@@ -230,8 +230,8 @@ def test_of_several_loaders_the_one_the_run_spent_most_time_in_is_predicted():
     train = watched(made_up(TRUTH, 0), batches=400)
     val = watched(made_up(TRUTH, 1), name="val", batches=20)
     f = forecast([val, train])
-    assert f.source.run == "train" and f.model.trials == 1
-    assert any("predicted for train" in n and "val" in n for n in f.notes)
+    assert f.source.run == "train" and f.fit.model.trials == 1
+    assert any("predicted for train" in n and "val" in n for n in f.choice.notes)
     assert [r.trial for r in loaders([val, train])] == ["train", "val"]
 
 
@@ -249,10 +249,10 @@ def test_a_run_of_a_config_the_sweep_measured_on_a_like_machine_is_set_beside_th
     same = next(r for r in sweep if r.num_workers == 1 and r.prefetch_factor == 2 and not r.persistent_workers)
     run = watched(same, throughput=same.throughput * 0.9)
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", [run])]))
-    (check,) = comparison.runs["run"]
+    (check,) = comparison.checked.runs["run"]
     assert check.figure == MEASURED and check.sweep_trial == same.trial
     assert check.ratio == pytest.approx(0.9, abs=1e-3) and check.agrees
-    assert not comparison.changed and comparison.run_labels == ("run",) and comparison.reference == "sweep"
+    assert not comparison.changed and comparison.files.run_labels == ("run",) and comparison.reference == "sweep"
     lines = comparison_lines(comparison)
     said = next(line for line in lines if line.startswith("run (the run): train"))
     assert f"sweep (the sweep) measured {same.throughput:.1f}" in said and "run / sweep 0.90" in said
@@ -270,7 +270,7 @@ def test_a_run_on_another_machine_is_set_beside_the_sweeps_prediction_for_it(tmp
     on_four = dataclasses.replace(made_up(dataclasses.replace(TRUTH, cores=2.0, ranks=2), 1), cpu_count=4)
     run = [watched(on_four, rank=k, ranks=2) for k in (0, 1)]
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", run)]))
-    (check,) = comparison.runs["run"]
+    (check,) = comparison.checked.runs["run"]
     assert check.figure == PREDICTED and check.ranks == 2
     assert (check.target.cores, check.target.ranks) == (4.0, 2)
     model = fit_records(sweep)
@@ -287,11 +287,12 @@ def test_two_sweeps_compare_as_before_and_a_run_beside_them_changes_nothing(tmp_
     other = write(tmp_path / "b.csv", ranked_sweep())
     run = write(tmp_path / "run.csv", [watched(made_up(TRUTH, 0))])
     plain = compare(load_results([sweep, other]))
-    assert plain.runs == {} and plain.run_labels == () and comparison_lines(plain)[-1] == "conclusion holds"
+    assert plain.checked.runs == {} and plain.files.run_labels == ()
+    assert comparison_lines(plain)[-1] == "conclusion holds"
     mixed = compare(load_results([sweep, other, run]))
     assert mixed.verdict == plain.verdict and mixed.winners["a"] == plain.winners["a"]
-    assert set(mixed.runs) == {"run"} and comparison_lines(mixed)[-1] == "conclusion holds"
-    assert not any("status changed" in f for flags in mixed.flags.values() for f in flags)
+    assert set(mixed.checked.runs) == {"run"} and comparison_lines(mixed)[-1] == "conclusion holds"
+    assert not any("status changed" in f for flags in mixed.conclusion.flags.values() for f in flags)
     runs_only = compare(load_results([run, run]))
     assert not runs_only.changed and "Runs only" in comparison_lines(runs_only)[-1]
 

@@ -4,170 +4,58 @@ against a real training run (a file of watched rows).
 Rows are aligned by trial, columns by file. For each sweep: its winner, Kendall's tau-b between
 its ranking and the first sweep's, and per trial the flags that say where the conclusion moved.
 For each file of a run: what the first sweep measured or predicted for each watched loader's
-config, beside what the run measured. Builds plain data and renderables; printing and exit codes
-are the CLI's job.
+config, beside what the run measured. Builds plain data (compare_values); compare_text renders
+it; printing and exit codes are the CLI's job.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from rich.table import Table
-from rich.text import Text
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.choice import config_name
-from loadtune.results.record import MEASURED_STATUSES, Record, load_records, missing_columns, plain_frame
-from loadtune.results.report import short_trial
-from loadtune.results.table import Cell, Column, fitted_table
-from loadtune.results.transfer import (
-    MEASURED,
-    MODEL_COLUMNS,
-    RUN_AGREES_SHARE,
-    RUN_AGREES_WAIT_RATIO,
-    RunCheck,
-    TransferCheck,
-    names_of,
-    run_checks,
-    settings_of,
-    target_text,
-    transfer_check,
+from loadtune.results.compare_text import comparison_table as comparison_table
+from loadtune.results.compare_values import (
+    ABSENT,
+    CONFIG_COLUMNS,
+    DIFFERENCE_COLUMNS,
+    FLAG_SEPARATOR,
+    FLAGS_COLUMN,
+    HELPS_TO_HURTS,
+    HURTS_TO_HELPS,
+    LABEL_SEPARATOR,
+    PER_FILE_COLUMNS,
+    RUN_COLUMNS,
+    STATUS_CHANGED,
+    TIE_GROUP_CHANGED,
+    TRANSFER_COLUMN,
+    TRIED_STATUSES,
+    VERDICT_CANNOT_TELL,
+    VERDICT_CHANGED,
+    VERDICT_HOLDS,
+    WINNER_CHANGED,
+    WINNER_NOT_MEASURED,
+    WINNER_WITHIN_NOISE,
+    Checked,
+    Conclusion,
+    Files,
+    FileValue,
+    ResultSet,
 )
+from loadtune.results.compare_values import Comparison as Comparison
+from loadtune.results.record import Record, load_records, missing_columns, plain_frame
+from loadtune.results.transfer import MODEL_COLUMNS, names_of, settings_of
+from loadtune.results.transfer_checks import run_checks, transfer_check
+from loadtune.results.transfer_values import RunCheck, TransferCheck
 from loadtune.results.watched import combine_ranks, is_run
-from loadtune.text import STATUS_STYLE
-from loadtune.text import fmt as _fmt
-from loadtune.trials import BASELINE, COMBINED, IDEAL
-
-MACHINE = ("host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
-           "python_version", "loadtune_version")
-
-ABSENT = "absent"  # status shown for a trial that has no row in a file
-LABEL_SEPARATOR = "@"  # flat column names: `throughput@<label>`
-
-CONFIG_COLUMNS = ("config_name", "config_sha")
-# What may differ between files without refusing them: the machine (loadtune_version aside), scale
-# and the number of ranks.
-DIFFERENCE_COLUMNS = (*(c for c in MACHINE if c != "loadtune_version"), "start_method", "scale", "ranks",
-                      *CONFIG_COLUMNS)
-
-# Per file, in this order, in the aligned table (`<metric>@<label>`).
-PER_FILE_COLUMNS = ("status", "rank", "tied_with_best",
-                    "throughput", "throughput_lo", "throughput_hi", "predicted_throughput",
-                    "wait_ratio", "wait_ratio_lo", "wait_ratio_hi",
-                    "speedup", "reason")
-FLAGS_COLUMN = "flags"
-# Per file after the first, on another machine: what the first file's model predicted there.
-TRANSFER_COLUMN = "predicted_from_first"
-# Per file of a run, on its watched loaders' rows: what the first sweep said of their configs
-# (column -> RunCheck attribute).
-RUN_COLUMNS = {"sweep_throughput": "sweep_throughput", "sweep_wait_ratio": "sweep_wait_ratio",
-               "sweep_figure": "figure"}
-FLAG_SEPARATOR = "; "
-
-WINNER_CHANGED = "winner changed"
-WINNER_WITHIN_NOISE = "winner changed within noise"
-HELPS_TO_HURTS = "helps → hurts"
-HURTS_TO_HELPS = "hurts → helps"
-TIE_GROUP_CHANGED = "tie group changed"
-STATUS_CHANGED = "status changed"
-# A file's winner the other file never measured (no row, skipped, only predicted): no change can
-# be told from it.
-WINNER_NOT_MEASURED = "winner not measured in both"
-# Flags that mean the conclusion changed (`Comparison.changed`, `--fail-on-flip`).
-CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
-# Statuses of a trial a file measured, or tried to (a winner that fails elsewhere is a change).
-TRIED_STATUSES = frozenset({Status.OK, Status.FAILED, Status.TIMEOUT})
-
-VERDICT_HOLDS = "conclusion holds"
-VERDICT_CHANGED = "conclusion changed"
-VERDICT_CANNOT_TELL = "cannot tell"
-
-# A file-level column's value (numbers are floats in a plain frame; several values joined by ',').
-FileValue = str | float | bool | None
-
-
-@dataclass(frozen=True, eq=False)
-class ResultSet:
-    """One results CSV: its path, a short label unique among the compared files, its rows."""
-    path: Path
-    label: str
-    frame: pd.DataFrame  # of a run, its loaders' ranks combined
-    records: tuple[Record, ...] = ()  # the rows as read
-
-    @property
-    def run(self) -> bool:
-        """A real training run's rows (status watched), not a sweep's."""
-        return is_run(self.records)
-
-
-@dataclass(frozen=True, eq=False)
-class Comparison:
-    labels: tuple[str, ...]
-    paths: tuple[Path, ...]
-    table: pd.DataFrame  # one row per trial: `trial`, `<metric>@<label>` per file, `flags`
-    winners: dict[str, str | None]  # label -> trial (None: nothing ranked in that file)
-    differences: dict[str, dict[str, FileValue]]  # column -> label -> value, only columns that differ
-    tau: dict[str, float | None]  # label -> Kendall tau-b against the first file's ranking
-    flags: dict[str, list[str]]  # trial -> flags, only trials with at least one
-    verdict: str
-    changed: bool
-    # label -> what the first file's pipeline model predicted for that file's machine (other
-    # cores, ranks or step), against what it measured
-    transfers: dict[str, TransferCheck] = field(default_factory=dict)
-    # the labels of the files of a real run (the conclusion is the sweeps'), and per file of a run
-    # what the first sweep said of each watched loader's config beside what the run measured
-    run_labels: tuple[str, ...] = ()
-    runs: dict[str, tuple[RunCheck, ...]] = field(default_factory=dict)
-    # what cannot be told: a file's winner the other file did not measure ("b did not measure X")
-    unknown: tuple[str, ...] = ()
-
-    @property
-    def sweep_labels(self) -> tuple[str, ...]:
-        return tuple(label for label in self.labels if label not in self.run_labels)
-
-    def to_json(self, summary: Sequence[str] = (), out: Path | None = None) -> dict[str, Any]:
-        """What `loadtune compare --json` prints (docs/reference.md): the files, each one's winner,
-        the verdict, the aligned rows, and the summary's lines."""
-
-        def plain(value: Any) -> Any:
-            return dataclasses.asdict(value) if dataclasses.is_dataclass(value) and not isinstance(value, type) \
-                else value
-
-        def cell(value: Any) -> Any:
-            if value is None or (not isinstance(value, (list, tuple, dict)) and pd.isna(value)):
-                return None
-            return value.item() if hasattr(value, "item") else value
-
-        rows = [{k: cell(v) for k, v in row.items()} for row in self.table.astype(object).to_dict("records")]
-        return {
-            "files": [{"label": label, "path": str(path), "run": label in self.run_labels}
-                      for label, path in zip(self.labels, self.paths)],
-            "reference": self.labels[0] if self.labels else None,
-            "winners": self.winners,
-            "differences": self.differences,
-            "tau": self.tau,
-            "flags": self.flags,
-            "changed": self.changed,
-            "verdict": self.verdict,
-            "transfers": {label: plain(check) for label, check in self.transfers.items()},
-            "runs": {label: [plain(check) for check in checks] for label, checks in self.runs.items()},
-            "rows": rows,
-            "summary": list(summary),
-            "out": str(out) if out is not None else None,
-        }
-
-    @property
-    def reference(self) -> str | None:
-        """The sweep the runs are set against: the first."""
-        return self.sweep_labels[0] if self.sweep_labels else None
-
+from loadtune.trials import BASELINE, COMBINED
 
 # --- reading -------------------------------------------------------------------------------
 
@@ -357,7 +245,7 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     not measure TRIAL`. Tie-group and status changes are flagged only.
 
     Files of a real run (watched rows) rank nothing: the conclusion is the sweeps' (the first
-    sweep is the reference), and each run is set against the first sweep (transfer.run_checks).
+    sweep is the reference), and each run is set against the first sweep (transfer_checks.run_checks).
     A run is never refused as another config: a script is no sweep config.
     """
     results = list(results)
@@ -366,46 +254,46 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
     sweeps = [r for r in results if not r.run]
     if not force and len(sweeps) > 1:
         _check_same_config(sweeps)
-    labels = [r.label for r in results]
-    sweep_labels = [r.label for r in sweeps]
     trials = _trial_order(results)
-    winners = {r.label: winner_of(r.frame) for r in results}
     table = _aligned(results, trials)
-    # Each trial's flags, in the order the checks run; the reasons the conclusion changed.
+    # Each trial's flags, in the order the checks run.
     flags: dict[str, list[str]] = {t: [] for t in trials}
+    conclusion = _conclude(results, sweeps, table, flags)
+    checked = Checked(_transfers(sweeps) if len(sweeps) > 1 else {},
+                      _run_checks(sweeps[0], [r for r in results if r.run]) if sweeps else {})
+    _add_checks(table, checked, trials)
+    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
+    files = Files(tuple(r.label for r in results), tuple(r.path for r in results),
+                  tuple(r.label for r in results if r.run), _differences(results))
+    return Comparison(files, table, conclusion, checked)
+
+
+def _conclude(results: Sequence[ResultSet], sweeps: Sequence[ResultSet], table: pd.DataFrame,
+              flags: dict[str, list[str]]) -> Conclusion:
+    """The sweeps' conclusion: each file's winner, and each trial's flags (added to `flags`) with
+    the reasons the conclusion changed; with no sweep, the runs' status flags alone."""
+    trials = list(flags)
+    winners = {r.label: winner_of(r.frame) for r in results}
     reasons: list[str] = []
     unknown: list[str] = []
     if sweeps:
         _flag_winners(sweeps, winners, flags, reasons, unknown)
         _flag_sides(sweeps, trials, flags, reasons)
-    _flag_statuses(table, sweep_labels if sweeps else labels, trials, flags)
-    changed = bool(reasons)
-    verdict = _verdict(reasons, unknown)
-    transfers = _transfers(sweeps) if len(sweeps) > 1 else {}
-    for label, check in transfers.items():
+    _flag_statuses(table, [r.label for r in (sweeps or results)], trials, flags)
+    return Conclusion(winners, _taus(sweeps), {t: f for t, f in flags.items() if f}, _verdict(reasons, unknown),
+                      bool(reasons), tuple(unknown))
+
+
+def _add_checks(table: pd.DataFrame, checked: Checked, trials: Sequence[str]) -> None:
+    """The checks' columns: per later sweep what the first file's model predicted for each trial
+    there, per run what the first sweep said of each watched loader's config."""
+    for label, check in checked.transfers.items():
         table[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"] = [check.predicted.get(t) for t in trials]
-    runs = _run_checks(sweeps[0], [r for r in results if r.run]) if sweeps else {}
-    for label, checks in runs.items():
+    for label, checks in checked.runs.items():
         by_trial = {c.trial: c for c in checks}
         for column, attribute in RUN_COLUMNS.items():
             table[f"{column}{LABEL_SEPARATOR}{label}"] = [getattr(by_trial[t], attribute) if t in by_trial else None
                                                           for t in trials]
-    table[FLAGS_COLUMN] = [FLAG_SEPARATOR.join(flags[t]) for t in trials]  # last
-    return Comparison(
-        labels=tuple(labels),
-        paths=tuple(r.path for r in results),
-        table=table,
-        winners=winners,
-        differences=_differences(results),
-        tau=_taus(sweeps),
-        flags={t: f for t, f in flags.items() if f},
-        verdict=verdict,
-        changed=changed,
-        transfers=transfers,
-        run_labels=tuple(r.label for r in results if r.run),
-        runs=runs,
-        unknown=tuple(unknown),
-    )
 
 
 def _verdict(reasons: Sequence[str], unknown: Sequence[str]) -> str:
@@ -520,7 +408,7 @@ def _flag_statuses(table: pd.DataFrame, labels: Sequence[str], trials: Sequence[
 
 def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
     """For each file after the first measured on another machine (cores, ranks, step): what the
-    first file's model predicted for it (see transfer.transfer_check)."""
+    first file's model predicted for it (see transfer_checks.transfer_check)."""
     if missing_columns(results[0].path, MODEL_COLUMNS):
         return {}  # written before the model's evidence: nothing to fit
     out = {}
@@ -529,164 +417,3 @@ def _transfers(results: Sequence[ResultSet]) -> dict[str, TransferCheck]:
         if check is not None:
             out[result.label] = check
     return out
-
-
-# --- output ---------------------------------------------------------------------------------
-
-
-def _csv_cell(value: object) -> object:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None or value is pd.NA:
-        return ""
-    return value
-
-
-def aligned_frame(comparison: Comparison) -> pd.DataFrame:
-    """The aligned table as written by --out: booleans as true/false, missing cells empty."""
-    frame = comparison.table.copy()
-    for label in comparison.labels:
-        name = f"tied_with_best{LABEL_SEPARATOR}{label}"
-        frame[name] = frame[name].map(_csv_cell)
-    return frame
-
-
-def write_aligned(comparison: Comparison, path: Path | str) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    aligned_frame(comparison).to_csv(path, index=False)
-    return path
-
-
-def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int) -> str:
-    key = f"{metric}{LABEL_SEPARATOR}{label}"
-    lo, hi = row[f"{metric}_lo{LABEL_SEPARATOR}{label}"], row[f"{metric}_hi{LABEL_SEPARATOR}{label}"]
-    text = _fmt(row[key], digits)
-    if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
-        text += f" [{_fmt(lo, digits)}-{_fmt(hi, digits)}]"
-    return text
-
-
-def comparison_table(comparison: Comparison, title: str = "", width: int | None = None) -> Table:
-    """Trials as rows; per file its rank (`=`: tied with best), samples/s with its 95% interval
-    and what the pipeline model predicted for it, the wait ratio with its interval; rows that
-    did not run show their status, a run's rows (watched) their figures; then the trial's flags.
-    Beside a run, the sweeps alone (run_table sets the runs against them). At `width`, the least
-    important columns are left out, and trial names shortened, rather than a figure cut."""
-    rows = comparison.table.to_dict("records")
-    labels = comparison.labels
-    if comparison.run_labels and comparison.sweep_labels:
-        labels = comparison.sweep_labels
-        rows = [row for row in rows if any(row[f"status{LABEL_SEPARATOR}{label}"] != ABSENT for label in labels)]
-    figures: list[Column] = []
-    for label in labels:
-        ranks, samples, predicted, waits, transfers = [], [], [], [], []
-        for row in rows:
-            status = row[f"status{LABEL_SEPARATOR}{label}"]
-            predicted.append(_fmt(row[f"predicted_throughput{LABEL_SEPARATOR}{label}"], 1)
-                             if status in (Status.OK, Status.PREDICTED) else "")
-            transfers.append(_fmt(row[f"{TRANSFER_COLUMN}{LABEL_SEPARATOR}{label}"], 1)
-                             if label in comparison.transfers else "")
-            if status not in MEASURED_STATUSES:
-                ranks.append(Text(status, style=STATUS_STYLE.get(status, "")))
-                samples.append("")
-                waits.append("")
-                continue
-            rank = row[f"rank{LABEL_SEPARATOR}{label}"]
-            mark = "=" if row[f"tied_with_best{LABEL_SEPARATOR}{label}"] is True else ""
-            winner_style = "bold" if comparison.winners.get(label) == row["trial"] else ""
-            shown = "ref" if row["trial"] == IDEAL else "run" if status == Status.WATCHED else \
-                "-" if rank is None or rank is pd.NA else rank
-            ranks.append(Text(f"{mark}{shown}", style=winner_style))
-            samples.append(_with_interval(row, "throughput", label, 1))
-            waits.append(_with_interval(row, "wait_ratio", label, 3))
-        figures += [Column(f"{label}\nrank", tuple(ranks)), Column(f"{label}\nsamples/s [95%]", tuple(samples)),
-                    Column(f"{label}\npredicted", tuple(predicted), priority=3),
-                    Column(f"{label}\nwait ratio [95%]", tuple(waits), priority=2)]
-        if label in comparison.transfers:
-            figures.append(Column(f"{label}\nfrom {comparison.labels[0]}", tuple(transfers), priority=1))
-    flags = Column("flags", tuple(Text(str(row[FLAGS_COLUMN]), style="yellow") for row in rows), "left",
-                   priority=1, wrap=True)
-    names = [str(row["trial"]) for row in rows]
-    short = [short_trial(n) for n in names]
-    versions = [[Column("trial", tuple(n), "left", names=True), *figures, flags] for n in (names, short)]
-    return fitted_table(versions, width, title or None)
-
-
-def comparison_lines(comparison: Comparison) -> list[str]:
-    """Plain lines to show under the table: winners, what differs, tau, each run against the
-    first sweep, the verdict (last; with fewer than two sweeps there is no conclusion to hold)."""
-    sweeps = comparison.sweep_labels
-    first = sweeps[0] if sweeps else comparison.labels[0]
-    lines = ["winner: " + ", ".join(f"{label} {comparison.winners[label] or 'none'}" for label in sweeps)] \
-        if sweeps else []
-    for column, values in comparison.differences.items():
-        shown = ", ".join(f"{label} {'-' if v is None else format(v, 'g') if isinstance(v, float) else v}"
-                          for label, v in values.items())
-        lines.append(f"differs: {column}: {shown}")
-    if len(sweeps) > 1:
-        taus = [f"{label} {'-' if comparison.tau.get(label) is None else format(comparison.tau[label], '.2f')}"
-                for label in sweeps[1:]]
-        lines.append(f"Kendall tau-b vs {first} (trials ok in both): " + ", ".join(taus))
-    for label, check in comparison.transfers.items():
-        measured = "not measured there" if check.pick_measured_share is None else \
-            f"measured {check.pick_measured_share:.2f} of its best ({check.measured_best})"
-        lines.append(f"predicted from {first} for {label} ({target_text(check.target)}): {check.predicted_pick}, "
-                     f"{measured}; median |predicted/measured - 1| {check.median_error:.0%} over "
-                     f"{check.compared} trials")
-    for label, checks in comparison.runs.items():
-        lines.extend(run_check_line(c, label, first) for c in checks)
-        if not checks:
-            lines.append(f"{label}: no watched loader ran: nothing to set against {first}")
-    if not sweeps:
-        lines.append("Runs only: their figures side by side; no sweep to set them against, and no ranking.")
-    if len(sweeps) > 1 or not comparison.run_labels:
-        lines.append(comparison.verdict)
-    return lines
-
-
-def run_check_line(check: RunCheck, run: str, sweep: str) -> str:
-    """One watched loader against what the sweep said of its config, saying which figure is whose."""
-    ranks = f", {check.ranks} ranks" if check.ranks > 1 else ""
-    measured = f"{run} (the run): {check.trial} ({check.config}{ranks}) ran {check.throughput:.1f} samples/s, " \
-               f"wait ratio {check.wait_ratio:.3f}"
-    if check.sweep_throughput is None or check.ratio is None:
-        return f"{measured}; {sweep} (the sweep) cannot say what this config does there (no model, or nothing " \
-               "measured)."
-    if check.figure == MEASURED:
-        said = f"{sweep} (the sweep) measured {check.sweep_throughput:.1f}, wait ratio {check.sweep_wait_ratio:.3f} " \
-               f"(its trial {check.sweep_trial}, on a machine like the run's)"
-    else:
-        where = target_text(check.target) if check.target is not None else "the run's machine"
-        said = f"{sweep} (the sweep)'s model predicted {check.sweep_throughput:.1f}, wait ratio " \
-               f"{check.sweep_wait_ratio:.3f} for it on the run's machine ({where})"
-    agrees = "" if check.agrees is None else \
-        f": within {RUN_AGREES_SHARE:.0%} and {RUN_AGREES_WAIT_RATIO:g} of the wait ratio, the sweep holds in the run" \
-        if check.agrees else f": more than {RUN_AGREES_SHARE:.0%} or {RUN_AGREES_WAIT_RATIO:g} of the wait ratio " \
-        "apart, so the sweep's stand-in (its step, its data, its machine) is not the run"
-    pick = "" if check.pick is None or check.pick_throughput is None else \
-        f". For that machine the sweep's model recommends {check.pick}: {check.pick_throughput:.1f} samples/s " \
-        f"predicted, {check.pick_throughput / check.throughput:.2f}x what the run measured"
-    return f"{measured}; {said}; run / sweep {check.ratio:.2f}{agrees}{pick}."
-
-
-def run_table(comparison: Comparison, width: int | None = None) -> Table:
-    """Each run's watched loaders (ranks combined) beside what the first sweep said of their configs."""
-    rows = [(label, c) for label, checks in comparison.runs.items() for c in checks]
-    sweep = comparison.reference or ""
-
-    def cells(get: Any) -> tuple[Cell, ...]:
-        return tuple(get(label, c) for label, c in rows)
-
-    columns = [
-        Column("run", cells(lambda label, c: label), "left", names=True),
-        Column("loader", cells(lambda label, c: c.trial), "left", names=True),
-        Column("config", cells(lambda label, c: c.config), "left", priority=3, wrap=True),
-        Column("run samples/s", cells(lambda label, c: _fmt(c.throughput, 1))),
-        Column(f"{sweep} samples/s", cells(lambda label, c: _fmt(c.sweep_throughput, 1))),
-        Column("run / sweep", cells(lambda label, c: _fmt(c.ratio, 2))),
-        Column("run wait ratio", cells(lambda label, c: _fmt(c.wait_ratio, 3)), priority=1),
-        Column(f"{sweep} wait ratio", cells(lambda label, c: _fmt(c.sweep_wait_ratio, 3)), priority=1),
-        Column("sweep's figure", cells(lambda label, c: c.figure or "-"), "left", priority=2),
-    ]
-    return fitted_table([columns], width, f"Runs against {sweep}: measured in the run, and what {sweep} said")

@@ -1,0 +1,161 @@
+"""`loadtune predict`'s output: the predicted table, the closing lines, and the CSV of
+predicted rows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from loadtune.errors import ResultsError
+from loadtune.results.choice import dataloader_line, paste_settings
+from loadtune.results.findings import CheaperWaitsMore
+from loadtune.results.report import short_trial
+from loadtune.results.table import Column, fitted_table
+from loadtune.results.transfer_values import Forecast, ResolvedTarget
+from loadtune.text import fmt
+from loadtune.trials import format_value
+
+
+def target_text(target: ResolvedTarget) -> str:
+    cores = f"{target.cores:g} usable core{'' if target.cores == 1 else 's'}"
+    ranks = f"{target.ranks} rank{'' if target.ranks == 1 else 's'}"
+    return f"{cores}, {ranks}, a {target.step_ms:.1f} ms step"
+
+
+def forecast_table(f: Forecast, width: int | None = None) -> Table:
+    """Every config of the space, best predicted first: samples/s (all ranks; per rank with
+    several), wait ratio, what the source measured where it is the same machine, memory where
+    a config does not fit; the recommendation marked. At `width`, the least important columns
+    are left out, and config names shortened, rather than a figure cut."""
+    ranks = f.target.ranks > 1
+    measured = any(r.measured_throughput is not None for r in f.rows)
+    memory = any(not r.memory.fits for r in f.rows) or f.target.scale != f.source.scale
+    notes = tuple(Text("recommended", style="bold green") if r.recommended else
+                  Text("does not fit" if not r.memory.fits else "", style="yellow") for r in f.rows)
+    figures = [Column("samples/s", tuple(f"{r.predicted_throughput:.1f}" for r in f.rows))]
+    if ranks:
+        figures.append(Column("per rank", tuple(f"{r.predicted_throughput_per_rank:.1f}" for r in f.rows), priority=2))
+    figures.append(Column("wait ratio", tuple(f"{r.predicted_wait_ratio:.3f}" for r in f.rows), priority=1))
+    if measured:
+        figures.append(Column("measured", tuple(fmt(r.measured_throughput, 1) for r in f.rows), priority=3))
+    if memory:
+        figures.append(Column("RAM GB", tuple(fmt(r.memory.ram_gb, 1) for r in f.rows), priority=1))
+
+    def columns(names: list[str]) -> list[Column]:
+        styled = tuple(Text(n, style="bold" if r.recommended else "") for n, r in zip(names, f.rows))
+        return [Column("config", styled, "left", names=True), *figures, Column("", notes, "left")]
+
+    names = [r.config for r in f.rows]
+    short = [short_trial(n) for n in names]
+    return fitted_table([columns(names), columns(short)], width, f"Predicted for {target_text(f.target)}")
+
+
+def forecast_lines(f: Forecast) -> list[str]:
+    """The closing words: the recommendation, what the sweep's own pick would lose there, what
+    is extrapolated, what does not fit, and what to paste."""
+    source = replace(f.target, cores=f.source.cores, ranks=f.source.ranks, step_ms=f.source.step_ms)
+    measured = f"Measured on {target_text(source)}" + (f" (the run, {f.source.run} watched)" if f.source.run else "")
+    if f.fit.model.trials == 1:
+        lines = [f"{measured}; fitted to 1 measured config: the model could not be checked against a second "
+                 "measured config, so how far off its predictions are here is not known"]
+    else:
+        lines = [f"{measured}; {f.fit.model.trials} trials fitted", str(f.model_error)]
+    lines.extend(neutral_lines(f))
+    pick = f.recommended
+    if pick is None:
+        return [*lines, *f.choice.notes]
+    lines.append(f"Recommended for {target_text(f.target)}: {pick.config}: {pick.predicted_throughput:.1f} samples/s"
+                 f"{' in all' if f.target.ranks > 1 else ''}, wait ratio {pick.predicted_wait_ratio:.3f} (predicted; "
+                 f"the cheapest within {f.choice.tolerance:.0%} of the best)")
+    share = f.carried_share
+    own = "The run's own settings" if f.source.run else "The sweep's own pick"
+    if f.choice.source_pick is not None and share is not None and f.choice.source_pick.settings != pick.settings:
+        if share >= 1 - f.choice.tolerance:
+            lines.append(f"{own} ({f.choice.source_pick.config}) would do as well there ({share:.2f} of it); "
+                         f"the recommendation costs less.")
+        else:
+            lines.append(f"{own} ({f.choice.source_pick.config}) would run {share:.2f} of that there.")
+    elif f.choice.source_pick is not None:
+        lines.append("The run's own settings are the recommendation: keep them." if f.source.run else
+                     "The sweep's own pick is the same: it travels.")
+    lines += [f"Extrapolated: {e}." for e in f.extrapolated]
+    unfit = [r for r in f.rows if not r.memory.fits]
+    if unfit:
+        lines.append(f"Does not fit: {len(unfit)} config{'' if len(unfit) == 1 else 's'}, e.g. {unfit[0].config}: "
+                     f"{unfit[0].memory.why}.")
+    lines += list(f.choice.notes)
+    lines += [str(w) for w in wait_words(f)]
+    aside = f"; keep {', '.join(f.carried.aside)} as in your code" if f.carried.aside else ""
+    if f.carried.unknown_rest is not None:
+        aside += (f"; keep your DataLoader's other settings (shuffle, drop_last, a sampler, ...) as in your code: "
+                  f"no {f.carried.unknown_rest} beside the CSV says them")
+    lines.append(f"Paste (each rank): {dataloader_line(paste_settings(pick.settings, f.carried.kept))}{aside}")
+    return lines
+
+
+# The recommendation waits this much more (in wait ratio) than a config predicted as fast: said why.
+WAITS_MORE = 0.10
+
+
+def wait_words(f: Forecast) -> list[CheaperWaitsMore]:
+    """Where the recommendation (the cheapest within the tolerance of the best samples/s) waits
+    clearly more than a config predicted about as fast: why, in one line."""
+    pick = f.recommended
+    if pick is None:
+        return []
+    best = max(r.predicted_throughput for r in f.rows if r.memory.fits)
+    tied = [r for r in f.rows if r.memory.fits and r.predicted_throughput >= (1 - f.choice.tolerance) * best]
+    lean = min(tied, key=lambda r: r.predicted_wait_ratio)
+    if pick.predicted_wait_ratio - lean.predicted_wait_ratio <= WAITS_MORE:
+        return []
+    return [CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
+                             lean.predicted_throughput / pick.predicted_throughput, f.choice.tolerance, f.target.ranks)]
+
+
+# What each figure model.unshown_figures names costs, in words.
+FIGURE_WORDS = {
+    "handover_ms_per_sample": "the hand-over from workers",
+    "worker_start_ms": "the workers' start at each epoch",
+    "worker_start_per_worker_ms": "each more worker's start",
+    "persistent_resume_ms": "persistent workers' resume",
+    "worker_put_ms": "a worker's put into shared memory",
+    "core_share": "crowded cores",
+    "oversubscription": "",
+    "h2d_pinned_ms": "the copy from pinned memory",
+    "step_sync": "the step's threads waiting for each other on crowded cores",
+}
+
+
+def neutral_lines(f: Forecast) -> list[str]:
+    """One line naming the figures no measured config shows, kept neutral, and the run that
+    would show them; none where every figure a config predicted needs was measured."""
+    if not f.fit.neutral:
+        return []
+    runs: dict[str, list[str]] = {}
+    for name, run in f.fit.neutral:
+        runs.setdefault(run, []).append(name)
+    parts = []
+    for run, names in runs.items():
+        words = ", ".join(w for w in (FIGURE_WORDS.get(n, n) for n in names) if w)
+        parts.append(f"{words} ({', '.join(names)}), shown by a run with {run}")
+    return [f"Kept neutral, as no measured config shows them (configs that need them are predicted without that "
+            f"cost): {'; '.join(parts)}."]
+
+
+def write_forecast(f: Forecast, path: Path | str) -> Path:
+    """The predicted rows as CSV (Forecast.table_rows), booleans as true/false."""
+    import pandas as pd
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{k: format_value(v) if isinstance(v, bool) else v for k, v in row.items()} for row in f.table_rows()]
+    frame = pd.DataFrame(rows, dtype=object)
+    try:
+        frame.to_csv(path, index=False)
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    return path
+
