@@ -415,7 +415,7 @@ def _device() -> str:
     try:
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             return f"cuda:{torch.cuda.current_device()}"
     except Exception:  # noqa: BLE001
         pass

@@ -171,9 +171,10 @@ class LoaderWatch:
         if sampler is None:
             return None
         try:
-            return sampler.stop()
+            samples: ResourceSamples = sampler.stop()
         except Exception:  # noqa: BLE001 - as above
             return None
+        return samples
 
     def _interval(self, interval: Interval, tail: bool) -> None:
         samples = self._stop_sampler()
@@ -261,7 +262,7 @@ def device_idle_for() -> Any:
     try:
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             return CudaIdle(torch.cuda.current_device())
     except Exception:  # noqa: BLE001 - no CUDA: the host's wait is the wait
         pass

@@ -71,26 +71,28 @@ class Feed:
         self._it: Iterator[Any] | None = None
         self._in_epoch = 0
 
-    def _new_epoch(self) -> None:
+    def _new_epoch(self) -> Iterator[Any]:
         self._it = None  # let the old iterator shut its workers down now, inside the wait
-        self._it = iter(self._loader)
+        self._it = it = iter(self._loader)
         self._in_epoch = 0
+        return it
 
     def next(self) -> tuple[Any, bool]:
         """The next batch and whether it is the first of a new epoch."""
-        new_epoch = self._it is None or self._in_epoch == self._epoch_batches
-        if new_epoch:
-            self._new_epoch()
+        it = self._it
+        new_epoch = it is None or self._in_epoch == self._epoch_batches
+        if it is None or new_epoch:
+            it = self._new_epoch()
         try:
-            batch = next(self._it)
+            batch = next(it)
         except StopIteration:
             if new_epoch:
                 raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch "
                                        "(empty dataset, or batch_size larger than it with drop_last)") from None
-            self._new_epoch()
+            it = self._new_epoch()
             new_epoch = True
             try:
-                batch = next(self._it)
+                batch = next(it)
             except StopIteration:
                 raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch") from None
         self._in_epoch += 1
@@ -170,7 +172,8 @@ class _Columns:
 
     def window(self, use: tuple[Any, tuple[Any, ...]], epoch_pos: int) -> Window:
         # A device timing missing for any batch leaves the window without one (not a partial one).
-        copy_s = tuple(self.copies) if self.copies and None not in self.copies else ()
+        copies = tuple(c for c in self.copies if c is not None)
+        copy_s = copies if self.copies and len(copies) == len(self.copies) else ()
         keys, labels = window_keys(self.taken)
         return Window(tuple(self.wait), tuple(self.h2d), tuple(self.step), tuple(self.samples), tuple(self.starts),
                       copy_s, tuple(self.wait_cpu), *use, keys=keys, labels=labels, epoch_pos=epoch_pos)

@@ -378,7 +378,7 @@ def _read_stack(path: Path, wait_s: float) -> str:
 
 def _alive(pid: int) -> bool:
     """A rank of this process still running (not exited, not a zombie)."""
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     try:
         proc = psutil.Process(pid)
