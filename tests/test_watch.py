@@ -80,9 +80,9 @@ def test_waits_and_steps_per_batch_exact_after_the_sweeps_warmup():
     watch.close()
     observed = watch.observed()
     warmup = _MEASURE.warmup_batches  # no workers: no per-worker extra
-    assert observed.warmup_batches == warmup
-    assert observed.first_batch_s == START_S + FETCH_S  # the iterator's start belongs to the first wait
-    assert observed.warmup_s == (warmup - 1) * (FETCH_S + STEP_S) + STEP_S
+    assert observed.warm_up.warmup_batches == warmup
+    assert observed.warm_up.first_batch_s == START_S + FETCH_S  # the iterator's start belongs to the first wait
+    assert observed.warm_up.warmup_s == (warmup - 1) * (FETCH_S + STEP_S) + STEP_S
     counted = [b for w in observed.windows for b in w.wait_s]
     assert len(counted) == 30 - warmup  # the last batch's step ended at the ask that ended the epoch
     # every_s = 1 s holds 4 batches of 1/4 s: windows of 4, the run's short tail joined to the last

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator
 from loadtune.config import MeasureSpec
 from loadtune.measurement import ResourceSamples, Window
 from loadtune.training_process.probe import Counting, CudaIdle, loader_settings
-from loadtune.training_process.rows import Observed
+from loadtune.training_process.rows import LoaderTraits, Observed, WarmUpFigures
 from loadtune.training_process.tally import Interval, Tally, joined
 from loadtune.trial_process.measure import Clock, WarmUp, batch_bytes, batch_len
 
@@ -208,9 +208,9 @@ class LoaderWatch:
         return Observed(
             name=self.name, settings=self.settings, windows=tuple(self.windows),
             resources=tuple(self.resources) if len(self.resources) == len(self.windows) else (),
-            first_batch_s=tally.first_batch_s or 0.0, warmup_s=tally.warmup_s, warmup_batches=tally.warmup.done,
-            batch_bytes=tally.batch_bytes, epoch_batches=self.epoch_batches,
-            restarts_workers=bool(self.workers) and not self.persistent, pinned=self.pinned,
+            warm_up=WarmUpFigures(tally.first_batch_s or 0.0, tally.warmup_s, tally.warmup.done),
+            traits=LoaderTraits(tally.batch_bytes, self.epoch_batches, bool(self.workers) and not self.persistent,
+                                self.pinned),
             watched_s=self.clock() - self.started, reason=self.reason)
 
 
