@@ -29,7 +29,8 @@ from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
 from loadtune.text import output_width, wrap
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
-from loadtune.training_process.watch import LoaderWatch
+from loadtune.training_process.tally import Clocks
+from loadtune.training_process.watch import LoaderWatch, Sampling, WatchHooks
 
 LOGGER = "loadtune.watch"
 # Over the last interval, a wait ratio above this is worth a warning (the verdicts' own line
@@ -144,10 +145,10 @@ class RunWatch:
                 again.adopt(loader)
                 self._by_loader[id(loader)] = again
                 return again
+            hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
             watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(self.loaders))),
-                                self.every_s, on_interval=self._interval, on_epoch=self._refresh_group,
-                                sample_tree=self.sample_tree,
-                                clock=self.clock, cpu_clock=self.cpu_clock)
+                                self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
+                                sampling=Sampling(tree=self.sample_tree))
             self._by_loader[id(loader)] = watch
             self.loaders.append(watch)
             return watch
@@ -178,7 +179,7 @@ class RunWatch:
                               "and is written again at the next interval and at its end", logging.ERROR)
 
     def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
-        interval = watch.last
+        interval = watch.kept.last
         if interval is None:
             return
         wait_ratio, samples_per_s = window_figures_of(interval.window)
@@ -188,7 +189,7 @@ class RunWatch:
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
         if wait_ratio > WARN_WAIT_RATIO and row is not None and row.verdict:
             last, at = self._warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
-            n = watch.seen_intervals
+            n = watch.kept.seen
             if row.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
                 self._warned[watch.name] = (row.verdict, n)
                 self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
@@ -217,7 +218,7 @@ class RunWatch:
         if self._context is None:
             first = self.loaders[0] if self.loaders else None
             settings = first.settings if first is not None else {}
-            length = first.dataset_len if first is not None else None
+            length = first.facts.dataset_len if first is not None else None
             context = settings.get("multiprocessing_context")
             self._context = run_context(self.script, _device(), context, self.group.world, length, self.started_at)
         return dict(self._context)
@@ -229,7 +230,7 @@ class RunWatch:
         for watch in self.loaders:
             observed: Observed = watch.observed()
             name = self._trial_name(watch.name)
-            record = watched_record(observed, {**context, "dataset_len": watch.dataset_len},
+            record = watched_record(observed, {**context, "dataset_len": watch.facts.dataset_len},
                                     dist_rank=self.group.rank, ranks=self.group.world, trial_name=name)
             if record is not None:
                 rows.append(record)
@@ -284,8 +285,9 @@ class RunWatch:
         kept = [s for s in samples if s.trial in names]
         host = rows[0].host if rows else ""
         self._samples.write("", host or "", 1.0, self.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.dataset_spec, dict(w.settings), self.script,
-                                                                     tuple(sys.argv[1:])) for w in self.loaders})
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.settings),
+                                                                     self.script, tuple(sys.argv[1:]))
+                                for w in self.loaders})
 
     def flush(self) -> list[Record]:
         """The file as it stands now (the run goes on)."""
@@ -303,7 +305,7 @@ class RunWatch:
             if self.closed:
                 return self.written
             for watch in self.loaders:
-                watch.on_interval = None
+                watch.hooks.on_interval = None
                 try:
                     watch.close(reason)
                 except Exception:  # noqa: BLE001 - its intervals so far still make its row
@@ -320,7 +322,7 @@ class RunWatch:
                 self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
                 return []
             if self.group.rank == 0:
-                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.windows]))
+                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.kept.windows]))
             return rows
 
 
