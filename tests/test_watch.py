@@ -20,7 +20,7 @@ from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import summarize, window_figures
 from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line
 from loadtune.training_process.tally import SHORT_TAIL_SHARE, Clocks
-from loadtune.training_process.watch import _MEASURE, LoaderWatch, Sampling, WatchHooks
+from loadtune.training_process.watch import _MEASURE, LoaderWatch, WatchHooks, WatchSampling
 
 # Dyadic times: every sum below is exact in floating point.
 FETCH_S, STEP_S, START_S = 1 / 16, 3 / 16, 1 / 2
@@ -60,7 +60,7 @@ class FakeLoader:
 def _watch(clock: FakeClock, loader: FakeLoader, every_s: float = 1.0) -> tuple[LoaderWatch, list]:
     seen: list = []
     watch = LoaderWatch(loader, "fake", every_s, clocks=Clocks(clock, lambda: 0.0),
-                        sampling=Sampling(tree=False, device_idle=None),
+                        sampling=WatchSampling(tree=False, device_idle=None),
                         hooks=WatchHooks(on_interval=lambda w: seen.append(w.kept.last)))
     return watch, seen
 
@@ -158,7 +158,8 @@ def test_the_intervals_bookkeeping_is_neither_step_nor_wait_and_the_tail_is_judg
         clock.t += 3.0
 
     watch = LoaderWatch(loader, "fake", 1.0, clocks=Clocks(clock, lambda: 0.0),
-                        sampling=Sampling(tree=False, device_idle=None), hooks=WatchHooks(on_interval=slow_bookkeeping))
+                        sampling=WatchSampling(tree=False, device_idle=None),
+                        hooks=WatchHooks(on_interval=slow_bookkeeping))
     _train(watch, loader, clock, epochs=1)
     clock.t += 60.0  # the script goes on (evaluation, saving) before the process ends
     watch.close()

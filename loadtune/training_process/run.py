@@ -30,7 +30,7 @@ from loadtune.sweep_process.stats import window_figures
 from loadtune.text import output_width, wrap
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
 from loadtune.training_process.tally import Clocks
-from loadtune.training_process.watch import LoaderWatch, Sampling, WatchHooks
+from loadtune.training_process.watch import LoaderWatch, WatchHooks, WatchSampling
 
 LOGGER = "loadtune.watch"
 # Over the last interval, a wait ratio above this is worth a warning (the verdicts' own line
@@ -193,7 +193,7 @@ class RunWatch:
             hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
             watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(self.loaders))),
                                 self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
-                                sampling=Sampling(tree=self.sample_tree))
+                                sampling=WatchSampling(tree=self.sample_tree))
             self._loaders.by_id[id(loader)] = watch
             self.loaders.append(watch)
             return watch

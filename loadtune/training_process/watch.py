@@ -78,7 +78,7 @@ class WatchHooks:
 
 
 @dataclass
-class Sampling:
+class WatchSampling:
     """What is read beside the batches once counting starts: the process tree, sampled over each
     interval where `tree` (`sampler`: the one running), and the device's idle time for data
     (`device_idle`: AUTO, CUDA events where the run trains on CUDA; None: the host's wait)."""
@@ -126,7 +126,7 @@ class LoaderWatch:
     """A watched DataLoader: `iterate` wraps each epoch's iterator; `observed` is what it saw."""
 
     def __init__(self, loader: Any, name: str, every_s: float, *, hooks: WatchHooks | None = None,
-                 clocks: Clocks | None = None, sampling: Sampling | None = None) -> None:
+                 clocks: Clocks | None = None, sampling: WatchSampling | None = None) -> None:
         clocks = clocks if clocks is not None else Clocks()
         self.name = name
         self._loader = _weak(loader)  # the loader is the training's: a watch keeps no old one (nor its workers) alive
@@ -135,7 +135,7 @@ class LoaderWatch:
         self.facts = LoaderFacts.of(loader)
         self.hooks = hooks if hooks is not None else WatchHooks()
         self.counting = Counting(loader) if self.facts.workers or hasattr(loader, "dataset") else None
-        self.sampling = sampling if sampling is not None else Sampling()
+        self.sampling = sampling if sampling is not None else WatchSampling()
         self.kept = KeptIntervals()
         self.started = clocks.wall()
         self.ended: str | None = None  # how the run ended ("": by itself); None while it runs
