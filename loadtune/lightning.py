@@ -22,19 +22,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from loadtune.training_process.frameworks import CallbackWatch, failed, flat_loaders
+from loadtune.training_process.frameworks import CallbackWatch, failed, flat_loaders, framework_class
 
 if TYPE_CHECKING:
     from lightning.pytorch import Callback as _Callback
-else:
-    try:
-        from lightning.pytorch import Callback as _Callback
-    except ImportError:  # the older package name
-        try:
-            from pytorch_lightning import Callback as _Callback
-        except ImportError as missing:
-            raise ImportError("loadtune.lightning needs PyTorch Lightning: pip install 'loadtune-torch[lightning]'") \
-                from missing
+else:  # pytorch_lightning: the older package name
+    _Callback = framework_class("loadtune.lightning", "PyTorch Lightning", "lightning",
+                                ("lightning.pytorch", "Callback"), ("pytorch_lightning", "Callback"))
+
 
 class WatchCallback(CallbackWatch, _Callback):
     """Watches the train DataLoader(s) of each `trainer.fit`: rows named `name` in `out` (default

@@ -178,10 +178,11 @@ class Measurement:
 
 
 def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:
-    if not windows or any(w is None for w in windows):
+    known = [w for w in windows if w is not None]
+    if not windows or len(known) < len(windows):
         return None
-    total = windows[0]
-    for w in windows[1:]:
+    total = known[0]
+    for w in known[1:]:
         total = total.plus(w)
     return total
 

@@ -159,11 +159,10 @@ def profile_run(
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")
     device = resolve_device(device)
-    base_dir = str(spec.base_dir)
     trace = Path(trace_path) if trace_path is not None else None
     config, trial, loader, kwargs = _baseline_loader(spec)
     warmup, extra = _warmup(config, kwargs, loader, batches, warmup_batches)
-    step = make_synced_step(build_step(config.step, base_dir, device), device)
+    step = make_synced_step(build_step(config.step, str(spec.base_dir), device), device)
     transfer = make_transfer(device, bool(kwargs.get("pin_memory")))
     prof = _profiler(device)
     window = _ProfiledWindow(prof)

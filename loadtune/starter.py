@@ -14,9 +14,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from loadtune.errors import LoadtuneError
+
+if TYPE_CHECKING:
+    from loadtune.results.record import Record
+    from loadtune.results.watched import LoaderInfo
 
 DEFAULT_STARTER_PATH = "loadtune.yaml"
 
@@ -175,50 +179,33 @@ def _name(text: str) -> str:
 def from_run(source: Path | str) -> tuple[str, str]:
     """The starter config's text for the loader a watched run spent most time in, and its name.
     Not a results CSV, or one without a watched row: a LoadtuneError naming the file."""
-    from pydantic import ValidationError
-
-    from loadtune.config import LoaderSpec
     from loadtune.results.record import load_records
-    from loadtune.results.watched import (
-        WORKERS_PER_CORE,
-        cores_per_rank,
-        default_sweep,
-        info_for,
-        kept_settings,
-        loaders,
-        on_accelerator,
-        read_loader_info,
-        settings_text,
-    )
+    from loadtune.results.watched import info_for, loaders, read_loader_info
 
     source = Path(source)
-    records = load_records(source)
-    watched = loaders(records)
+    watched = loaders(load_records(source))
     if not watched:
         raise LoadtuneError(f"{source}: no watched row (status watched) that ran: init --from reads the CSV of a "
                             "watched run (loadtune watch, loadtune.watch)")
     loader = watched[0]
     name = loader.trial or "train"
-    infos = read_loader_info(source)
-    info = info_for(infos, name)
+    info = info_for(read_loader_info(source), name)
+    lines = _header_lines(source, watched, name)
+    lines += _dataset_lines(source, loader, name, info)
+    lines += _loader_lines(loader, info)
+    lines += _sweep_lines(source, loader)
+    lines += _step_lines(loader)
+    text = "\n".join(lines)
+    _check(text, source)
+    return text, name
+
+
+def _header_lines(source: Path, watched: Sequence[Record], name: str) -> list[str]:
+    """What the config is written from, and what to do with it."""
+    from loadtune.results.watched import settings_text
+
+    loader = watched[0]
     ranks = int(loader.ranks or 1)
-    settings = {"batch_size": loader.batch_size, "num_workers": int(loader.num_workers or 0),
-                "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
-                "persistent_workers": bool(loader.persistent_workers) if loader.num_workers else False,
-                "pin_memory": bool(loader.pin_memory), "main_threads": loader.main_threads,
-                "worker_threads": loader.worker_threads if loader.num_workers else None}
-    kept, aside = kept_settings(info)
-    block = {k: v for k, v in settings.items() if v is not None}
-    refused = []
-    for key, value in kept.items():
-        if key in block:
-            continue
-        try:
-            LoaderSpec.model_validate({**block, key: value})
-        except ValidationError:
-            refused.append(f"{key}={value!r}")
-            continue
-        block[key] = value
     lines = [f"# loadtune sweep config written by `loadtune init --from {source}`: the loader {name!r} the run",
              f"# watched: {loader.throughput:.1f} samples/s{' in all' if ranks > 1 else ''}, wait ratio "
              f"{loader.wait_ratio:.3f}, with {settings_text(loader)}{f' on {ranks} ranks' if ranks > 1 else ''}.",
@@ -232,11 +219,16 @@ def from_run(source: Path | str) -> tuple[str, str]:
     if others:
         lines.append(f"# The run also watched {', '.join(str(o) for o in others)}: each its own pipeline; this is "
                      "the one it spent most time in.")
+    return lines
+
+
+def _dataset_lines(source: Path, loader: Record, name: str, info: LoaderInfo | None) -> list[str]:
+    """The config's name and its dataset block: the factory left for the user to fill in."""
     script = Path(loader.config_name).stem if loader.config_name else ""
     config_name = _name("-".join(dict.fromkeys(part for part in (script, name) if part)))
-    lines += ["", f"name: {config_name}", "", "dataset:",
-              "  # FILL IN: \"path/to/file.py:callable\" (relative to this file) or \"pkg.module:callable\" that",
-              "  # returns the dataset your script trains on, built as the script builds it; kwargs go to it."]
+    lines = ["", f"name: {config_name}", "", "dataset:",
+             "  # FILL IN: \"path/to/file.py:callable\" (relative to this file) or \"pkg.module:callable\" that",
+             "  # returns the dataset your script trains on, built as the script builds it; kwargs go to it."]
     dataset = info.dataset if info is not None else None
     if dataset:
         script = " ".join([info.script or "", *info.argv]).strip() if info is not None else ""
@@ -248,35 +240,80 @@ def from_run(source: Path | str) -> tuple[str, str]:
     lines += [f"  factory: {_yaml(FACTORY_PLACEHOLDER)}", "  kwargs: {}", "",
               "# loader: the watched DataLoader's settings (the CSV's columns"
               f"{', and ' + source.stem + '.loader.json beside it' if info is not None else ''}).", "loader:"]
-    lines += [f"  {key}: {_yaml(value)}" for key, value in block.items()]
+    return lines
+
+
+def _loader_block(loader: Record, kept: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The loader block's settings: the row's, then each kept keyword the block takes; and
+    those it refuses, as key=value."""
+    from pydantic import ValidationError
+
+    from loadtune.config import LoaderSpec
+
+    settings = {"batch_size": loader.batch_size, "num_workers": int(loader.num_workers or 0),
+                "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
+                "persistent_workers": bool(loader.persistent_workers) if loader.num_workers else False,
+                "pin_memory": bool(loader.pin_memory), "main_threads": loader.main_threads,
+                "worker_threads": loader.worker_threads if loader.num_workers else None}
+    block = {k: v for k, v in settings.items() if v is not None}
+    refused = []
+    for key, value in kept.items():
+        if key in block:
+            continue
+        try:
+            LoaderSpec.model_validate({**block, key: value})
+        except ValidationError:
+            refused.append(f"{key}={value!r}")
+            continue
+        block[key] = value
+    return block, refused
+
+
+def _loader_lines(loader: Record, info: LoaderInfo | None) -> list[str]:
+    """The loader block's keys, then what of the watched loader it could not take."""
+    from loadtune.results.watched import kept_settings
+
+    kept, aside = kept_settings(info)
+    block, refused = _loader_block(loader, kept)
+    lines = [f"  {key}: {_yaml(value)}" for key, value in block.items()]
     for word in refused:
         lines.append(f"  # {word}: the run's, not a value the loader block takes")
     for word in aside:
         lines.append(f"  # {word}: not a loader key; to keep it, return your DataLoader from the factory "
                      "(docs/your-data.md)")
+    return lines
+
+
+def _sweep_lines(source: Path, loader: Record) -> list[str]:
+    """The sweep block: the values predict predicts from the run."""
+    from loadtune.results.watched import WORKERS_PER_CORE, cores_per_rank, default_sweep, on_accelerator
+
     sweep = default_sweep(loader)
     accelerator = on_accelerator(loader)
-    lines += ["", f"# sweep: the values around the run's own that `loadtune predict {source}` predicts",
-              f"# (up to {WORKERS_PER_CORE} workers per usable core of a rank: {cores_per_rank(loader):g} cores here).",
-              "sweep:"]
+    lines = ["", f"# sweep: the values around the run's own that `loadtune predict {source}` predicts",
+             f"# (up to {WORKERS_PER_CORE} workers per usable core of a rank: {cores_per_rank(loader):g} cores here).",
+             "sweep:"]
     for key, values in sweep.items():
         if key == "pin_memory" and not accelerator:
             lines.append("  # pin_memory: [false, true]   # with an accelerator (the run fed the CPU)")
             continue
         lines.append(f"  {key}: [{', '.join(_yaml(v) for v in values)}]")
+    return lines
+
+
+def _step_lines(loader: Record) -> list[str]:
+    """The step (the run's own as a stand-in that waits), measure, device and output."""
     step_s = round(loader.step_ms / 1e3, STEP_DIGITS) if loader.step_ms is not None else DEFAULT_STEP_S
     measured = f"the run's step, {loader.step_ms:.1f} ms a batch" if loader.step_ms is not None else "a guess"
-    lines += ["", f"# step: {measured}, as a stand-in that waits (no host CPU). For your own step",
-              "# (its CPU competes with the workers): step.factory (docs/your-data.md).", "step:",
-              f"  sleep_s: {_yaml(step_s)}", ""]
+    lines = ["", f"# step: {measured}, as a stand-in that waits (no host CPU). For your own step",
+             "# (its CPU competes with the workers): step.factory (docs/your-data.md).", "step:",
+             f"  sleep_s: {_yaml(step_s)}", ""]
     epoch = loader.run_epoch_batches
     epoch_note = "   # the run's epoch in batches (each rank's share)" if epoch else ""
     device_note = f"   # the run used {loader.device}" if loader.device else ""
     lines += ["measure:", f"  run_epoch_batches: {_yaml(epoch)}{epoch_note}", "",
               f"device: auto{device_note}", "output: null", ""]
-    text = "\n".join(lines)
-    _check(text, source)
-    return text, name
+    return lines
 
 
 def _check(text: str, source: Path) -> None:

@@ -25,15 +25,16 @@ rank watches its own loader and rank 0 writes one row per rank; only rank 0 says
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from loadtune.training_process.frameworks import CallbackWatch, say
+from loadtune.training_process.frameworks import CallbackWatch, framework_class, say
 
-try:
+if TYPE_CHECKING:
     from transformers import TrainerCallback
-except ImportError as missing:
-    raise ImportError("loadtune.transformers needs Transformers: pip install 'loadtune-torch[transformers]'") \
-        from missing
+else:
+    TrainerCallback = framework_class("loadtune.transformers", "Transformers", "transformers",
+                                      ("transformers", "TrainerCallback"))
+
 
 class WatchCallback(CallbackWatch, TrainerCallback):
     """Watches the train DataLoader of each `trainer.train()`: rows named `name` in `out` (default

@@ -46,7 +46,7 @@ def effective_settings(kwargs: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def cost_of(settings: Mapping[str, Any]) -> tuple:
+def cost_of(settings: Mapping[str, Any]) -> tuple[int, int, bool, bool, bool, bool, bool]:
     """What a config costs to run, to choose the cheaper of two that perform alike: workers
     first, then prefetch depth, kept workers, pinning (DataLoader's defaults filled in); then
     what departs from the defaults without a cost in resources (batches out of order, thread

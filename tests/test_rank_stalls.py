@@ -23,15 +23,13 @@ from loadtune.trial_process.phases import (
     LIMITS_VAR,
     TEST_STALL_VAR,
     Found,
-    Frame,
     RankState,
     Stall,
     StallLimits,
-    condense,
     find_stall,
     split_phase,
-    stack_line,
 )
+from loadtune.trial_process.stacks import Frame, condense, stack_line
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]

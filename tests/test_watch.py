@@ -19,8 +19,8 @@ from loadtune.results.watched import loader_file
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import summarize, window_figures
 from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line
-from loadtune.training_process.tally import SHORT_TAIL_SHARE
-from loadtune.training_process.watch import _MEASURE, LoaderWatch
+from loadtune.training_process.tally import SHORT_TAIL_SHARE, Clocks
+from loadtune.training_process.watch import _MEASURE, LoaderWatch, WatchHooks, WatchSampling
 
 # Dyadic times: every sum below is exact in floating point.
 FETCH_S, STEP_S, START_S = 1 / 16, 3 / 16, 1 / 2
@@ -59,8 +59,9 @@ class FakeLoader:
 
 def _watch(clock: FakeClock, loader: FakeLoader, every_s: float = 1.0) -> tuple[LoaderWatch, list]:
     seen: list = []
-    watch = LoaderWatch(loader, "fake", every_s, clock=clock, cpu_clock=lambda: 0.0, sample_tree=False,
-                        device_idle=None, on_interval=lambda w: seen.append(w.last))
+    watch = LoaderWatch(loader, "fake", every_s, clocks=Clocks(clock, lambda: 0.0),
+                        sampling=WatchSampling(tree=False, device_idle=None),
+                        hooks=WatchHooks(on_interval=lambda w: seen.append(w.kept.last)))
     return watch, seen
 
 
@@ -80,9 +81,9 @@ def test_waits_and_steps_per_batch_exact_after_the_sweeps_warmup():
     watch.close()
     observed = watch.observed()
     warmup = _MEASURE.warmup_batches  # no workers: no per-worker extra
-    assert observed.warmup_batches == warmup
-    assert observed.first_batch_s == START_S + FETCH_S  # the iterator's start belongs to the first wait
-    assert observed.warmup_s == (warmup - 1) * (FETCH_S + STEP_S) + STEP_S
+    assert observed.warm_up.warmup_batches == warmup
+    assert observed.warm_up.first_batch_s == START_S + FETCH_S  # the iterator's start belongs to the first wait
+    assert observed.warm_up.warmup_s == (warmup - 1) * (FETCH_S + STEP_S) + STEP_S
     counted = [b for w in observed.windows for b in w.wait_s]
     assert len(counted) == 30 - warmup  # the last batch's step ended at the ask that ended the epoch
     # every_s = 1 s holds 4 batches of 1/4 s: windows of 4, the run's short tail joined to the last
@@ -156,8 +157,9 @@ def test_the_intervals_bookkeeping_is_neither_step_nor_wait_and_the_tail_is_judg
     def slow_bookkeeping(watch):  # writing the row and the file takes 3 s of the loop's time
         clock.t += 3.0
 
-    watch = LoaderWatch(loader, "fake", 1.0, clock=clock, cpu_clock=lambda: 0.0, sample_tree=False,
-                        device_idle=None, on_interval=slow_bookkeeping)
+    watch = LoaderWatch(loader, "fake", 1.0, clocks=Clocks(clock, lambda: 0.0),
+                        sampling=WatchSampling(tree=False, device_idle=None),
+                        hooks=WatchHooks(on_interval=slow_bookkeeping))
     _train(watch, loader, clock, epochs=1)
     clock.t += 60.0  # the script goes on (evaluation, saving) before the process ends
     watch.close()
@@ -175,7 +177,7 @@ def test_warnings_come_once_per_verdict_not_every_interval(tmp_path):
     # A slow loader: waits 3/4 of each batch, far above WARN_WAIT_RATIO.
     loader = FakeLoader(clock, 200, fetch_s=3 * STEP_S)
     watch = run.watch(loader, "slow")
-    watch.device_idle = None
+    watch.sampling.device_idle = None
     _train(watch, loader, clock, epochs=1)
     rows = run.close()
     status = [line for line, level in lines if "samples/s, wait ratio" in line and "warning" not in line]
@@ -209,7 +211,7 @@ def test_a_second_run_into_the_same_file_writes_beside_it_and_says_where(tmp_pat
                        cpu_clock=lambda: 0.0)
         loader = FakeLoader(clock, 60)
         watch = run.watch(loader, "train")
-        watch.device_idle = None
+        watch.sampling.device_idle = None
         _train(watch, loader, clock, epochs=1)
         run.close()
         said.append(lines)
@@ -241,7 +243,7 @@ def test_long_runs_keep_a_systematic_sample_of_their_intervals(monkeypatch):
     _train(watch, loader, clock, epochs=1)
     watch.close()
     kept = watch.observed().windows
-    assert sum(len(w) for w in kept) <= 40 and watch.stride > 1
+    assert sum(len(w) for w in kept) <= 40 and watch.kept.stride > 1
     assert len(seen) >= 40 and len(kept) < len(seen)
 
 

@@ -155,6 +155,20 @@ def failed(kind: type[BaseException]) -> str:
     return f"the training raised {kind.__name__}"
 
 
+def framework_class(who: str, needs: str, extra: str, *places: tuple[str, str]) -> Any:
+    """The first of `places` (module, class name) that imports: the framework's class a callback
+    subclasses. None importable: an ImportError saying which extra installs it."""
+    import importlib
+
+    missing: ImportError | None = None
+    for module, name in places:
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ImportError as exc:
+            missing = exc
+    raise ImportError(f"{who} needs {needs}: pip install 'loadtune-torch[{extra}]'") from missing
+
+
 def say(line: str) -> None:
     """A line of the callback's own (rank 0 only), where the run's lines go."""
     from loadtune.training_process.run import _group, logger

@@ -38,7 +38,7 @@ def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = Non
 
     if _original is None:
         _original = DataLoader.__iter__
-        DataLoader.__iter__ = _watched_iter  # type: ignore[method-assign]
+        DataLoader.__iter__ = _watched_iter  # type: ignore[method-assign, assignment]
     _run, _select = run, select
 
 
@@ -48,7 +48,7 @@ def stop_watching() -> None:
     if _original is not None:
         from torch.utils.data import DataLoader
 
-        DataLoader.__iter__ = _original  # type: ignore[method-assign]
+        DataLoader.__iter__ = _original  # type: ignore[method-assign, assignment]
     _original, _run, _select = None, None, None
 
 

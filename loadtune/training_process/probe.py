@@ -116,12 +116,12 @@ class CudaIdle:
         self.torch, self.device = torch, device
 
     def asked(self) -> Any:
-        event = self.torch.cuda.Event(enable_timing=True)
+        event = self.torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         event.record()
         return event
 
     def got(self, mark: Any) -> Any:
-        event = self.torch.cuda.Event(enable_timing=True)
+        event = self.torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         event.record()
         return (mark, event)
 

@@ -25,6 +25,25 @@ STRATEGY = "watch"  # the strategy column of a watched row
 
 
 @dataclass(frozen=True)
+class WarmUpFigures:
+    """The uncounted start of a watched loader: its first batch's wait, and the warm-up after it."""
+
+    first_batch_s: float
+    warmup_s: float
+    warmup_batches: int  # the first batch included
+
+
+@dataclass(frozen=True)
+class LoaderTraits:
+    """What holds for every batch and epoch of a watched loader."""
+
+    batch_bytes: int | None  # bytes of tensors in its first batch
+    epoch_batches: int | None  # len(loader): the run's epoch, in batches
+    restarts_workers: bool
+    pinned: bool | None
+
+
+@dataclass(frozen=True)
 class Observed:
     """What one watched loader saw so far: its counted intervals (each a Window with the tree's
     resource samples over it, where taken) and the run's figures around them."""
@@ -33,21 +52,17 @@ class Observed:
     settings: Mapping[str, Any]  # the loader's plain settings (probe.loader_settings)
     windows: tuple[Window, ...]
     resources: tuple[ResourceSamples, ...]
-    first_batch_s: float
-    warmup_s: float
-    warmup_batches: int
-    batch_bytes: int | None
-    epoch_batches: int | None  # len(loader): the run's epoch, in batches
-    restarts_workers: bool
-    pinned: bool | None
+    warm_up: WarmUpFigures
+    traits: LoaderTraits
     watched_s: float
     reason: str = ""  # how the run ended, when not by itself (the script raised)
 
     def measurement(self) -> Measurement:
-        return Measurement(first_batch_s=self.first_batch_s, windows=self.windows, pinned=self.pinned,
-                           batch_bytes=self.batch_bytes, resources=self.resources, warmup_s=self.warmup_s,
-                           warmup_batches=self.warmup_batches, dataset_batches=self.epoch_batches,
-                           window_epoch_batches=self.epoch_batches, restarts_workers=self.restarts_workers)
+        warm_up, traits = self.warm_up, self.traits
+        return Measurement(first_batch_s=warm_up.first_batch_s, windows=self.windows, pinned=traits.pinned,
+                           batch_bytes=traits.batch_bytes, resources=self.resources, warmup_s=warm_up.warmup_s,
+                           warmup_batches=warm_up.warmup_batches, dataset_batches=traits.epoch_batches,
+                           window_epoch_batches=traits.epoch_batches, restarts_workers=traits.restarts_workers)
 
     @property
     def trial(self) -> Trial:
@@ -98,7 +113,8 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
                           diagnosis=found.columns, dist_rank=dist_rank)
     # A watched row's batches are every counted batch of the run (a sweep's: those of one window).
     return dataclasses.replace(record, ranks=ranks, changed="", value=None,
-                               batches=sum(len(w) for w in observed.windows), run_epoch_batches=observed.epoch_batches)
+                               batches=sum(len(w) for w in observed.windows),
+                               run_epoch_batches=observed.traits.epoch_batches)
 
 
 def watched_samples(name: str, observed: Observed, kept: dict[int, Measurement] | None = None) -> TrialSamples:

@@ -29,7 +29,8 @@ from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.stats import window_figures
 from loadtune.text import output_width, wrap
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
-from loadtune.training_process.watch import LoaderWatch
+from loadtune.training_process.tally import Clocks
+from loadtune.training_process.watch import LoaderWatch, WatchHooks, WatchSampling
 
 LOGGER = "loadtune.watch"
 # Over the last interval, a wait ratio above this is worth a warning (the verdicts' own line
@@ -101,6 +102,41 @@ def _group() -> _Group:
 
 
 @dataclass
+class _Job:
+    """The job this process is part of: its ranks as last seen, when the run started, and the
+    machine and run columns of its rows (once asked)."""
+
+    group: _Group = field(default_factory=_Group)
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    context: dict[str, Any] | None = None
+
+
+@dataclass
+class _Loaders:
+    """The loaders watched, in the order first seen: by id() and by name, and each one's last
+    warning (its verdict and the interval it was said at)."""
+
+    watches: list[LoaderWatch] = field(default_factory=list)
+    by_id: dict[int, LoaderWatch] = field(default_factory=dict)
+    names: set[str] = field(default_factory=set)
+    warned: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class _Output:
+    """Where the rows go and what was written: the results and samples files, where each file
+    asked for went (_beside), each loader's intervals as kept in the samples file, the rows last
+    written, and whether a write failed (said once)."""
+
+    results: ResultsFile | None = None
+    samples: SamplesFile | None = None
+    files: dict[Path, Path] = field(default_factory=dict)
+    parts: dict[str, dict[int, Any]] = field(default_factory=dict)
+    written: list[Record] = field(default_factory=list)
+    failed: bool = False
+
+
+@dataclass
 class RunWatch:
     """The watched loaders of this process, and where their rows go."""
 
@@ -111,53 +147,63 @@ class RunWatch:
     sample_tree: bool = True
     clock: Callable[[], float] = time.perf_counter
     cpu_clock: Callable[[], float] = time.thread_time
-    loaders: list[LoaderWatch] = field(default_factory=list)
-    closed: bool = False
 
     def __post_init__(self) -> None:
-        self.started_at = datetime.now(timezone.utc)
-        self._by_loader: dict[int, LoaderWatch] = {}
-        self._names: set[str] = set()
-        self._results: ResultsFile | None = None
-        self._samples: SamplesFile | None = None
-        self._warned: dict[str, tuple[str, int]] = {}
         self._lock = threading.RLock()
-        self._context: dict[str, Any] | None = None
-        self._parts: dict[str, dict[int, Any]] = {}  # each loader's intervals as kept in the samples file
-        self.group = _Group()
-        self.written: list[Record] = []
-        self._failed = False  # a write failed (said once)
-        self.reason = ""  # how the run ended, once closed
-        self._files: dict[Path, Path] = {}  # each file asked for, and where its rows go (_beside)
+        self._job = _Job()
+        self._loaders = _Loaders()
+        self._output = _Output()
+        self.ended: str | None = None  # how the run ended ("": by itself); None while it runs
         atexit.register(self.close)
+
+    @property
+    def loaders(self) -> list[LoaderWatch]:
+        return self._loaders.watches
+
+    @property
+    def closed(self) -> bool:
+        return self.ended is not None
+
+    @property
+    def reason(self) -> str:
+        """How the run ended, once closed."""
+        return self.ended or ""
+
+    @property
+    def group(self) -> _Group:
+        return self._job.group
+
+    @property
+    def written(self) -> list[Record]:
+        return self._output.written
 
     # --- loaders ------------------------------------------------------------------------------
 
     def watch(self, loader: Any, name: str | None = None) -> LoaderWatch:
         """The watch of `loader` (made on first sight, named `name` or after its dataset)."""
         with self._lock:
-            found = self._by_loader.get(id(loader))
+            found = self._loaders.by_id.get(id(loader))
             if found is not None and found.loader is loader:
                 return found
             again = next((w for w in self.loaders if (name is None or w.name == name) and w.same_loader(loader)), None)
             if again is not None:  # the same loader made again for a new epoch
                 again.adopt(loader)
-                self._by_loader[id(loader)] = again
+                self._loaders.by_id[id(loader)] = again
                 return again
+            hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
             watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(self.loaders))),
-                                self.every_s, on_interval=self._interval, on_epoch=self._refresh_group,
-                                sample_tree=self.sample_tree,
-                                clock=self.clock, cpu_clock=self.cpu_clock)
-            self._by_loader[id(loader)] = watch
+                                self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
+                                sampling=WatchSampling(tree=self.sample_tree))
+            self._loaders.by_id[id(loader)] = watch
             self.loaders.append(watch)
             return watch
 
     def _unique(self, name: str) -> str:
         candidate, n = name, 1
-        while candidate in self._names:
+        while candidate in self._loaders.names:
             n += 1
             candidate = f"{name} {n}"
-        self._names.add(candidate)
+        self._loaders.names.add(candidate)
         return candidate
 
     # --- as it runs ---------------------------------------------------------------------------
@@ -172,13 +218,13 @@ class RunWatch:
                 if self.group.rank == 0:
                     self._status(watch, rows)
             except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
-                if not self._failed:
-                    self._failed = True
+                if not self._output.failed:
+                    self._output.failed = True
                     self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}; the run goes on "
                               "and is written again at the next interval and at its end", logging.ERROR)
 
     def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
-        interval = watch.last
+        interval = watch.kept.last
         if interval is None:
             return
         wait_ratio, samples_per_s = window_figures_of(interval.window)
@@ -187,10 +233,10 @@ class RunWatch:
         self._say(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
         if wait_ratio > WARN_WAIT_RATIO and row is not None and row.verdict:
-            last, at = self._warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
-            n = watch.seen_intervals
+            last, at = self._loaders.warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
+            n = watch.kept.seen
             if row.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
-                self._warned[watch.name] = (row.verdict, n)
+                self._loaders.warned[watch.name] = (row.verdict, n)
                 self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
                           f"({row.verdict}): {row.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
 
@@ -199,7 +245,7 @@ class RunWatch:
         a script that destroys the group before it exits)."""
         now = _group()
         if now.store is not None or self.group.store is None:
-            self.group = now
+            self._job.group = now
 
     def _say(self, line: str, level: int = logging.INFO) -> None:
         if self.say is not None:
@@ -214,13 +260,14 @@ class RunWatch:
         return f"{name} rank {rank}" if self.group.world > 1 else name
 
     def context(self) -> dict[str, Any]:
-        if self._context is None:
+        job = self._job
+        if job.context is None:
             first = self.loaders[0] if self.loaders else None
             settings = first.settings if first is not None else {}
-            length = first.dataset_len if first is not None else None
+            length = first.facts.dataset_len if first is not None else None
             context = settings.get("multiprocessing_context")
-            self._context = run_context(self.script, _device(), context, self.group.world, length, self.started_at)
-        return dict(self._context)
+            job.context = run_context(self.script, _device(), context, self.group.world, length, job.started_at)
+        return dict(job.context)
 
     def own_rows(self) -> tuple[list[Record], list[TrialSamples]]:
         """This rank's rows and raw samples, one per loader with a counted interval."""
@@ -229,11 +276,11 @@ class RunWatch:
         for watch in self.loaders:
             observed: Observed = watch.observed()
             name = self._trial_name(watch.name)
-            record = watched_record(observed, {**context, "dataset_len": watch.dataset_len},
+            record = watched_record(observed, {**context, "dataset_len": watch.facts.dataset_len},
                                     dist_rank=self.group.rank, ranks=self.group.world, trial_name=name)
             if record is not None:
                 rows.append(record)
-                samples.append(watched_samples(name, observed, self._parts.setdefault(watch.name, {})))
+                samples.append(watched_samples(name, observed, self._output.parts.setdefault(watch.name, {})))
         return rows, samples
 
     def write(self, final: bool = False) -> list[Record]:
@@ -253,39 +300,41 @@ class RunWatch:
             samples = samples + [s for _, rank_samples in others for s in rank_samples]
         out = self.out if group.world == 1 or group.store is not None else _rank_file(self.out, group.rank)
         self._write_files(self._beside(out), rows, samples)
-        self.written = rows
+        self._output.written = rows
         return rows
 
     @property
     def file(self) -> Path:
         """Where this run's rows go: `out`, or beside it where a file was there before the run."""
-        return self._files.get(self.out, self.out)
+        return self._output.files.get(self.out, self.out)
 
     def _beside(self, out: Path) -> Path:
         """`out`, or where it was there before this run (an earlier run's result): the first free
         NAME-2.csv, NAME-3.csv, ... beside it, said once. A result is never replaced unasked."""
-        if out not in self._files:
+        files = self._output.files
+        if out not in files:
             target, n = out, 1
             while target.exists() or samples_file(target).exists():
                 n += 1
                 target = out.with_name(f"{out.stem}-{n}{out.suffix or '.csv'}")
             if target != out:
                 self._say(f"loadtune: {out} holds an earlier run: this run's rows go to {target}")
-            self._files[out] = target
-        return self._files[out]
+            files[out] = target
+        return files[out]
 
     def _write_files(self, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples]) -> None:
-        if self._results is None or self._results.path != out:
+        output = self._output
+        if output.results is None or output.samples is None or output.results.path != out:
             out.parent.mkdir(parents=True, exist_ok=True)
-            self._results, self._samples = ResultsFile(out), SamplesFile(samples_file(out))
-        assert self._samples is not None
-        self._results.replace(rows)
+            output.results, output.samples = ResultsFile(out), SamplesFile(samples_file(out))
+        output.results.replace(rows)
         names = {s.trial for s in samples}
         kept = [s for s in samples if s.trial in names]
         host = rows[0].host if rows else ""
-        self._samples.write("", host or "", 1.0, self.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.dataset_spec, dict(w.settings), self.script,
-                                                                     tuple(sys.argv[1:])) for w in self.loaders})
+        output.samples.write("", host or "", 1.0, self.group.world, kept)
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.settings),
+                                                                     self.script, tuple(sys.argv[1:]))
+                                for w in self.loaders})
 
     def flush(self) -> list[Record]:
         """The file as it stands now (the run goes on)."""
@@ -303,13 +352,12 @@ class RunWatch:
             if self.closed:
                 return self.written
             for watch in self.loaders:
-                watch.on_interval = None
+                watch.hooks.on_interval = None
                 try:
                     watch.close(reason)
                 except Exception:  # noqa: BLE001 - its intervals so far still make its row
                     pass
-            self.closed = True
-            self.reason = reason
+            self.ended = reason
             atexit.unregister(self.close)
             if not self.loaders:
                 return []
@@ -320,7 +368,7 @@ class RunWatch:
                 self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
                 return []
             if self.group.rank == 0:
-                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.windows]))
+                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.kept.windows]))
             return rows
 
 
@@ -415,7 +463,7 @@ def _device() -> str:
     try:
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             return f"cuda:{torch.cuda.current_device()}"
     except Exception:  # noqa: BLE001
         pass

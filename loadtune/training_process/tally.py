@@ -14,7 +14,8 @@ SHORT_TAIL_SHARE of every_s, to be joined to the one before (`joined`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from loadtune.measurement import CpuWindow, LoaderUse, Window
@@ -44,33 +45,75 @@ class DeviceIdle(Protocol):
     def idle_s(self, pairs: list[Any]) -> list[float]: ...
 
 
+@dataclass(frozen=True)
+class Clocks:
+    """The clocks a watch reads: wall time, and the training thread's CPU time."""
+
+    wall: Clock = time.perf_counter
+    cpu: Clock = time.thread_time
+
+
+@dataclass
+class _Start:
+    """The uncounted start: the first batch's wait, its bytes and when it was in the loop's hands,
+    then the warm-up's length (from then until counting began)."""
+
+    first_batch_s: float | None = None
+    returned_at: float | None = None
+    batch_bytes: int | None = None
+    warmup_s: float = 0.0
+
+
+@dataclass
+class _Epoch:
+    """Where the loop is in its epoch."""
+
+    started: int = 0  # epochs started
+    iter_s: float = 0.0  # creating this epoch's iterator: added to its first batch's wait
+    new: bool = False  # the next batch handed out is the epoch's first
+    handed_out: int = 0  # batches handed out in this epoch so far
+    device_mark: Any = None  # the device's mark where this epoch's iterator began
+
+
+@dataclass
+class _Open:
+    """The interval being counted: its batches' figures and device marks, where in its epoch and
+    when it began, and the edges' readings of it so far."""
+
+    columns: _Columns = field(default_factory=_Columns)
+    marks: list[Any] = field(default_factory=list)
+    epoch_pos: int = 0
+    start_s: float = 0.0
+    edge: Any = None  # the edges' reading where the window's current part opened; None: paused
+    use: tuple[Any, tuple[Any, ...]] | None = None  # the window's closed parts, added
+
+
 class Tally:
     """One watched loader's batches: the warm-up, then intervals of counted batches."""
 
-    def __init__(self, *, clock: Clock, cpu_clock: Clock, every_s: float, warmup: WarmUp,
-                 probe: EdgeProbe | None = None, on_interval: Callable[[Interval, bool], None] | None = None,
+    def __init__(self, *, clocks: Clocks, every_s: float, warmup: WarmUp, probe: EdgeProbe | None = None,
+                 on_interval: Callable[[Interval, bool], None] | None = None,
                  device: DeviceIdle | None = None) -> None:
-        self.clock, self.cpu_clock, self.every_s = clock, cpu_clock, every_s
+        self.clocks, self.every_s = clocks, every_s
         self.warmup, self.probe, self.on_interval, self.device = warmup, probe, on_interval, device
-        self.first_batch_s: float | None = None
-        self.warmup_s = 0.0
-        self.batch_bytes: int | None = None
         self.counting = False
-        self.epochs = 0  # epochs started
-        self.asked_at: float | None = None
-        self._iter_s = 0.0  # creating this epoch's iterator: added to its first batch's wait
-        self._new_epoch = False
-        self._in_epoch = 0  # batches handed out in this epoch so far
-        self._pending: tuple[float, float, float, int, bool, int, Any] | None = None
-        self._columns = _Columns()
-        self._marks: list[Any] = []
-        self._window_pos = 0
-        self._window_start = 0.0
-        self._edge: Any = None  # the edges' reading where the window's current part opened; None: paused
-        self._use: tuple[Any, tuple[Any, ...]] | None = None  # the window's closed parts, added
-        self._first_returned: float | None = None
         self.intervals = 0  # closed so far
-        self._epoch_mark: Any = None  # the device's mark where this epoch's iterator began
+        self._start = _Start()
+        self._epoch = _Epoch()
+        self._pending: tuple[float, float, float, int, bool, int, Any] | None = None
+        self._open = _Open()
+
+    @property
+    def first_batch_s(self) -> float | None:
+        return self._start.first_batch_s
+
+    @property
+    def warmup_s(self) -> float:
+        return self._start.warmup_s
+
+    @property
+    def batch_bytes(self) -> int | None:
+        return self._start.batch_bytes
 
     # --- the loop's events -------------------------------------------------------------------
 
@@ -81,36 +124,38 @@ class Tally:
         self._resume()
         if self.device is not None and self.counting:
             # The device waits from here: the workers' start belongs to the first batch's idle time.
-            self._epoch_mark = self._device_call(self.device.asked)
-        return self.clock()
+            self._epoch.device_mark = self._device_call(self.device.asked)
+        return self.clocks.wall()
 
     def epoch_made(self, since: float) -> None:
         """The epoch's iterator is made: that time is its first batch's wait."""
-        self.epochs += 1
-        self._iter_s, self._new_epoch, self._in_epoch = self.clock() - since, True, 0
+        epoch = self._epoch
+        epoch.started += 1
+        epoch.iter_s, epoch.new, epoch.handed_out = self.clocks.wall() - since, True, 0
 
     def asked(self) -> tuple[float, float, Any]:
         """The loop asks for a batch: the pending batch's step ends now. Returns the marks that
         `got` takes back."""
-        t = self.clock()
+        t = self.clocks.wall()
         if self._close_step(t):
-            t = self.clock()  # the interval's bookkeeping (the row, the file) is neither step nor wait
-        mark, self._epoch_mark = self._epoch_mark, None
+            t = self.clocks.wall()  # the interval's bookkeeping (the row, the file) is neither step nor wait
+        mark, self._epoch.device_mark = self._epoch.device_mark, None
         if mark is None and self.device is not None and self.counting:
             mark = self._device_call(self.device.asked)
-        return t, self.cpu_clock(), mark
+        return t, self.clocks.cpu(), mark
 
     def got(self, marks: tuple[float, float, Any], samples: int, batch_bytes: int | None = None) -> None:
         """The batch is in the loop's hands."""
         t_asked, cpu_asked, mark = marks
-        t = self.clock()
-        wait = t - t_asked + self._iter_s
-        if self.first_batch_s is None:
-            self.first_batch_s, self._first_returned, self.batch_bytes = wait, t, batch_bytes
+        t = self.clocks.wall()
+        epoch, start = self._epoch, self._start
+        wait = t - t_asked + epoch.iter_s
+        if start.first_batch_s is None:
+            start.first_batch_s, start.returned_at, start.batch_bytes = wait, t, batch_bytes
         device = self._device_call(self.device.got, mark) if mark is not None and self.device is not None else None
-        self._pending = (t, wait, self.cpu_clock() - cpu_asked, samples, self._new_epoch, self._in_epoch, device)
-        self._iter_s, self._new_epoch = 0.0, False
-        self._in_epoch += 1
+        self._pending = (t, wait, self.clocks.cpu() - cpu_asked, samples, epoch.new, epoch.handed_out, device)
+        epoch.iter_s, epoch.new = 0.0, False
+        epoch.handed_out += 1
 
     def ended(self) -> None:
         """next() said the epoch is over: its last batch's step ended when it was asked. Until the
@@ -123,8 +168,8 @@ class Tally:
         """The run is over: the interval in progress closed (a short one joins the one before:
         see `on_interval`). The pending batch is left uncounted."""
         self._pending = None
-        if self.counting and self._columns.wait:
-            self._close_window(self.clock(), final=True)
+        if self.counting and self._open.columns.wait:
+            self._close_window(self.clocks.wall(), final=True)
 
     # --- counting ----------------------------------------------------------------------------
 
@@ -148,9 +193,9 @@ class Tally:
             if settled:
                 self._start_counting(t)
             return bool(settled)
-        columns = self._columns
+        columns = self._open.columns
         if not columns.wait:
-            self._window_pos = 0 if new_epoch else pos
+            self._open.epoch_pos = 0 if new_epoch else pos
         columns.wait.append(wait)
         columns.h2d.append(0.0)
         columns.step.append(t - returned)
@@ -158,45 +203,45 @@ class Tally:
         columns.starts.append(new_epoch)
         columns.wait_cpu.append(wait_cpu)
         if device is not None:
-            self._marks.append(device)
-        if t - self._window_start >= self.every_s:
+            self._open.marks.append(device)
+        if t - self._open.start_s >= self.every_s:
             self._close_window(t)
             return True
         return False
 
     def _start_counting(self, t: float) -> None:
         self.counting = True
-        self.warmup_s = t - (self._first_returned if self._first_returned is not None else t)
+        returned = self._start.returned_at
+        self._start.warmup_s = t - (returned if returned is not None else t)
         self._open_window(t)
 
     def _open_window(self, t: float) -> None:
-        self._columns, self._marks = _Columns(), []
-        self._window_start = t
-        self._use = None
-        self._edge = self.probe.read() if self.probe is not None else None
+        self._open = _Open(start_s=t, edge=self.probe.read() if self.probe is not None else None)
 
     def _pause(self) -> None:
         """The edges' reading of the time since the window (or its last part) opened, kept."""
-        if self.counting and self.probe is not None and self._edge is not None:
-            part = self.probe.between(self._edge, self.probe.read())
-            self._use = part if self._use is None else added(self._use, part)
-            self._edge = None
+        window = self._open
+        if self.counting and self.probe is not None and window.edge is not None:
+            part = self.probe.between(window.edge, self.probe.read())
+            window.use = part if window.use is None else added(window.use, part)
+            window.edge = None
 
     def _resume(self) -> None:
-        if self.counting and self.probe is not None and self._edge is None:
-            self._edge = self.probe.read()
+        if self.counting and self.probe is not None and self._open.edge is None:
+            self._open.edge = self.probe.read()
 
     def _close_window(self, t: float, final: bool = False) -> None:
-        columns = self._columns
-        idles = self._device_call(self.device.idle_s, self._marks) \
-            if self.device is not None and self._marks and len(self._marks) == len(columns.wait) else None
+        window = self._open
+        columns = window.columns
+        idles = self._device_call(self.device.idle_s, window.marks) \
+            if self.device is not None and window.marks and len(window.marks) == len(columns.wait) else None
         for i, idle in enumerate(idles or ()):
             # The device's idle time for data is the wait; the rest of each batch's time is its step.
             period = columns.wait[i] + columns.step[i]
             columns.wait[i], columns.step[i] = min(idle, period), period - min(idle, period)
         self._pause()
-        use = self._use if self._use is not None else (None, ())
-        interval = Interval(columns.window(use, self._window_pos), self._window_start, t)
+        use = window.use if window.use is not None else (None, ())
+        interval = Interval(columns.window(use, window.epoch_pos), window.start_s, t)
         # Short by its batches' own time (at the run's end the clock also holds what came after them).
         own_s = sum(columns.wait) + sum(columns.step)
         tail = final and self.intervals > 0 and own_s < SHORT_TAIL_SHARE * self.every_s
@@ -204,7 +249,7 @@ class Tally:
         if self.on_interval is not None:
             self.on_interval(interval, tail)
         if not final:
-            self._open_window(self.clock())  # after the interval's bookkeeping: in no window
+            self._open_window(self.clocks.wall())  # after the interval's bookkeeping: in no window
 
 
 def added(a: tuple[Any, tuple[Any, ...]], b: tuple[Any, tuple[Any, ...]]) -> tuple[Any, tuple[Any, ...]]:

@@ -4,16 +4,16 @@ are, and its counted intervals kept for the run's row (rows.Observed)."""
 
 from __future__ import annotations
 
-import time
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from loadtune.config import MeasureSpec
 from loadtune.measurement import ResourceSamples, Window
 from loadtune.training_process.probe import Counting, CudaIdle, loader_settings
-from loadtune.training_process.rows import Observed
-from loadtune.training_process.tally import Interval, Tally, joined
-from loadtune.trial_process.measure import Clock, WarmUp, batch_bytes, batch_len
+from loadtune.training_process.rows import LoaderTraits, Observed, WarmUpFigures
+from loadtune.training_process.tally import Clocks, Interval, Tally, joined
+from loadtune.trial_process.measure import WarmUp, batch_bytes, batch_len
 
 # The sweep's warm-up (measure.warmup_batches and its per-worker extra, at their defaults).
 _MEASURE = MeasureSpec()
@@ -43,48 +43,117 @@ class _Edges:
         return self.inner.between(start, end) if self.inner is not None else (None, ())
 
 
-class LoaderWatch:
-    """A watched DataLoader: `iterate` wraps each epoch's iterator; `observed` is what it saw."""
+@dataclass(frozen=True)
+class LoaderFacts:
+    """What a watched loader is: its plain settings (probe.loader_settings), its length in batches
+    (the run's epoch) and its dataset's length and class ("module:qualname"), where known."""
 
-    def __init__(self, loader: Any, name: str, every_s: float, *,
-                 on_interval: Callable[["LoaderWatch"], None] | None = None,
-                 on_epoch: Callable[[], None] | None = None,
-                 clock: Clock = time.perf_counter, cpu_clock: Clock = time.thread_time,
-                 sample_tree: bool = True, device_idle: Any = AUTO) -> None:
-        self.name, self.every_s = name, every_s
-        self._loader = _weak(loader)  # the loader is the training's: a watch keeps no old one (nor its workers) alive
+    settings: dict[str, Any]
+    epoch_batches: int | None
+    dataset_len: int | None
+    dataset_spec: str | None
+
+    @classmethod
+    def of(cls, loader: Any) -> "LoaderFacts":
         dataset = getattr(loader, "dataset", None)
-        self._dataset = _weak(dataset) if dataset is not None else None
-        self.epoch_batches = _length(loader)
-        self.dataset_len = _length(dataset) if dataset is not None else None
-        self.dataset_spec = f"{type(dataset).__module__}:{type(dataset).__qualname__}" if dataset is not None else None
-        self.on_interval, self.on_epoch = on_interval, on_epoch
-        self.clock = clock
-        self.settings = loader_settings(loader)
-        workers = int(self.settings.get("num_workers") or 0)
-        self.workers = workers
-        self.persistent = bool(self.settings.get("persistent_workers"))
-        self.counting = Counting(loader) if workers or hasattr(loader, "dataset") else None
-        self.sample_tree = sample_tree
-        self.sampler: Any = None
+        return cls(loader_settings(loader), _length(loader), _length(dataset) if dataset is not None else None,
+                   f"{type(dataset).__module__}:{type(dataset).__qualname__}" if dataset is not None else None)
+
+    @property
+    def workers(self) -> int:
+        return int(self.settings.get("num_workers") or 0)
+
+    @property
+    def persistent(self) -> bool:
+        return bool(self.settings.get("persistent_workers"))
+
+
+@dataclass
+class WatchHooks:
+    """What a watch calls: `on_interval(watch)` after each interval it closed, `on_epoch()` as each
+    epoch's iterator is about to be made."""
+
+    on_interval: Callable[["LoaderWatch"], None] | None = None
+    on_epoch: Callable[[], None] | None = None
+
+
+@dataclass
+class WatchSampling:
+    """What is read beside the batches once counting starts: the process tree, sampled over each
+    interval where `tree` (`sampler`: the one running), and the device's idle time for data
+    (`device_idle`: AUTO, CUDA events where the run trains on CUDA; None: the host's wait)."""
+
+    tree: bool = True
+    device_idle: Any = AUTO
+    sampler: Any = None
+
+
+class KeptIntervals:
+    """The intervals kept for the row, each with the tree's samples over it where taken: every one
+    until KEPT_BATCHES raw samples, then every 2nd (4th, ...) one (`stride`). `seen` counts those
+    closed (the run's short last one aside), `last` is the last one closed, kept or not."""
+
+    def __init__(self) -> None:
         self.windows: list[Window] = []
         self.resources: list[ResourceSamples] = []
         self.stride = 1
-        self.seen_intervals = 0
-        self._last_kept = False
-        self.device_idle = device_idle
-        self.started = clock()
-        self.reason = ""
+        self.seen = 0
         self.last: Interval | None = None
-        epoch = _length(loader)
-        extra = _MEASURE.extra_warmup_for(workers, self.persistent, epoch)
-        warmup = WarmUp(clock, base=_MEASURE.warmup_batches, extra_batches=extra,
+        self._last_kept = False
+
+    def add(self, interval: Interval, tail: bool, samples: ResourceSamples | None) -> None:
+        self.last = interval
+        if tail:  # the run's short last interval: part of the one before, when that one is kept
+            if self._last_kept and self.windows:
+                self.windows[-1] = joined(Interval(self.windows[-1], 0.0, 0.0), interval).window
+            return
+        self._last_kept = self.seen % self.stride == 0
+        if self._last_kept:
+            self.windows.append(interval.window)
+            if samples is not None:
+                self.resources.append(samples)
+        self.seen += 1
+        self._thin()
+
+    def _thin(self) -> None:
+        while sum(len(w) for w in self.windows) > KEPT_BATCHES and len(self.windows) > 1:
+            self.windows = self.windows[::2]
+            self.resources = self.resources[::2] if len(self.resources) > 1 else self.resources
+            self.stride *= 2
+
+
+class LoaderWatch:
+    """A watched DataLoader: `iterate` wraps each epoch's iterator; `observed` is what it saw."""
+
+    def __init__(self, loader: Any, name: str, every_s: float, *, hooks: WatchHooks | None = None,
+                 clocks: Clocks | None = None, sampling: WatchSampling | None = None) -> None:
+        clocks = clocks if clocks is not None else Clocks()
+        self.name = name
+        self._loader = _weak(loader)  # the loader is the training's: a watch keeps no old one (nor its workers) alive
+        dataset = getattr(loader, "dataset", None)
+        self._dataset = _weak(dataset) if dataset is not None else None
+        self.facts = LoaderFacts.of(loader)
+        self.hooks = hooks if hooks is not None else WatchHooks()
+        self.counting = Counting(loader) if self.facts.workers or hasattr(loader, "dataset") else None
+        self.sampling = sampling if sampling is not None else WatchSampling()
+        self.kept = KeptIntervals()
+        self.started = clocks.wall()
+        self.ended: str | None = None  # how the run ended ("": by itself); None while it runs
+        extra = _MEASURE.extra_warmup_for(self.facts.workers, self.facts.persistent, self.facts.epoch_batches)
+        warmup = WarmUp(clocks.wall, base=_MEASURE.warmup_batches, extra_batches=extra,
                         extra_max_s=_MEASURE.warmup_per_worker_max_s)
         edges = _Edges(self.counting.edges if self.counting is not None else None, self._start_sampler)
-        self.tally = Tally(clock=clock, cpu_clock=cpu_clock, every_s=every_s, warmup=warmup, probe=edges,
-                           on_interval=self._interval, device=None)
+        self.tally = Tally(clocks=clocks, every_s=every_s, warmup=warmup, probe=edges, on_interval=self._interval,
+                           device=None)
         self.pinned: bool | None = None
-        self.closed = False
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.facts.settings
+
+    @property
+    def closed(self) -> bool:
+        return self.ended is not None
 
     def same_loader(self, loader: Any) -> bool:
         """Whether `loader` is this one made again (a new DataLoader each epoch): the same dataset
@@ -108,8 +177,8 @@ class LoaderWatch:
 
     def iterate(self, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """A new epoch's iterator (`make()`), watched."""
-        if self.on_epoch is not None:
-            self.on_epoch()
+        if self.hooks.on_epoch is not None:
+            self.hooks.on_epoch()
         since = self.tally.epoch_starting()
         inner = make()
         self.tally.epoch_made(since)
@@ -144,73 +213,57 @@ class LoaderWatch:
         """The run is over (or the script failed: `reason`)."""
         if self.closed:
             return
-        self.closed = True
-        self.reason = reason
+        self.ended = reason
         self.tally.close()
         self._stop_sampler()
 
     # --- intervals --------------------------------------------------------------------------
 
     def _start_sampler(self) -> None:
-        if self.tally.device is None and self.device_idle is not None:
+        sampling = self.sampling
+        if self.tally.device is None and sampling.device_idle is not None:
             # Asked once counting starts: by then the training has put its model on its device.
-            self.tally.device = device_idle_for() if self.device_idle == AUTO else self.device_idle
-        if not self.sample_tree:
+            self.tally.device = device_idle_for() if sampling.device_idle == AUTO else sampling.device_idle
+        if not sampling.tree:
             return
         import os
 
         from loadtune.sweep_process.resources import TreeSampler
 
         try:
-            self.sampler = TreeSampler(os.getpid(), interval_s=SAMPLE_INTERVAL_S).start()
+            sampling.sampler = TreeSampler(os.getpid(), interval_s=SAMPLE_INTERVAL_S).start()
         except Exception:  # noqa: BLE001 - no sampling here: the row lacks memory figures
-            self.sampler = None
+            sampling.sampler = None
 
     def _stop_sampler(self) -> ResourceSamples | None:
-        sampler, self.sampler = self.sampler, None
+        sampler, self.sampling.sampler = self.sampling.sampler, None
         if sampler is None:
             return None
         try:
-            return sampler.stop()
+            samples: ResourceSamples = sampler.stop()
         except Exception:  # noqa: BLE001 - as above
             return None
+        return samples
 
     def _interval(self, interval: Interval, tail: bool) -> None:
         samples = self._stop_sampler()
         if not self.closed:
             self._start_sampler()
-        self.last = interval
-        if tail:  # the run's short last interval: part of the one before, when that one is kept
-            if self._last_kept and self.windows:
-                self.windows[-1] = joined(Interval(self.windows[-1], 0.0, 0.0), interval).window
-        else:
-            self._last_kept = self.seen_intervals % self.stride == 0
-            if self._last_kept:
-                self.windows.append(interval.window)
-                if samples is not None:
-                    self.resources.append(samples)
-            self.seen_intervals += 1
-            self._thin()
-        if self.on_interval is not None:
-            self.on_interval(self)
-
-    def _thin(self) -> None:
-        while sum(len(w) for w in self.windows) > KEPT_BATCHES and len(self.windows) > 1:
-            self.windows = self.windows[::2]
-            self.resources = self.resources[::2] if len(self.resources) > 1 else self.resources
-            self.stride *= 2
+        self.kept.add(interval, tail, samples)
+        if self.hooks.on_interval is not None:
+            self.hooks.on_interval(self)
 
     # --- what it saw --------------------------------------------------------------------------
 
     def observed(self) -> Observed:
-        tally = self.tally
+        tally, facts, kept = self.tally, self.facts, self.kept
         return Observed(
-            name=self.name, settings=self.settings, windows=tuple(self.windows),
-            resources=tuple(self.resources) if len(self.resources) == len(self.windows) else (),
-            first_batch_s=tally.first_batch_s or 0.0, warmup_s=tally.warmup_s, warmup_batches=tally.warmup.done,
-            batch_bytes=tally.batch_bytes, epoch_batches=self.epoch_batches,
-            restarts_workers=bool(self.workers) and not self.persistent, pinned=self.pinned,
-            watched_s=self.clock() - self.started, reason=self.reason)
+            name=self.name, settings=facts.settings, windows=tuple(kept.windows),
+            resources=tuple(kept.resources) if len(kept.resources) == len(kept.windows) else (),
+            warm_up=WarmUpFigures(tally.first_batch_s or 0.0, tally.warmup_s, tally.warmup.done),
+            traits=LoaderTraits(tally.batch_bytes, facts.epoch_batches, bool(facts.workers) and not facts.persistent,
+                                self.pinned),
+            watched_s=tally.clocks.wall() - self.started, reason=self.ended or "")
 
 
 class _Iterator:
@@ -261,7 +314,7 @@ def device_idle_for() -> Any:
     try:
         import torch
 
-        if torch.cuda.is_available() and torch.cuda.is_initialized():
+        if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
             return CudaIdle(torch.cuda.current_device())
     except Exception:  # noqa: BLE001 - no CUDA: the host's wait is the wait
         pass

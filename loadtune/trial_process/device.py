@@ -61,8 +61,8 @@ class CudaTransfer:
 
         self.target = torch.device(device)
         self.non_blocking = pin_memory
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
+        self._start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        self._end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         self._stream = torch.cuda.current_stream(self.target)
 
     def __call__(self, batch: Any) -> Any:
@@ -73,7 +73,8 @@ class CudaTransfer:
         return moved
 
     def copy_s(self) -> float:
-        return self._start.elapsed_time(self._end) / 1e3  # elapsed_time is in ms
+        elapsed_ms: float = self._start.elapsed_time(self._end)
+        return elapsed_ms / 1e3
 
 
 def make_transfer(device: str, pin_memory: bool) -> CudaTransfer | None:

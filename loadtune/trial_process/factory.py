@@ -34,6 +34,8 @@ def _import_file(file: Path, spec: str) -> Any:
     # Another module already has that name: load this file under a name of its own.
     unique = f"loadtune_user_{abs(hash(str(file)))}_{name}"
     module_spec = importlib.util.spec_from_file_location(unique, file)
+    if module_spec is None or module_spec.loader is None:
+        raise FactoryError(f"{spec!r}: file {file} cannot be imported")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[unique] = module
     module_spec.loader.exec_module(module)
@@ -68,10 +70,11 @@ def load_callable(spec: str, base_dir: Path | str = ".", what: str = "factory") 
             raise FactoryError(f"{what} {spec!r}: {module_part} has no attribute {attr_path!r}") from None
     if not callable(obj):
         raise FactoryError(f"{what} {spec!r}: {attr_path} is a {type(obj).__name__}, not a callable")
-    return obj
+    func: Callable[..., Any] = obj
+    return func
 
 
-def invoke(func: Callable[..., Any], kwargs: dict, spec: str, what: str) -> Any:
+def invoke(func: Callable[..., Any], kwargs: dict[str, Any], spec: str, what: str) -> Any:
     """Call a loaded factory; anything it raises becomes a FactoryError naming the spec."""
     try:
         return func(**kwargs)
@@ -81,7 +84,7 @@ def invoke(func: Callable[..., Any], kwargs: dict, spec: str, what: str) -> Any:
         raise FactoryError(f"{what} {spec!r} raised {type(exc).__name__}: {first_line(exc)}") from exc
 
 
-def call_factory(spec: str, kwargs: dict, base_dir: Path | str, what: str) -> Any:
+def call_factory(spec: str, kwargs: dict[str, Any], base_dir: Path | str, what: str) -> Any:
     return invoke(load_callable(spec, base_dir, what), kwargs, spec, what)
 
 
@@ -101,7 +104,7 @@ class Source:
     settings: dict[str, Any] = field(default_factory=dict)
 
 
-def build_source(spec: str, kwargs: dict, base_dir: Path | str) -> Source:
+def build_source(spec: str, kwargs: dict[str, Any], base_dir: Path | str) -> Source:
     """Call the dataset factory: a Dataset, a DataLoader, or an object with train_dataloader()
     (prepare_data() and setup("fit") called first where it has them, as a trainer would)."""
     from torch.utils.data import DataLoader
@@ -169,7 +172,7 @@ def taken_apart(loader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return parts, settings
 
 
-def check_dataset(dataset: Any, spec: str, kwargs: dict) -> Any:
+def check_dataset(dataset: Any, spec: str, kwargs: dict[str, Any]) -> Any:
     """Check that the factory's dataset is something a DataLoader can load."""
     from torch.utils.data import Dataset, IterableDataset
 

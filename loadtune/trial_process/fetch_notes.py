@@ -68,7 +68,7 @@ def init_worker(user_init: Callable[[int], Any] | None, counters: Any, threads: 
     count_fetches(counters, worker_id)
     if threads is not None:
         import torch
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         torch.set_num_threads(threads)
         threadpool_limits(threads)
@@ -97,7 +97,7 @@ def _note(exc: BaseException, text: str) -> None:
     if hasattr(exc, "add_note"):  # Python 3.11+: the note is printed with the traceback
         exc.add_note(note)
     else:
-        exc.__notes__ = [*getattr(exc, "__notes__", []), note]
+        setattr(exc, "__notes__", [*getattr(exc, "__notes__", []), note])
 
 
 def _annotated_fetch(self: Any, possibly_batched_index: Any) -> Any:

@@ -77,10 +77,11 @@ def _as_numpy(item: Any) -> np.ndarray | None:
     if item.requires_grad:
         item = item.detach()
     try:
-        return item.numpy()
+        array: np.ndarray = item.numpy()
     except TypeError:  # a dtype numpy does not have
         width = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}.get(item.element_size())
         return item.view(width).numpy() if width is not None else None
+    return array
 
 
 def _slice_bytes(item: Any, size: int) -> np.ndarray | None:
@@ -95,7 +96,7 @@ def _slice_bytes(item: Any, size: int) -> np.ndarray | None:
         stride, _ = _picks(array.shape[1:])
         rows = array.reshape(size, -1)[:, ::stride][:, :SLICE_ELEMENTS]
     else:
-        rows = array[(slice(None), *_picks(array.shape[1:])[1])]
+        rows = array[(slice(None),) + _picks(array.shape[1:])[1]]
     return np.ascontiguousarray(rows).view(np.uint8)[:, :_MAX_WIDTH]
 
 
@@ -107,7 +108,8 @@ def _hash_rows(rows: np.ndarray) -> np.ndarray:
     if pad:
         rows = np.concatenate([rows, np.zeros((n, pad), np.uint8)], axis=1)
     words = rows.view(np.uint64)
-    return words.dot(_WORD_MULTIPLIERS[:words.shape[1]]) + np.uint64(width)
+    keys: np.ndarray = words.dot(_WORD_MULTIPLIERS[:words.shape[1]]) + np.uint64(width)
+    return keys
 
 
 def sample_slice(batch: Any, size: int) -> tuple[np.ndarray | None, np.ndarray | None]:
@@ -163,14 +165,14 @@ def window_keys(taken: Sequence[Taken]) -> tuple[tuple[int, ...], tuple[int, ...
     """A window's keys and labels, one per counted sample in order, from each batch's slices:
     hashed once the window is over, all batches together where their slices are alike. Empty
     when a batch had none."""
-    rows = [r for r, _ in taken]
-    labels = [lab for _, lab in taken]
-    has_labels = bool(labels) and all(lab is not None for lab in labels)
+    rows = [r for r, _ in taken if r is not None]
+    labels = [lab for _, lab in taken if lab is not None]
+    has_labels = bool(labels) and len(labels) == len(taken)
     all_labels = np.concatenate(labels) if has_labels else None
-    if not rows or any(r is None for r in rows):
+    if not rows or len(rows) < len(taken):
         keys: tuple[int, ...] = ()
     elif len({r.shape[1] for r in rows}) == 1:
         keys = tuple(keys_of(np.concatenate(rows), all_labels).tolist())
     else:
-        keys = tuple(k for r, lab in taken for k in keys_of(r, lab if has_labels else None).tolist())
+        keys = tuple(k for r, (_, lab) in zip(rows, taken) for k in keys_of(r, lab if has_labels else None).tolist())
     return keys, tuple(all_labels.tolist()) if all_labels is not None else ()

@@ -71,26 +71,28 @@ class Feed:
         self._it: Iterator[Any] | None = None
         self._in_epoch = 0
 
-    def _new_epoch(self) -> None:
+    def _new_epoch(self) -> Iterator[Any]:
         self._it = None  # let the old iterator shut its workers down now, inside the wait
-        self._it = iter(self._loader)
+        self._it = it = iter(self._loader)
         self._in_epoch = 0
+        return it
 
     def next(self) -> tuple[Any, bool]:
         """The next batch and whether it is the first of a new epoch."""
-        new_epoch = self._it is None or self._in_epoch == self._epoch_batches
-        if new_epoch:
-            self._new_epoch()
+        it = self._it
+        new_epoch = it is None or self._in_epoch == self._epoch_batches
+        if it is None or new_epoch:
+            it = self._new_epoch()
         try:
-            batch = next(self._it)
+            batch = next(it)
         except StopIteration:
             if new_epoch:
                 raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch "
                                        "(empty dataset, or batch_size larger than it with drop_last)") from None
-            self._new_epoch()
+            it = self._new_epoch()
             new_epoch = True
             try:
-                batch = next(self._it)
+                batch = next(it)
             except StopIteration:
                 raise EmptyLoaderError("the DataLoader yielded no batch in a whole epoch") from None
         self._in_epoch += 1
@@ -170,7 +172,8 @@ class _Columns:
 
     def window(self, use: tuple[Any, tuple[Any, ...]], epoch_pos: int) -> Window:
         # A device timing missing for any batch leaves the window without one (not a partial one).
-        copy_s = tuple(self.copies) if self.copies and None not in self.copies else ()
+        copies = tuple(c for c in self.copies if c is not None)
+        copy_s = copies if self.copies and len(copies) == len(self.copies) else ()
         keys, labels = window_keys(self.taken)
         return Window(tuple(self.wait), tuple(self.h2d), tuple(self.step), tuple(self.samples), tuple(self.starts),
                       copy_s, tuple(self.wait_cpu), *use, keys=keys, labels=labels, epoch_pos=epoch_pos)
@@ -212,41 +215,66 @@ def measure_loop(
     "first batch", "warm-up", "window 1" ... "window N" and "teardown" as each begins, outside
     the timed parts: see trial_process.phases).
     """
-    phase = on_phase if on_phase is not None else _no_phase
     feed = Feed(loader, epoch_batches)
     counted = _Counted(fetch=feed.next, position=lambda: feed.position, move=transfer, step=step, clock=clock,
-                       cpu_clock=cpu_clock,
-                       copy_timer=copy_timer, probe=probe, fingerprint=fingerprint,
+                       cpu_clock=cpu_clock, copy_timer=copy_timer, probe=probe, fingerprint=fingerprint,
                        default_batch_size=default_batch_size)
-    if region is not None:
-        counted = dataclasses.replace(
-            counted, fetch=_in_region(region, REGIONS[0], feed.next),
-            move=_in_region(region, REGIONS[1], transfer) if transfer is not None else None,
-            step=_in_region(region, REGIONS[2], step))
+    plan = _Plan(warmup_batches=warmup_batches, extra_batches=extra_warmup_batches,
+                 extra_max_s=extra_warmup_max_s, batches=batches, repeats=repeats)
     try:
-        phase("first batch")
-        t0 = clock()
-        batch, _ = feed.next()
-        first_batch_s = clock() - t0
-        first_batch_bytes = batch_bytes(batch)
-        phase("warm-up")
-        if sampling is not None:
-            sampling.start()
-        done = _warm_up(feed, batch, lambda b: step(transfer(b) if transfer is not None else b), clock, sampling,
-                        base=max(warmup_batches, 1), extra_batches=extra_warmup_batches,
-                        extra_max_s=extra_warmup_max_s)
-        warmup_s = clock() - t0 - first_batch_s
-        windows: list[Window] = []
-        for n in range(1, repeats + 1):
-            phase(f"window {n}")
-            windows.append(_window(counted, batches))
-        phase("teardown")
-        if sampling is not None:
-            sampling.end()
-        return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
-                           warmup_s=warmup_s, warmup_batches=done)
+        return _run(feed, counted, region, plan, sampling, on_phase if on_phase is not None else _no_phase)
     finally:
         feed.close()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How many batches the loop runs: the warm-up's (see WarmUp) and the counted windows'."""
+
+    warmup_batches: int
+    extra_batches: int
+    extra_max_s: float
+    batches: int
+    repeats: int
+
+
+def _in_regions(counted: _Counted, region: Region) -> _Counted:
+    """The counted parts each inside its profiler region (names from REGIONS)."""
+    move = counted.move
+    return dataclasses.replace(
+        counted, fetch=_in_region(region, REGIONS[0], counted.fetch),
+        move=_in_region(region, REGIONS[1], move) if move is not None else None,
+        step=_in_region(region, REGIONS[2], counted.step))
+
+
+def _run(feed: Feed, counted: _Counted, region: Region | None, plan: _Plan, sampling: Sampling | None,
+         phase: Callable[[str], None]) -> Measurement:
+    """The first batch, the warm-up (its batches moved and stepped outside any region), then
+    the counted windows; see measure_loop."""
+    clock, move, step = counted.clock, counted.move, counted.step
+    if region is not None:
+        counted = _in_regions(counted, region)
+    phase("first batch")
+    t0 = clock()
+    batch, _ = feed.next()
+    first_batch_s = clock() - t0
+    first_batch_bytes = batch_bytes(batch)
+    phase("warm-up")
+    if sampling is not None:
+        sampling.start()
+    done = _warm_up(feed, batch, lambda b: step(move(b) if move is not None else b), clock, sampling,
+                    base=max(plan.warmup_batches, 1), extra_batches=plan.extra_batches,
+                    extra_max_s=plan.extra_max_s)
+    warmup_s = clock() - t0 - first_batch_s
+    windows: list[Window] = []
+    for n in range(1, plan.repeats + 1):
+        phase(f"window {n}")
+        windows.append(_window(counted, plan.batches))
+    phase("teardown")
+    if sampling is not None:
+        sampling.end()
+    return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
+                       warmup_s=warmup_s, warmup_batches=done)
 
 
 def _no_phase(name: str) -> None:

@@ -25,7 +25,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable, ContextManager, Iterator
+from typing import Any, Callable, ContextManager, Iterator, cast
 
 from loadtune.errors import LoadtuneError
 from loadtune.trial_process.failures import SIGNAL_HINTS, describe, signal_text
@@ -96,7 +96,7 @@ class RankContext:
                 or kwargs.get("batch_sampler") is not None:
             return kwargs
         kwargs = dict(kwargs)
-        sampler = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
+        sampler: DistributedSampler[Any] = DistributedSampler(dataset, num_replicas=self.world_size, rank=self.rank,
                                      shuffle=bool(kwargs.pop("shuffle", False)))
         kwargs["sampler"] = sampler
         return kwargs
@@ -167,7 +167,8 @@ def join_group(device: str, timeout_s: float, group: GroupSpec | None = None,
     timeout = timedelta(seconds=max(timeout_s, 1.0))
     if group is not None:
         rank, world, local = group.rank, group.world_size, group.local_rank
-        store = dist.PrefixStore(group.key, dist.TCPStore(group.host, group.port, is_master=False, timeout=timeout))
+        tcp = dist.TCPStore(group.host, group.port, is_master=False, timeout=timeout)  # type: ignore[attr-defined]
+        store = dist.PrefixStore(group.key, tcp)  # type: ignore[attr-defined]
     else:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         local = int(os.environ.get("LOCAL_RANK", rank))
@@ -176,12 +177,13 @@ def join_group(device: str, timeout_s: float, group: GroupSpec | None = None,
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    bound = {"device_id": torch.device(device)} if backend == "nccl" else {}
+    device_id = torch.device(device) if backend == "nccl" else None
     with phases.waiting() if phases is not None else nullcontext():
         if store is not None:
-            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout, **bound)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout,
+                                    device_id=device_id)
         else:
-            dist.init_process_group(backend, timeout=timeout, **bound)
+            dist.init_process_group(backend, timeout=timeout, device_id=device_id)
     return RankContext(rank, world, local, device, phases)
 
 
@@ -193,7 +195,8 @@ def join_single() -> None:
     for name, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}.items():
         os.environ.setdefault(name, value)
     if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        store = dist.HashStore()  # type: ignore[attr-defined]
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 
 
 def leave_group() -> None:
@@ -317,10 +320,10 @@ def _failure_reason(exc: BaseException, errors: str) -> str:
                 f"{SIGNAL_HINTS['SIGKILL']}")
     if found:
         return f"rank {found[0][2]} failed: {found[0][3]}"
-    for rank, code in codes.items():
+    for failed, code in codes.items():
         if isinstance(code, int) and code < 0:
-            return f"rank {rank} killed by {signal_text(-code)}"
-        return f"rank {rank} exited with code {code}"
+            return f"rank {failed} killed by {signal_text(-code)}"
+        return f"rank {failed} exited with code {code}"
     return f"the ranks failed: {type(exc).__name__}: {exc}".strip()
 
 
@@ -341,7 +344,7 @@ def launch_config(ranks: int, folder: str) -> Any:
                           logs_specs=DefaultLogsSpecs(log_dir=folder),
                           # Not None: else the config asks the accelerator for its device count
                           # to choose NUMA bindings. Set back to None (no binding) at once.
-                          numa_options=_NO_NUMA_CHECK)
+                          numa_options=cast(Any, _NO_NUMA_CHECK))
     config.numa_options = None
     return config
 

@@ -10,7 +10,7 @@ list; the lists become arrays once the loop is over.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Sized
 
 import numpy as np
 
@@ -109,7 +109,10 @@ def declared_size(inner: Any, batches: bool) -> int | None:
         if not batches:
             return len(inner)
         if type(inner) is BatchSampler:
-            n = len(inner.sampler)
+            sampler = inner.sampler
+            if not isinstance(sampler, Sized):
+                return None
+            n = len(sampler)
             return n - n % inner.batch_size if inner.drop_last else n
     except Exception:  # noqa: BLE001 - no len(), or one that fails: not known
         return None

@@ -37,6 +37,7 @@ def build_step(spec: StepSpec, base_dir: Path | str, device: Any) -> Callable[[A
         return sleep_step(spec.sleep_s)
     if spec.busy_s is not None:
         return busy_step(spec.busy_s)
+    assert spec.factory is not None  # StepSpec holds exactly one of sleep_s, busy_s, factory
     kwargs = dict(spec.kwargs)
     factory = load_callable(spec.factory, base_dir, "step factory")
     if accepts_keyword(factory, "device") and "device" not in kwargs:
@@ -45,4 +46,5 @@ def build_step(spec: StepSpec, base_dir: Path | str, device: Any) -> Callable[[A
     if not callable(step):
         raise FactoryError(f"step factory {spec.factory!r} returned {type(step).__name__}, "
                            "not a callable(batch)")
-    return step
+    user_step: Callable[[Any], None] = step
+    return user_step

@@ -37,7 +37,7 @@ def _parent_alive(parent_pid: int, started: str | None) -> bool:
 
 def _kill_own_tree() -> None:
     try:
-        import psutil
+        import psutil  # type: ignore[import-untyped]
 
         for child in psutil.Process().children(recursive=True):  # also those in other groups
             try:
