@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.kinds import EndedBy, RankBy, Status
-from loadtune.results.choice import dataloader_line, recorded_settings
+from loadtune.results.choice import dataloader_line, record_contends, recorded_settings
 from loadtune.results.findings import Finding, ManyUnstable, ModelError, ModelFellBack
 from loadtune.results.interval import unstable_note
 from loadtune.results.model import ModelReport, prediction_error
@@ -654,7 +654,7 @@ def noise_warnings(records: Sequence[Record]) -> list[Finding]:
     unstable = []
     for r in records:
         interval = r.throughput_interval
-        if r.status == Status.OK and r.trial != IDEAL and not r.stopped_early and not r.data_flagged \
+        if r.status == Status.OK and record_contends(r) and not r.stopped_early \
                 and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:

@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadtune.kinds import RankBy
+from loadtune.results.choice import choose
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.stats import RERUN_WIDTH
 
@@ -239,12 +240,11 @@ def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Score
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
          ties: Ties = frozenset()) -> Scored | None:
     """The cheapest trial acceptable in place of the best (shown as good, or equal within the
-    noise); None when none ran."""
+    noise): choice.choose, of equal cost the better; None when none ran."""
     ranked = order(items, by)
     if not ranked:
         return None
-    good = [i for i in ranked if acceptable(i, ranked[0], tolerance, by, ties)]
-    return min(good, key=lambda i: i.cost)
+    return choose(ranked, lambda i: acceptable(i, ranked[0], tolerance, by, ties), lambda i: i.cost)
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,18 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import RankBy, Status
+from loadtune.results.choice import contends
 from loadtune.results.findings import ModelFellBack
 from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
 from loadtune.sweep_process import events
 from loadtune.sweep_process.decide import Ties
-from loadtune.sweep_process.plan import grid_plan
+from loadtune.sweep_process.plan import config_key, grid_plan
 from loadtune.sweep_process.records import trial_record
 from loadtune.sweep_process.stats import ProcessNoise
-from loadtune.sweep_process.strategy import config_key
 from loadtune.sweep_process.trial_run import TrialRun
-from loadtune.trials import FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import FEED_MEMORY, Trial
 
 # Two trials the model explains as equal are tied when their measured throughputs differ by at
 # most this many standard deviations of the spread between processes (about 95%).
@@ -47,7 +47,7 @@ class Modelling:
         """The records the model is fitted to: trials measured in this sweep that ran (the ideal
         and trials the data check flagged are not the pipeline)."""
         return [run.record for name, run in self.runs.items()
-                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged and not run.pending]
+                if run.record is not None and contends(name, run.record.ran, run.flagged) and not run.pending]
 
     def fit(self) -> PipelineModel | None:
         """The pipeline model fitted to every trial measured so far (None with too few)."""
@@ -121,11 +121,12 @@ class Modelling:
             spread, source = model.residual_log_sd, "model"
         ran = [run for run in contenders if run.score is not None and run.score.ran]
         predicted = {run.trial.name: model.predict(run.trial.loader_kwargs) for run in ran}
+        measured_at = {run.trial.name: run.score.measured_throughput.mean for run in ran if run.score is not None}
         ties, notes = set(), []
         for a, b in itertools.combinations(ran, 2):
             pa, pb = predicted[a.trial.name], predicted[b.trial.name]
             ratio = pb.throughput / pa.throughput
-            measured = b.score.throughput.mean / a.score.throughput.mean
+            measured = measured_at[b.trial.name] / measured_at[a.trial.name]
             judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
             # Equal by the mechanism: both hide the fetch, the loop's own time sets the pace. Configs
             # the cores pace, or a close race of queues, can differ by more than the model can tell.

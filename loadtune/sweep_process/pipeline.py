@@ -23,7 +23,7 @@ from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import ideal_trial
 from loadtune.sweep_process.racer import Executor, Racer
 from loadtune.sweep_process.setup import MEASURE_SHM, Setup, prepare
-from loadtune.sweep_process.strategy import run_strategy
+from loadtune.sweep_process.strategy import Search, run_strategy
 from loadtune.trials import IDEAL, Trial
 
 
@@ -73,8 +73,8 @@ def measure_all(options: SweepOptions, runner: Racer) -> None:
         extra = [ideal] if IDEAL not in runner.runs or runner.runs[IDEAL].pending else []
         return runner.measure([*extra, *trials], round_no)
 
-    run_strategy(options.strategy, cfg, runner.setup.accelerator, measure, options.rank_by, cfg.measure.tolerance,
-                 modeler=runner.model)
+    run_strategy(options.strategy, Search(cfg, runner.setup.accelerator, measure, options.rank_by,
+                                          cfg.measure.tolerance, runner.model))
     runner.settle_pending()
     runner.race()
 

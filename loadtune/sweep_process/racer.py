@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from loadtune.kinds import EndedBy, RankBy, Status
 from loadtune.results.advice import Advised
+from loadtune.results.choice import contends
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
 from loadtune.results.samples import TrialSamples
@@ -110,9 +111,10 @@ class Racer:
         """Take records measured earlier for this config and machine as already done (with
         their per-rank records, with ranks)."""
         for record in records:
-            self.runs[record.trial] = TrialRun(placeholder(record.trial, record), record.round or 1, record=record,
-                                               score=scored_from_record(record), resumed=True,
-                                               rank_records=[r for r in ranks if r.trial == record.trial])
+            name = record.trial or ""
+            self.runs[name] = TrialRun(placeholder(name, record), record.round or 1, record=record,
+                                       score=scored_from_record(record), resumed=True,
+                                       rank_records=[r for r in ranks if r.trial == record.trial])
 
     # --- measuring ---------------------------------------------------------------------------
 
@@ -211,7 +213,7 @@ class Racer:
                 run.trial, run.round = trial, round_no
                 kept.append(run)
             elif run is not None:
-                if run.resumed and not run.trial.settings:
+                if run.resumed and not run.trial.settings and run.record is not None:
                     run.trial = trial  # now known in full
                     self.emit(events.TrialFinished(trial, run.record, resumed=True))
             else:
@@ -249,15 +251,15 @@ class Racer:
     def pool_noise(self) -> None:
         """Pool the spread between repeats again; when it moved, every measured trial's intervals
         (its score and its record's bounds) are derived again with it."""
-        measured = [(run, merged(run.measurements)) for name, run in self.runs.items()
-                    if name != IDEAL and run.failure is None and run.measurements and run.score is not None]
-        noise = pooled_noise((measurement for _, measurement in measured), self.run_epoch)
+        measured = [(run, score, merged(run.measurements)) for name, run in self.runs.items()
+                    if name != IDEAL and run.failure is None and run.measurements and (score := run.score) is not None]
+        noise = pooled_noise((measurement for _, _, measurement in measured), self.run_epoch)
         if noise == self.noise:
             return
         self.noise = noise
-        for run, measurement in measured:
+        for run, score, measurement in measured:
             stats = summarize(measurement, seed=_seed(run.trial.name), noise=noise, run_epoch_batches=self.run_epoch)
-            run.score = dataclasses.replace(run.score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
+            run.score = dataclasses.replace(score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
                                             throughput_draws=stats.throughput_draws,
                                             wait_ratio_draws=stats.wait_ratio_draws)
             if run.record is not None:
@@ -277,16 +279,17 @@ class Racer:
         `measure.repeats`, or the time budget runs out."""
         m = self.spec.config.measure
         while True:
-            contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
-                          and run.trial.name != IDEAL and not run.flagged]
+            scores = {name: run.score for name, run in self.runs.items() if run.score is not None}
+            contenders = [self.runs[name] for name, score in scores.items()
+                          if contends(name, score.ran, self.runs[name].flagged)]
             # Nothing is stopped before some trial has two repeats: until then, no interval shows
             # how much processes differ, and one slow process would stop a contender.
             behind = frozenset(run.trial.name for run in contenders if run.stopped_early)
             if more and self.use_model_ties:
                 # Contenders the model and the data tie need no more repeats.
                 self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
-            step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by, behind,
-                             may_stop=self.noise is not None, ties=self.model.ties,
+            step = race_step([scores[run.trial.name] for run in contenders], m.tolerance, m.repeats, self.rank_by,
+                             behind, may_stop=self.noise is not None, ties=self.model.ties,
                              disputes=self._disputes if self.use_model_ties else None)
             self.last_race = step
             for name in step.stop:
