@@ -91,6 +91,19 @@ def test_the_one_thing_that_settles_it(ended_by, settle):
     assert line.endswith(f"to settle it, {settle}.")
 
 
+@pytest.mark.parametrize("ended_by", ["repeats", "budget", "kept"])
+def test_the_answer_and_the_details_give_the_same_rerun(ended_by):
+    """One rule for the rerun that settles an undecided pick: with --resume and a kept contender
+    undecided, the short answer and --verbose name the same one."""
+    from dataclasses import replace
+
+    info = summary(replace(UNDECIDED, ended_by=ended_by))
+    short = summary_lines(info)[1]
+    details = next(line for line in detail_lines(info) if line.startswith("Not decided: "))
+    rerun = short[short.index("to settle it, "):]
+    assert details.endswith(rerun) and "rerun with" in rerun
+
+
 def test_the_answer_when_decided_or_tied():
     decided = Decision(True, 0.03, PICK, spread=0.05)
     assert summary_lines(summary(decided))[1] == (
@@ -114,7 +127,7 @@ def test_configs_equal_within_the_noise_are_named_as_either_will_do():
     line = summary_lines(summary(replace(UNDECIDED, equal=("num_workers=4",))))[1]
     assert "; num_workers=4 ran as fast within this machine's noise (±11% between processes here)" in line
     assert line.endswith("to settle it, rerun with --repeats 6 --resume.")
-    rows = {r.trial for r in summary(equal).trials}
+    rows = {r.trial for r in summary(equal).standing.trials}
     assert [e["trial"] for e in summary(equal).to_json()["equal"]] == \
         [name for name in ("num_workers=2", "num_workers=3") if name in rows], "each with its row's settings"
 

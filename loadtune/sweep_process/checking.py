@@ -9,7 +9,7 @@ from typing import Callable, Mapping
 from loadtune.kinds import Status
 from loadtune.measurement import Measurement
 from loadtune.results.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
-from loadtune.results.report import DataFindings, Flagged
+from loadtune.results.summary_parts import DataFindings, Flagged
 from loadtune.sweep_process.datacheck import (
     CONTENT,
     LABEL,
@@ -68,7 +68,7 @@ class DataCheck:
         # integers); else every trial by its keys, as indices and keys do not compare.
         self.by_indices = bool(found) and all(indices is not None for indices, _ in found.values())
         pick = 0 if self.by_indices else 1
-        deliveries = {name: both[pick] for name, both in found.items() if both[pick] is not None}
+        deliveries = {name: delivered for name, both in found.items() if (delivered := both[pick]) is not None}
         least = min(deliveries.values(), key=lambda d: d.repeat_rate, default=None)
         self.repeating_sampler = least if self.by_indices and least is not None and least.repeated else None
         checks = check_all(deliveries, BASELINE)
@@ -96,11 +96,12 @@ class DataCheck:
 
     def findings(self) -> DataFindings:
         """The trials the data check flagged, with the fixes, and why some were not checked."""
-        flagged = tuple(Flagged(name, run.check.verdict, run.check.reason, fixes(run.check, self.iterable))
+        flagged = tuple(Flagged(name, check.verdict or "", check.reason, fixes(check, self.iterable))
                         for name, run in self.runs.items()
-                        if run.check is not None and run.flagged and run.failure is None)
-        flagged += tuple(Flagged(name, run.record.data_check, run.record.reason or "", ())
-                         for name, run in self.runs.items() if run.check is None and run.flagged)
+                        if (check := run.check) is not None and run.flagged and run.failure is None)
+        flagged += tuple(Flagged(name, record.data_check or "", record.reason or "", ())
+                         for name, run in self.runs.items()
+                         if run.check is None and run.flagged and (record := run.record) is not None)
         checks = [run.check for run in self.runs.values() if run.check is not None]
         notes: list[Finding] = []
         unchecked = [c for c in checks if c.verdict is None]

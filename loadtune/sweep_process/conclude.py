@@ -5,8 +5,9 @@ table, `--json` and the chart are rendered."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
 from loadtune.config import RunSpec
 from loadtune.errors import ResultsError
@@ -16,7 +17,8 @@ from loadtune.results.advice import with_checked_advice
 from loadtune.results.choice import recommended
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
 from loadtune.results.record import Record, rank_file, read_records
-from loadtune.results.report import OneRank, Summary, noise_warnings, summarize_sweep
+from loadtune.results.summary import Summary, noise_warnings
+from loadtune.results.summary_parts import Elsewhere, Findings, Labels, OneRank, OnRanks, Pick, Standing
 from loadtune.results.sweep import Decision, SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.results.watched import LoaderInfo, plain_settings, write_loader_info
@@ -46,14 +48,14 @@ def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
     write_loader_info(runner.files.out_path, {name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))
                                               for name, trial in runner.trials.items()})
     scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
-    summary = summarize(options, runner.spec, runner.files.out_path, records, runner.trials, runner.decision(), scores,
-                        device=setup.device, warnings=warnings, notes=notes, source=runner.spec.source,
-                        data=runner.data.findings(), model=runner.model.report())
+    found = Findings(warnings, notes, runner.data.findings(), runner.model.report())
+    summary = summarize(options, runner.spec, Chosen(records, runner.trials, runner.decision(), scores),
+                        labels(options, runner.spec, runner.files.out_path, setup.device), found)
     return SweepResult(runner.files.out_path, records, summary, runner.trials)
 
 
 def ranked(runner: Racer, rank_by: RankBy) -> list[Record]:
-    scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
+    scored = [runner.scored(r.trial or "") for r in runner.records if r.trial != IDEAL]
     placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model.ties)
     return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
 
@@ -82,30 +84,51 @@ def chosen_record(records: Sequence[Record], decision: Decision | None) -> Recor
     return picked or recommended(records)
 
 
-def summarize(options: SweepOptions, spec: RunSpec, out_path: Path, records: Sequence[Record],
-              trials: Mapping[str, Trial], decision: Decision | None, scores: Mapping[str, Scored],
-              **meta: Any) -> Summary:
+@dataclass(frozen=True)
+class Chosen:
+    """What the pick is made from: the ranked rows, the trials as asked (by name), racing's
+    decision, and each trial's score (its draws give the speedup's interval)."""
+
+    records: Sequence[Record]
+    trials: Mapping[str, Trial]
+    decision: Decision | None
+    scores: Mapping[str, Scored]
+
+
+def labels(options: SweepOptions, spec: RunSpec, out_path: Path, device: str) -> Labels:
+    """What was swept, and where."""
+    kwarg = spec.config.dataset.scale_kwarg
+    return Labels(str(out_path), spec.name, spec.scale,
+                  f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None, device,
+                  str(options.rank_by), str(options.strategy), spec.source, spec.config.dataset.factory)
+
+
+def on_ranks(options: SweepOptions, spec: RunSpec, out_path: Path) -> OnRanks:
+    """With ranks, the one-rank sweep of the same config beside it, and the per-rank file."""
+    if spec.ranks <= 1:
+        return OnRanks(spec.ranks)
+    return OnRanks(spec.ranks, one_rank(spec), str(rank_file(out_path)), options.out is not None, spec.torchrun)
+
+
+def summarize(options: SweepOptions, spec: RunSpec, chosen_from: Chosen, about: Labels, found: Findings) -> Summary:
     """The summary the CLI prints and the API returns: the recommendation, what to change, how
     sure, and with ranks the one-rank sweep of the same config beside it."""
-    chosen = chosen_record(records, decision)
-    kwarg = spec.config.dataset.scale_kwarg
-    meta.update(output=str(out_path), config=spec.name, scale=spec.scale,
-                scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-                ranks=spec.ranks, rank_by=str(options.rank_by), strategy=str(options.strategy), decision=decision,
-                factory=spec.config.dataset.factory)
-    if spec.ranks > 1:
-        meta.update(one_rank=one_rank(spec), per_rank_csv=str(rank_file(out_path)),
-                    out_given=options.out is not None, torchrun=spec.torchrun)
+    records, trials = chosen_from.records, chosen_from.trials
+    chosen = chosen_record(records, chosen_from.decision)
+    elsewhere = Elsewhere()
+    speedup: tuple[float | None, float | None] = (None, None)
     if chosen is not None:
-        meta.update(zip(("speedup_lo", "speedup_hi"), speedup_interval(scores, chosen.trial)))
+        speedup = speedup_interval(chosen_from.scores, chosen.trial)
         # Fitted again as `loadtune predict` fits it (whole epochs, as training runs them), so the
         # line agrees with the command it points to.
         moved, same = travel(records, settings_of(chosen), spec.config.measure.tolerance)
-        meta.update(travel=tuple(moved), travel_same=tuple(same))
+        elsewhere = Elsewhere(tuple(moved), tuple(same))
     chosen_trial = trials.get(chosen.trial or "") if chosen is not None else None
     baseline = trials.get(BASELINE)
-    return summarize_sweep(records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
-                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
+    pick = Pick.of(chosen_trial.loader_kwargs if chosen_trial else None,
+                   baseline.loader_kwargs if baseline is not None and baseline.settings else None, speedup)
+    return Summary(about, Standing.of(records, chosen), pick, chosen_from.decision, found,
+                   on_ranks(options, spec, Path(about.output)), elsewhere)
 
 
 def speedup_interval(scores: Mapping[str, Scored], trial: str | None) -> tuple[float | None, float | None]:

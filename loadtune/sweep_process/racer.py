@@ -12,13 +12,13 @@ import time
 import zlib
 from typing import Callable, Sequence
 
-from loadtune.kinds import EndedBy, RankBy, Status
+from loadtune.kinds import RankBy, Status
 from loadtune.results.advice import Advised
 from loadtune.results.choice import contends
+from loadtune.results.decision import Decision, ended, ended_words
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
 from loadtune.results.samples import TrialSamples
-from loadtune.results.sweep import Decision
 from loadtune.sweep_process import events
 from loadtune.sweep_process.checking import DataCheck
 from loadtune.sweep_process.decide import RaceStep, Scored, race_step
@@ -334,14 +334,9 @@ class Racer:
             return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
                             spread=spread, repeats=repeats, equal=step.equal)
         kept = any(self.runs[name].resumed for name in step.undecided if name in self.runs)
-        ended_by = EndedBy.KEPT if kept else EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
-        if kept:
-            why = "trials kept from the file were not measured again"
-        elif self.budget_spent:
-            why = "the time budget (--budget) ran out"
-        else:
-            why = f"measure.repeats={repeats} ran out"
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, ties=ties,
+        ended_by = ended(kept, self.budget_spent)
+        return Decision(False, tolerance, step.pick, step.undecided, step.gap, ended_words(ended_by, repeats),
+                        step.expected, ties=ties,
                         ended_by=ended_by, spread=spread, repeats=repeats, equal=step.equal)
 
     def _run_once(self, run: TrialRun) -> None:
