@@ -12,7 +12,14 @@ from loadtune.config import Config
 from loadtune.kinds import RankBy, Status
 from loadtune.results.choice import contends
 from loadtune.results.findings import ModelFellBack
-from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
+from loadtune.results.model import (
+    ModelReport,
+    PipelineModel,
+    Prediction,
+    fit,
+    leave_one_out_error,
+    prediction_error,
+)
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
 from loadtune.sweep_process import events
@@ -96,14 +103,13 @@ class Modelling:
         error, checked = prediction_error(self.records)
         return ModelReport(model, error, checked, self.model_fell_back)
 
-    def predict_new(self, runs: Sequence[TrialRun]) -> None:
-        """Each new trial's prediction, before it runs: the CSV then shows how good the model is."""
-        model = self.fit() if any(r.trial.feed != FEED_MEMORY for r in runs) else None
+    def predict(self, trials: Sequence[Trial]) -> dict[str, Prediction]:
+        """Each new trial's prediction, before it runs (the CSV then shows how good the model is),
+        by name; none for a trial fed from memory, nor before there is a model."""
+        model = self.fit() if any(t.feed != FEED_MEMORY for t in trials) else None
         if model is None:
-            return
-        for run in runs:
-            if run.trial.feed != FEED_MEMORY and run.predicted is None:
-                run.predicted = model.predict(run.trial.loader_kwargs)
+            return {}
+        return {t.name: model.predict(t.loader_kwargs) for t in trials if t.feed != FEED_MEMORY}
 
     def tie(self, contenders: Sequence[TrialRun], noise: ProcessNoise | None) -> None:
         """Pairs of contenders the model explains as equal (both hide the fetch: the workers outpace
