@@ -268,3 +268,14 @@ def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
     every = finding_lines(rows, every_trial=True)  # only these two trials have verdicts
     assert every[0].startswith(f"Bottleneck (recommended, {PICK}): data-bound: start-up; 62% of the wait")
     assert every[1:] == lines
+
+
+def test_each_trial_the_advice_asked_for_is_set_against_the_trial_it_was_advised_on():
+    rows = [*records(), row("num_workers=4", 420.0, 2, num_workers=4, asked_by=PICK),
+            row("num_workers=5", 400.0, None, num_workers=5, asked_by=PICK, data_check="duplicates"),
+            Record(trial="num_workers=6", status="failed", reason="boom", asked_by=PICK)]
+    details = [line for line in detail_lines(summary(UNDECIDED, rows)) if line.startswith("Advice measured")]
+    asked = f"Advice measured: the verdict on {PICK} asked for"
+    assert details == [f"{asked} num_workers=4: 420.0 samples/s, 1.09x what it was advised on.",
+                       f"{asked} num_workers=5, which fed other samples (data_check duplicates): no gain to count.",
+                       f"{asked} num_workers=6, which did not run (failed)."]

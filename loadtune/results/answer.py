@@ -143,14 +143,12 @@ def advice_lines(standing: Standing) -> list[str]:
     lines = []
     for measured in standing.advice_measured:
         if measured["data_check"] in DATA_FLAGGED:
-            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
-                         f"which fed other samples (data_check {measured['data_check']}): no gain to count.")
+            what = f", which fed other samples (data_check {measured['data_check']}): no gain to count."
         elif measured["gain"] is None:
-            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}, "
-                         f"which did not run ({measured['status']}).")
+            what = f", which did not run ({measured['status']})."
         else:
-            lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}: "
-                         f"{measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on.")
+            what = f": {measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on."
+        lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}{what}")
     return lines
 
 

@@ -378,12 +378,20 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
     again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
     if not undecided and 0 < chosen.repeats < enough:
         again = [chosen]  # one process alone does not show how much processes differ
-    gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
-    shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
-    expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None  # None: any unknown
+    gap, expected = _left_on_table(chosen, undecided, tolerance, by)
     decided = not undecided and may_stop and (chosen.repeats or enough) >= enough
     return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), decided,
-                    tuple(i.name for i in undecided), max(gap, tolerance), expected, tuple(i.name for i in equal))
+                    tuple(i.name for i in undecided), gap, expected, tuple(i.name for i in equal))
+
+
+def _left_on_table(chosen: Scored, undecided: Sequence[Scored], tolerance: float,
+                   by: RankBy) -> tuple[float, float | None]:
+    """What the pick may leave on the table against the undecided contenders: at most (never less
+    than the tolerance), and expected (its largest expected shortfall; None where any is unknown)."""
+    gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
+    shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
+    expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None
+    return max(gap, tolerance), expected
 
 
 def _shortfall(chosen: Scored, other: Scored, by: RankBy) -> float:
