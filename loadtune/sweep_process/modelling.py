@@ -103,7 +103,7 @@ class Modelling:
         error, checked = prediction_error(self.records)
         return ModelReport(model, error, checked, self.model_fell_back)
 
-    def predict(self, trials: Sequence[Trial]) -> dict[str, Prediction]:
+    def predict_new(self, trials: Sequence[Trial]) -> dict[str, Prediction]:
         """Each new trial's prediction, before it runs (the CSV then shows how good the model is),
         by name; none for a trial fed from memory, nor before there is a model."""
         model = self.fit() if any(t.feed != FEED_MEMORY for t in trials) else None

@@ -202,7 +202,7 @@ class Racer:
         the next round sits, and contenders a later round overtakes need no more repeats."""
         new, kept = self._take(trials, round_no)
         # Predicted from the trials measured before these, as they were when the kept ones ran.
-        for name, prediction in self.model.predict([run.trial for run in new if run.predicted is None]).items():
+        for name, prediction in self.model.predict_new([run.trial for run in new if run.predicted is None]).items():
             self.runs[name].predicted = prediction
         for run in kept:
             run.origin = Origin.LIVE
