@@ -24,7 +24,7 @@ from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
 from loadtune.results.findings import RepeatingSampler
 from loadtune.results.record import read_records
-from loadtune.sweep_process.conclude import ranked
+from loadtune.sweep_process.conclude import decision, ranked
 from loadtune.sweep_process.datacheck import (
     ACROSS_RANKS,
     EPOCH_CONTENT,
@@ -444,7 +444,7 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
               trial_for(spec.config, {"num_workers": 2}, False)]
     scores = runner.measure(trials, 1)
     assert not scores["num_workers=2"].ran, "a flagged trial is as one that did not run, for the strategies"
-    assert runner.decision() is not None and runner.last_race.pick != "num_workers=2"
+    assert decision(runner) is not None and runner.last_race.pick != "num_workers=2"
     written = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     assert written["num_workers=2"].data_check == "duplicates" and written["baseline"].data_check == "same"
     assert written["num_workers=2"].reason.startswith("data_check duplicates: 50% of its samples came again")

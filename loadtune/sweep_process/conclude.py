@@ -10,22 +10,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
-from loadtune.config import RunSpec
+from loadtune.config import Config, RunSpec
 from loadtune.errors import ResultsError
 from loadtune.kinds import RankBy
 from loadtune.options import SweepOptions, default_output
 from loadtune.results.advice import Advised, with_checked_advice
 from loadtune.results.choice import recommended
+from loadtune.results.decision import Decision, ended, ended_words
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
 from loadtune.results.model import ModelReport
 from loadtune.results.record import RankRecord, Record, rank_file, read_records
 from loadtune.results.summary import Summary, noise_warnings
 from loadtune.results.summary_parts import DataFindings, Elsewhere, Findings, Labels, OneRank, OnRanks, Pick, Standing
-from loadtune.results.sweep import Decision, SweepResult
+from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.results.watched import LoaderInfo, plain_settings, write_loader_info
 from loadtune.sweep_process.decide import Scored, Ties, order, throughput_ratios
 from loadtune.sweep_process.files import SweepFiles
+from loadtune.sweep_process.plan import on_top, trial_for
 from loadtune.sweep_process.racer import Racer
 from loadtune.sweep_process.ranking import rank
 from loadtune.sweep_process.records import apply_ranking
@@ -61,9 +63,42 @@ class Raced:
 def raced(runner: Racer) -> Raced:
     """Where the racer's sweep stands, as one value."""
     setup = runner.setup
-    return Raced(setup, runner.files.out_path, dict(runner.runs), runner.decision(), tuple(runner.notes),
+    return Raced(setup, runner.files.out_path, dict(runner.runs), decision(runner), tuple(runner.notes),
                  runner.model.ties, tuple(runner.model.predicted_records(setup.accelerator, setup.context)),
-                 runner.advised(setup.accelerator), runner.data.findings(runner.runs), runner.model.report())
+                 advised(runner.runs, setup.spec.config, setup.accelerator), runner.data.findings(runner.runs),
+                 runner.model.report())
+
+
+def decision(runner: Racer) -> Decision | None:
+    """How sure the last step of the race left the pick (None before any trial ran): decided, or
+    not, with the contenders still undecided and what ended the racing."""
+    step = runner.last_race
+    if step is None or step.pick is None:
+        return None
+    measure = runner.spec.config.measure
+    ties = tuple(t.facing(step.pick) for t in runner.model.tie_notes if step.pick in (t.pick, t.other))
+    spread = runner.noise.throughput_log_sd if runner.noise is not None else None
+    if step.decided:
+        return Decision(True, measure.tolerance, step.pick, gap=measure.tolerance, expected=step.expected,
+                        ties=ties, spread=spread, repeats=measure.repeats, equal=step.equal)
+    kept = any(runner.runs[name].resumed for name in step.undecided if name in runner.runs)
+    ended_by = ended(kept, runner.progress.budget_spent)
+    return Decision(False, measure.tolerance, step.pick, step.undecided, step.gap,
+                    ended_words(ended_by, measure.repeats), step.expected, ties=ties, ended_by=ended_by,
+                    spread=spread, repeats=measure.repeats, equal=step.equal)
+
+
+def advised(runs: Mapping[str, TrialRun], config: Config, accelerator: bool) -> dict[str, list[Advised]]:
+    """The settings each measured trial's advice names, with the trials that would show them."""
+    out: dict[str, list[Advised]] = {}
+    for name, run in runs.items():
+        if run.score is None or not run.score.suggests:
+            continue
+        out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
+                             on_top(config, run.trial, dict(change), accelerator).name,
+                             trial_for(config, dict(change), accelerator).name, BASELINE)
+                     for change in run.score.suggests]
+    return out
 
 
 def conclude(options: SweepOptions, race: Raced) -> SweepResult:

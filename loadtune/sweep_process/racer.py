@@ -16,9 +16,7 @@ from typing import Callable, Sequence
 
 from loadtune.config import RunSpec
 from loadtune.kinds import RankBy, Status
-from loadtune.results.advice import Advised
 from loadtune.results.choice import contends
-from loadtune.results.decision import Decision, ended, ended_words
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
 from loadtune.results.samples import TrialSamples
@@ -30,7 +28,6 @@ from loadtune.sweep_process.diagnose import outside_share
 from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.modelling import Modelling
-from loadtune.sweep_process.plan import on_top, trial_for
 from loadtune.sweep_process.ranking import scored_from_record
 from loadtune.sweep_process.setup import Setup
 from loadtune.sweep_process.stats import ProcessNoise, pooled_noise
@@ -45,7 +42,7 @@ from loadtune.sweep_process.trial_run import (
     samples_of,
 )
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import FEED_MEMORY, IDEAL, Trial
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
@@ -130,11 +127,6 @@ class Racer:
         data check is as one that did not run."""
         run = self.runs.get(name)
         return run.contending if run is not None else Scored(name, None, None)
-
-    def throughput(self, name: str) -> float | None:
-        run = self.runs.get(name)
-        score = run.score if run is not None else None
-        return score.throughput.mean if score is not None and score.throughput is not None else None
 
     def resume(self, records: Sequence[Record], ranks: Sequence[RankRecord] = ()) -> None:
         """Take records measured earlier for this config and machine as already done (with
@@ -333,35 +325,6 @@ class Racer:
     def _disputes(self, a: str, b: str) -> bool:
         """The model predicts trial `a` ahead of `b` by more than the tolerance and its own error."""
         return self.model.ahead(self.runs[a].trial, self.runs[b].trial, self.settings.rank_by)
-
-    def advised(self, accelerator: bool) -> dict[str, list[Advised]]:
-        """The settings each measured trial's advice names, with the trials that would show them."""
-        cfg = self.spec.config
-        out: dict[str, list[Advised]] = {}
-        for name, run in self.runs.items():
-            if run.score is None or not run.score.suggests:
-                continue
-            out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
-                                 on_top(cfg, run.trial, dict(change), accelerator).name,
-                                 trial_for(cfg, dict(change), accelerator).name, BASELINE)
-                         for change in run.score.suggests]
-        return out
-
-    def decision(self) -> Decision | None:
-        step = self.last_race
-        if step is None or step.pick is None:
-            return None
-        tolerance, repeats = self.spec.config.measure.tolerance, self.spec.config.measure.repeats
-        ties = tuple(t.facing(step.pick) for t in self.model.tie_notes if step.pick in (t.pick, t.other))
-        spread = self.noise.throughput_log_sd if self.noise is not None else None
-        if step.decided:
-            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
-                            spread=spread, repeats=repeats, equal=step.equal)
-        kept = any(self.runs[name].resumed for name in step.undecided if name in self.runs)
-        ended_by = ended(kept, self.progress.budget_spent)
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, ended_words(ended_by, repeats),
-                        step.expected, ties=ties, ended_by=ended_by, spread=spread, repeats=repeats,
-                        equal=step.equal)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
