@@ -127,12 +127,12 @@ class Modelling:
             spread, source = model.residual_log_sd, "model"
         ran = [run for run in contenders if run.score is not None and run.score.ran]
         predicted = {run.trial.name: model.predict(run.trial.loader_kwargs) for run in ran}
-        measured_at = {run.trial.name: run.score.measured_throughput.mean for run in ran if run.score is not None}
+        throughput_of = {run.trial.name: run.score.measured_throughput.mean for run in ran if run.score is not None}
         ties, notes = set(), []
         for a, b in itertools.combinations(ran, 2):
             pa, pb = predicted[a.trial.name], predicted[b.trial.name]
             ratio = pb.throughput / pa.throughput
-            measured = measured_at[b.trial.name] / measured_at[a.trial.name]
+            measured = throughput_of[b.trial.name] / throughput_of[a.trial.name]
             judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
             # Equal by the mechanism: both hide the fetch, the loop's own time sets the pace. Configs
             # the cores pace, or a close race of queues, can differ by more than the model can tell.
