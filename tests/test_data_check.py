@@ -24,7 +24,7 @@ from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
 from loadtune.results.findings import RepeatingSampler
 from loadtune.results.record import read_records
-from loadtune.sweep_process.conclude import ranked
+from loadtune.sweep_process.conclude import decision, ranked
 from loadtune.sweep_process.datacheck import (
     ACROSS_RANKS,
     EPOCH_CONTENT,
@@ -444,15 +444,15 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
               trial_for(spec.config, {"num_workers": 2}, False)]
     scores = runner.measure(trials, 1)
     assert not scores["num_workers=2"].ran, "a flagged trial is as one that did not run, for the strategies"
-    assert runner.decision() is not None and runner.last_race.pick != "num_workers=2"
+    assert decision(runner) is not None and runner.last_race.pick != "num_workers=2"
     written = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     assert written["num_workers=2"].data_check == "duplicates" and written["baseline"].data_check == "same"
     assert written["num_workers=2"].reason.startswith("data_check duplicates: 50% of its samples came again")
     assert written["num_workers=2"].throughput == pytest.approx(180.0, rel=0.01), "its figures stay"
-    placed = {r.trial: r for r in ranked(runner, RankBy.THROUGHPUT)}
+    placed = {r.trial: r for r in ranked(runner.runs, RankBy.THROUGHPUT, 0.03, runner.model.ties)}
     assert placed["num_workers=2"].rank is None and placed["baseline"].rank == 1
     assert placed["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
-    findings = runner.data.findings()
+    findings = runner.data.findings(runner.runs)
     assert [(f.trial, f.data_check) for f in findings.flagged] == [("num_workers=2", "duplicates")]
     assert findings.flagged[0].fixes == (WORKERS_FIX, SHARDS_FIX)
 
@@ -480,7 +480,7 @@ def test_the_runner_checks_a_map_style_dataset_by_its_samplers_indices(tmp_path,
                     trial_for(spec.config, {"num_workers": 2}, False)], 1)
     written = read_records(tmp_path / "out.csv", required=())
     assert {r.data_check for r in written} == {"same"}, "keys could not tell, the indices do"
-    notes = runner.data.findings().notes
+    notes = runner.data.findings(runner.runs).notes
     if repeating:
         assert notes == (RepeatingSampler(1, 16),)
         assert str(notes[0]) == ("the sampler hands out some indices twice within an epoch in every trial (1 of 16 "

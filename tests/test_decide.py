@@ -14,6 +14,7 @@ from loadtune.kinds import RankBy
 from loadtune.measurement import Measurement, Window
 from loadtune.results.interval import Interval
 from loadtune.results.record import read_records
+from loadtune.sweep_process.conclude import decision as decision_of
 from loadtune.sweep_process.decide import (
     MIN_REPEATS_TO_DECIDE,
     RERUN_AGREEMENT,
@@ -229,7 +230,7 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
     assert runner.runs[none].stopped_early and runner.runs["baseline"].stopped_early, "clearly behind"
     assert fake.runs[none] == 1 and fake.runs["baseline"] == 1, "stopped after one repeat"
     assert fake.runs["num_workers=2"] >= MIN_REPEATS_TO_DECIDE and fake.runs["num_workers=3"] >= 2
-    decision = runner.decision()
+    decision = decision_of(runner)
     assert decision.decided, "398 and 400 are within 3% once each has two repeats"
     records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     assert records[none].stopped_early is True and records[none].repeats == 1
@@ -261,7 +262,7 @@ def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_co
     runner.race()
     assert noisy.runs == {"num_workers=2": 3, "num_workers=3": 3}
     assert runner.noise is not None and runner.noise.throughput_log_sd > 0.05
-    decision = runner.decision()
+    decision = decision_of(runner)
     assert not decision.decided, "two repeats 16% apart cannot show 398 and 400 within 3% of each other"
     records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     row = records["num_workers=2"]
@@ -274,7 +275,7 @@ def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config)
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
     assert fake.runs == {"num_workers=2": 1, "num_workers=3": 1}
-    decision = runner.decision()
+    decision = decision_of(runner)
     assert not decision.decided and "budget" in decision.why and decision.undecided
 
 
@@ -286,7 +287,7 @@ def test_racing_names_two_configs_a_percent_apart_equal_within_the_noise(tmp_pat
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
     assert close.runs == {"num_workers=2": 3, "num_workers=3": 3}
-    decision = runner.decision()
+    decision = decision_of(runner)
     # Taking the cheaper would cost more than half the tolerance on average at this spread: the
     # pick is the faster; a rerun may pick the cheaper, which the pick costs little against.
     assert decision.decided and decision.pick == "num_workers=3" and decision.equal == ("num_workers=2",)
@@ -298,6 +299,7 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     import dataclasses
 
     from loadtune.results.advice import with_checked_advice
+    from loadtune.sweep_process.conclude import advised as advised_by
     from loadtune.sweep_process.conclude import ranked
 
     monkeypatch.setitem(TRUE, "num_workers=2, persistent_workers=true", 300.0)
@@ -309,10 +311,11 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     run.score = dataclasses.replace(run.score, suggests=((("persistent_workers", True),),))
     run.record = dataclasses.replace(run.record, advice="62% of the wait is at epoch starts: set "
                                                         "persistent_workers=True.")
-    advised = runner.advised(False)
+    advised = advised_by(runner.runs, runner.spec.config, False)
     assert [(a.setting, a.exact, a.alone) for a in advised["num_workers=2"]] == \
         [("persistent_workers=True", "num_workers=2, persistent_workers=true", "persistent_workers=true")]
-    records = {r.trial: r for r in with_checked_advice(ranked(runner, RankBy.THROUGHPUT), advised, 0.03)}
+    placed = ranked(runner.runs, RankBy.THROUGHPUT, 0.03, runner.model.ties)
+    records = {r.trial: r for r in with_checked_advice(placed, advised, 0.03)}
     assert re.fullmatch(r"62% of the wait is at epoch starts: persistent_workers=True measured 29\d\.\d "
                         r"\[\d+\.\d, \d+\.\d\] samples/s against 39\d\.\d \(num_workers=2\): not shown to help here\.",
                         records["num_workers=2"].advice), records["num_workers=2"].advice

@@ -122,6 +122,23 @@ def test_the_trial_side_imports_nothing_of_the_sweep_side():
         assert not [r for r in reached if _inside(r, ("loadtune.sweep_process",))], module
 
 
+# What renders results for the user (tables, charts, the answer's sentences): the sweep side
+# builds values (results.summary, results.summary_parts) and leaves their rendering to the CLI.
+PRESENTATION = ("loadtune.results.report", "loadtune.results.answer", "loadtune.results.plot",
+                "loadtune.results.table", "rich")
+
+
+def test_the_sweep_side_imports_no_presentation_module():
+    graph = import_graph()
+    for module in (m for m in graph if _inside(m, ("loadtune.sweep_process",))):
+        assert not [m for m in graph[module] if _inside(m, PRESENTATION)], module
+
+
+def test_the_strategies_and_the_model_import_each_other_not():
+    graph = import_graph()
+    assert "loadtune.sweep_process.strategy" not in _reach(graph, "loadtune.sweep_process.modelling")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", [["report"], ["compare", "--force"]])
 def test_report_and_compare_start_without_torch(command, tmp_path):

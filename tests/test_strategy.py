@@ -9,8 +9,15 @@ import pytest
 from loadtune.config import Config
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Scored
-from loadtune.sweep_process.strategy import MAX_GREEDY_ROUNDS, run_greedy, run_grid, run_ofat, run_strategy
-from loadtune.trials import cost_of
+from loadtune.sweep_process.strategy import (
+    MAX_GREEDY_ROUNDS,
+    Search,
+    run_strategy,
+    search_greedy,
+    search_grid,
+    search_ofat,
+)
+from loadtune.trials import Trial, cost_of
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4, 8], "persistent_workers": [False, True],
          "in_order": [True, False]}
@@ -41,12 +48,12 @@ def true_throughput(kw: dict) -> float:
 
 class FakeMeasurer:
     def __init__(self, half_width: float = 1.0, truth=true_throughput) -> None:
-        self.calls: list[tuple[list[str], int]] = []
+        self.calls: list[tuple[list[Trial], int]] = []
         self.half_width = half_width
         self.truth = truth
 
     def __call__(self, trials, round_no):
-        self.calls.append(([t.name for t in trials], round_no))
+        self.calls.append((list(trials), round_no))
         out = {}
         for t in trials:
             if t.skipped:
@@ -60,7 +67,24 @@ class FakeMeasurer:
 
     @property
     def measured(self) -> list[str]:
-        return [name for names, _ in self.calls for name in names]
+        return [t.name for trials, _ in self.calls for t in trials]
+
+    @property
+    def visits(self) -> list[Visit]:
+        """Each trial the strategy asked for, with the round that asked for it."""
+        return [Visit(t, round_no) for trials, round_no in self.calls for t in trials]
+
+
+@dataclasses.dataclass(frozen=True)
+class Visit:
+    trial: Trial
+    round: int
+
+
+def visits_of(strategy, config: Config, measurer: FakeMeasurer) -> list[Visit]:
+    """Run the strategy on the fake measurer; what it asked for, round by round."""
+    strategy(Search(config, False, measurer))
+    return measurer.visits
 
 
 def best_of(visits) -> dict:
@@ -69,14 +93,14 @@ def best_of(visits) -> dict:
 
 def test_grid_measures_every_combination_once_and_finds_the_optimum():
     measurer = FakeMeasurer()
-    visits = run_grid(config(), False, measurer)
+    visits = visits_of(search_grid, config(), measurer)
     assert len(visits) == GRID_TRIALS == len(set(measurer.measured))
     assert true_throughput(best_of(visits)) == 230
 
 
 def test_greedy_finds_the_optimum_with_a_third_of_the_grid():
     measurer = FakeMeasurer()
-    visits = run_greedy(config(), False, measurer)
+    visits = visits_of(search_greedy, config(), measurer)
     assert true_throughput(best_of(visits)) == 230
     assert len(visits) == len(set(measurer.measured)), "nothing is measured twice"
     assert len(visits) <= GRID_TRIALS / 3
@@ -90,7 +114,7 @@ def test_greedy_keeps_the_current_setting_when_the_gain_is_within_the_tolerance(
             + (0.5 if kw["prefetch_factor"] == 8 else 0.0)
 
     measurer = FakeMeasurer(half_width=0.5, truth=truth)
-    visits = run_greedy(config(), False, measurer)
+    visits = visits_of(search_greedy, config(), measurer)
     assert {v.round for v in visits} == {1}, "nothing moved after the worker count: no second round"
     # in_order is swept last, on the current setting of every other key.
     last = [v.trial.loader_kwargs for v in visits if v.trial.loader_kwargs["in_order"] is False]
@@ -101,7 +125,7 @@ def test_greedy_keeps_the_current_setting_when_the_gain_is_within_the_tolerance(
 
 def test_ofat_follows_up_on_the_winner_and_finds_what_one_change_misses():
     measurer = FakeMeasurer()
-    visits = run_ofat(config(), False, measurer)
+    visits = visits_of(search_ofat, config(), measurer)
     by_round: dict[int, list[str]] = {}
     for v in visits:
         by_round.setdefault(v.round, []).append(v.trial.name)
@@ -129,7 +153,7 @@ def test_ofat_sweeps_again_the_values_behind_but_not_those_far_behind():
 
     measurer = FakeMeasurer(truth=truth)
     sweep = {"num_workers": [1, 2, 3, 6], "persistent_workers": [False, True]}
-    visits = run_ofat(config({"batch_size": 8, "num_workers": 2}, sweep), False, measurer)
+    visits = visits_of(search_ofat, config({"batch_size": 8, "num_workers": 2}, sweep), measurer)
     rounds = {v.trial.name: v.round for v in visits}
     assert rounds["num_workers=3, persistent_workers=true"] == 2
     assert rounds["num_workers=6, persistent_workers=true"] == 3, "165 of 200 is behind, not far behind"
@@ -143,7 +167,7 @@ def test_ofat_measures_worker_settings_on_the_best_worker_count_when_the_baselin
 
     measurer = FakeMeasurer(truth=truth)
     sweep = {"num_workers": [0, 1, 2], "prefetch_factor": [1, 4], "persistent_workers": [False, True]}
-    visits = run_ofat(config({"batch_size": 8}, sweep), False, measurer)
+    visits = visits_of(search_ofat, config({"batch_size": 8}, sweep), measurer)
     assert not [v for v in visits if v.trial.skipped], "no key ends skipped: each is measured with workers"
     follow = [v.trial.name for v in visits if v.round == 2]
     assert set(follow) == {"num_workers=1, prefetch_factor=1", "num_workers=1, prefetch_factor=4",
@@ -155,7 +179,7 @@ def test_settings_that_need_workers_are_skipped_rows_only_when_no_trial_with_wor
         return 300.0
 
     sweep = {"prefetch_factor": [4], "persistent_workers": [True]}  # no worker count to sit on
-    visits = run_ofat(config({"batch_size": 8}, sweep), False, FakeMeasurer(truth=truth))
+    visits = visits_of(search_ofat, config({"batch_size": 8}, sweep), FakeMeasurer(truth=truth))
     skipped = {v.trial.name: v.trial.skip_reason for v in visits if v.trial.skipped}
     assert set(skipped) == {"prefetch_factor=4", "persistent_workers=true"}
     assert all("num_workers=0" in why for why in skipped.values())
@@ -163,7 +187,7 @@ def test_settings_that_need_workers_are_skipped_rows_only_when_no_trial_with_wor
 
 def test_unknown_strategy():
     with pytest.raises(ValueError, match="'random' is not a valid Strategy"):
-        run_strategy("random", config(), False, FakeMeasurer())
+        run_strategy("random", Search(config(), False, FakeMeasurer()))
 
 
 def test_the_picks_advice_is_measured_on_top_of_it_and_marked():
@@ -180,11 +204,11 @@ def test_the_picks_advice_is_measured_on_top_of_it_and_marked():
             return out
 
     measurer = Advising(truth=truth)
-    visits = run_ofat(config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), False, measurer)
+    visits = visits_of(search_ofat, config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), measurer)
     asked = [v for v in visits if v.trial.asked_by]
     assert [v.trial.name for v in asked] == ["num_workers=4"]
     assert asked[0].trial.asked_by == "num_workers=2" and asked[0].round == max(v.round for v in visits)
-    again = run_grid(config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), False, Advising(truth=truth))
+    again = visits_of(search_grid, config({"batch_size": 8}, {"num_workers": [0, 1, 2]}), Advising(truth=truth))
     assert [v.trial.name for v in again if v.trial.asked_by] == ["num_workers=4"], "one mechanism for all"
 
 
@@ -201,12 +225,12 @@ def test_advice_that_changes_an_unswept_setting_is_never_measured():
             return out
 
     sweep = {"num_workers": [1, 2], "prefetch_factor": [2, 8]}
-    visits = run_ofat(config({"batch_size": 8, "num_workers": 1, "prefetch_factor": 2}, sweep), False, Starved())
+    loader = {"batch_size": 8, "num_workers": 1, "prefetch_factor": 2}
+    visits = visits_of(search_ofat, config(loader, sweep), Starved())
     assert all(v.trial.loader_kwargs.get("in_order", True) for v in visits), "in_order is not swept"
     asked = {v.trial.name for v in visits if v.trial.asked_by}
     assert asked and all("in_order" not in name for name in asked)
-    swept = run_ofat(config({"batch_size": 8, "num_workers": 1, "prefetch_factor": 2},
-                            {**sweep, "in_order": [True, False]}), False, Starved())
+    swept = visits_of(search_ofat, config(loader, {**sweep, "in_order": [True, False]}), Starved())
     assert any(v.trial.loader_kwargs.get("in_order") is False for v in swept), "swept: measured"
 
 
@@ -220,6 +244,6 @@ def test_ofat_sweeps_the_worker_count_again_once_another_key_moved():
 
     sweep = {"num_workers": [0, 2, 4], "persistent_workers": [False, True]}
     measurer = FakeMeasurer(truth=truth)
-    visits = run_ofat(config({"batch_size": 8, "num_workers": 1}, sweep), False, measurer)
+    visits = visits_of(search_ofat, config({"batch_size": 8, "num_workers": 1}, sweep), measurer)
     assert best_of(visits) == {**best_of(visits), "num_workers": 4, "persistent_workers": True}
     assert len(set(measurer.measured)) == len(measurer.measured), "nothing is measured twice"

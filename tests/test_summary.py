@@ -91,6 +91,19 @@ def test_the_one_thing_that_settles_it(ended_by, settle):
     assert line.endswith(f"to settle it, {settle}.")
 
 
+@pytest.mark.parametrize("ended_by", ["repeats", "budget", "kept"])
+def test_the_answer_and_the_details_give_the_same_rerun(ended_by):
+    """One rule for the rerun that settles an undecided pick: with --resume and a kept contender
+    undecided, the short answer and --verbose name the same one."""
+    from dataclasses import replace
+
+    info = summary(replace(UNDECIDED, ended_by=ended_by))
+    short = summary_lines(info)[1]
+    details = next(line for line in detail_lines(info) if line.startswith("Not decided: "))
+    rerun = short[short.index("to settle it, "):]
+    assert details.endswith(rerun) and "rerun with" in rerun
+
+
 def test_the_answer_when_decided_or_tied():
     decided = Decision(True, 0.03, PICK, spread=0.05)
     assert summary_lines(summary(decided))[1] == (
@@ -114,7 +127,7 @@ def test_configs_equal_within_the_noise_are_named_as_either_will_do():
     line = summary_lines(summary(replace(UNDECIDED, equal=("num_workers=4",))))[1]
     assert "; num_workers=4 ran as fast within this machine's noise (±11% between processes here)" in line
     assert line.endswith("to settle it, rerun with --repeats 6 --resume.")
-    rows = {r.trial for r in summary(equal).trials}
+    rows = {r.trial for r in summary(equal).standing.trials}
     assert [e["trial"] for e in summary(equal).to_json()["equal"]] == \
         [name for name in ("num_workers=2", "num_workers=3") if name in rows], "each with its row's settings"
 
@@ -255,3 +268,14 @@ def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
     every = finding_lines(rows, every_trial=True)  # only these two trials have verdicts
     assert every[0].startswith(f"Bottleneck (recommended, {PICK}): data-bound: start-up; 62% of the wait")
     assert every[1:] == lines
+
+
+def test_each_trial_the_advice_asked_for_is_set_against_the_trial_it_was_advised_on():
+    rows = [*records(), row("num_workers=4", 420.0, 2, num_workers=4, asked_by=PICK),
+            row("num_workers=5", 400.0, None, num_workers=5, asked_by=PICK, data_check="duplicates"),
+            Record(trial="num_workers=6", status="failed", reason="boom", asked_by=PICK)]
+    details = [line for line in detail_lines(summary(UNDECIDED, rows)) if line.startswith("Advice measured")]
+    asked = f"Advice measured: the verdict on {PICK} asked for"
+    assert details == [f"{asked} num_workers=4: 420.0 samples/s, 1.09x what it was advised on.",
+                       f"{asked} num_workers=5, which fed other samples (data_check duplicates): no gain to count.",
+                       f"{asked} num_workers=6, which did not run (failed)."]

@@ -4,11 +4,22 @@ the same from the sweep, `loadtune predict`, `compare` and the readers of a watc
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from loadtune.config import THREAD_KEYS, WORKER_ONLY
+from loadtune.kinds import RankBy
 from loadtune.results.record import Record
-from loadtune.trials import BASELINE, DEFAULT_PREFETCH, LOADER_DEFAULTS, cost_of, effective_settings, format_value
+from loadtune.trials import (
+    BASELINE,
+    DEFAULT_PREFETCH,
+    IDEAL,
+    LOADER_DEFAULTS,
+    cost_of,
+    effective_settings,
+    format_value,
+)
+
+T = TypeVar("T")
 
 # Shown in a paste line even at DataLoader's default: what a reader looks for first.
 ALWAYS_SHOWN = ("batch_size", "num_workers")
@@ -22,15 +33,41 @@ NAME_ORDER = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memor
               "worker_threads")
 
 
+def choose(candidates: Iterable[T], within: Callable[[T], bool], cost: Callable[[T], tuple[float, ...]]) -> T | None:
+    """The one rule for a pick: the cheapest candidate within the tolerance of the best (`within`
+    says which are). Ties break by `cost` first (what the config costs to run, compared in order:
+    trials.cost_of, with what the caller adds after it), then by the order the candidates come in
+    (the first of equal cost: the better, when they come best first). None when none is within."""
+    inside = [c for c in candidates if within(c)]
+    return min(inside, key=cost) if inside else None
+
+
+def within_tolerance(figure: float, best: float, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
+    """Whether a figure is within the tolerance of the best one, on a scale where higher is better:
+    a throughput at least (1 - tolerance) of the best's; a wait ratio (negated) at most `tolerance`
+    above the best's."""
+    return figure >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else figure >= best - tolerance
+
+
+def contends(trial: str | None, ran: bool, flagged: bool) -> bool:
+    """The one rule for a contender, a trial that may be ranked and picked: it ran, it is not the
+    ideal (a reference, not a setting), and the data check did not flag it."""
+    return ran and trial != IDEAL and not flagged
+
+
+def record_contends(record: Record) -> bool:
+    """A row that may be ranked and picked (contends)."""
+    return contends(record.trial, record.ran, record.data_flagged)
+
+
 def cost(record: Record) -> tuple[float, ...]:
     """What a config costs to run (trials.cost_of); of two that cost the same, the faster first."""
     return (*cost_of(record.to_dict()), -(record.throughput or 0))
 
 
 def recommended(records: Sequence[Record]) -> Record | None:
-    """Among the trials tied with the best, the cheapest (see cost); None when none ran."""
-    tied = [r for r in records if r.tied_with_best]
-    return min(tied, key=cost) if tied else None
+    """Among the trials tied with the best, the cheapest (choose, by cost); None when none ran."""
+    return choose(records, lambda r: bool(r.tied_with_best), cost)
 
 
 # --- a config's settings -----------------------------------------------------------------------

@@ -47,3 +47,18 @@ class Decision:
     # Contenders as good as the pick within this machine's noise (shown within the tolerance, or
     # expected to cost it at most the tolerance), best first: either will do.
     equal: tuple[str, ...] = ()
+
+
+def ended(kept: bool, budget_spent: bool) -> EndedBy:
+    """What ended the racing of an undecided pick: a contender kept from the file (never measured
+    again), else the time budget, else measure.repeats."""
+    return EndedBy.KEPT if kept else EndedBy.BUDGET if budget_spent else EndedBy.REPEATS
+
+
+def ended_words(ended_by: EndedBy | str | None, repeats: int) -> str:
+    """What ended the racing, in words (Decision.why)."""
+    if ended_by == EndedBy.KEPT:
+        return "trials kept from the file were not measured again"
+    if ended_by == EndedBy.BUDGET:
+        return "the time budget (--budget) ran out"
+    return f"measure.repeats={repeats} ran out"

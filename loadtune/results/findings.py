@@ -146,10 +146,11 @@ class RepeatingSampler(Finding):
                 "each index once per epoch, unless that is by design (oversampling)")
 
 
-# Above this median error the model does not fit the pipeline well: trust the measurements.
-MODEL_ERROR_LARGE = 0.15
-# Above this median held-out error on the first round, the model strategy measures as ofat does.
-MODEL_FALLBACK_ERROR = 0.15
+# Above this median |predicted / measured - 1| the pipeline model does not fit the pipeline:
+# its predictions are not trusted over the measurements (ModelError), and the model strategy,
+# whose first round it predicts that badly, measures as ofat does (ModelFellBack).
+MODEL_FIT_ERROR = 0.15
+MODEL_ERROR_LARGE = MODEL_FIT_ERROR
 
 
 @dataclass(frozen=True)
@@ -168,8 +169,8 @@ class ModelError(Finding):
             return "Model: no trial was predicted before it ran, so its error on this file is not known."
         over = "1 trial predicted before it ran" if self.trials == 1 else \
             f"{self.trials} trials predicted before they ran"
-        verdict = f"; above {MODEL_ERROR_LARGE:.0%}: it does not fit this pipeline well, trust the measurements, " \
-            "not the predicted rows" if self.error > MODEL_ERROR_LARGE else ""
+        verdict = f"; above {MODEL_FIT_ERROR:.0%}: it does not fit this pipeline well, trust the measurements, " \
+            "not the predicted rows" if self.error > MODEL_FIT_ERROR else ""
         return (f"Model: its error on this file is {self.error:.0%} (median |predicted/measured - 1| over {over})"
                 f"{verdict}.")
 
@@ -184,7 +185,7 @@ class ModelFellBack(Finding):
     others predicted each first-round trial worse than `limit` (median; `held_out`, where known),
     or too few trials ran to fit it. Another figure than ModelError's, named for what it is."""
 
-    limit: float = MODEL_FALLBACK_ERROR
+    limit: float = MODEL_FIT_ERROR
     held_out: float | None = None
     too_few: bool = False
 

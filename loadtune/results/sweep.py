@@ -15,7 +15,7 @@ from loadtune.results.record import Record, to_frame
 if TYPE_CHECKING:
     import pandas
 
-    from loadtune.results.report import Summary
+    from loadtune.results.summary import Summary
     from loadtune.trials import Trial
 
 # Decision and ModelTie (results.decision) are also found here, beside the result that holds them.

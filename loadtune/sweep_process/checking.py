@@ -1,15 +1,13 @@
 """The data check in the sweep process: whether each measured trial delivered the baseline's
-samples (datacheck compares them), kept on the trials' runs and their records."""
+samples (datacheck compares them), read from the trials' runs."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Callable, Mapping
+from typing import Mapping
 
-from loadtune.kinds import Status
 from loadtune.measurement import Measurement
 from loadtune.results.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
-from loadtune.results.report import DataFindings, Flagged
+from loadtune.results.summary_parts import DataFindings, Flagged
 from loadtune.sweep_process.datacheck import (
     CONTENT,
     LABEL,
@@ -22,7 +20,7 @@ from loadtune.sweep_process.datacheck import (
     sampled,
     streams,
 )
-from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged
+from loadtune.sweep_process.trial_run import TrialRun, merged
 from loadtune.trial_process.jobs import PreflightInfo
 from loadtune.trials import BASELINE, IDEAL
 
@@ -30,24 +28,29 @@ from loadtune.trials import BASELINE, IDEAL
 class DataCheck:
     """Compares the indices a map-style dataset's sampler handed out; where there are none (an
     IterableDataset), content keys, or labels where the bytes change per read (preflight's
-    stable_bytes). The fixes it names depend on the dataset's kind."""
+    stable_bytes). The fixes it names depend on the dataset's kind. It reads the sweep's runs and
+    returns each one's check; what the sweep does with them is the sweep's."""
 
-    def __init__(self, runs: Mapping[str, TrialRun], info: PreflightInfo, epoch_batches: int | None,
-                 rewrite: Callable[[], None]) -> None:
-        self.runs, self.epoch_batches, self.rewrite = runs, epoch_batches, rewrite
+    def __init__(self, info: PreflightInfo, epoch_batches: int | None) -> None:
+        self.epoch_batches = epoch_batches
         self.key_kind = LABEL if info.stable_bytes is False else CONTENT
         self.iterable = info.iterable
         self.by_indices = False  # the last check compared indices
         self.repeating_sampler: Delivery | None = None  # every trial's sampler repeats: the least that repeats
+        # What each trial delivered (by its sampler's indices, by its samples' keys), with the
+        # repeats it was taken from: taken again only when it has more.
+        self._delivered: dict[str, tuple[int, Delivery | None, Delivery | None]] = {}
 
     def deliveries(self, run: TrialRun) -> tuple[Delivery | None, Delivery | None]:
         """What a trial delivered by its sampler's indices and by its samples' keys (None where
         it has none of the kind)."""
-        if run.delivered is None or run.delivered[0] != run.repeats:
+        known = self._delivered.get(run.trial.name)
+        if known is None or known[0] != run.repeats:
             measurement = merged(run.measurements)
-            run.delivered = (run.repeats, handed(sampled(measurement)),
-                             delivery(streams(measurement), self.key_kind, self._cut(measurement)))
-        return run.delivered[1], run.delivered[2]
+            known = (run.repeats, handed(sampled(measurement)),
+                     delivery(streams(measurement), self.key_kind, self._cut(measurement)))
+            self._delivered[run.trial.name] = known
+        return known[1], known[2]
 
     def _cut(self, measurement: Measurement) -> int | None:
         """The length epochs were cut at in the windows (an epoch that long may have been cut
@@ -57,32 +60,22 @@ class DataCheck:
             return self.epoch_batches
         return window if whole is None or window < whole else None
 
-    def check(self) -> None:
+    def check(self, runs: Mapping[str, TrialRun]) -> dict[str, Check]:
         """Each measured trial's data check against the reference (the baseline, unless it repeats
-        samples itself); a record whose check changed is rewritten (the baseline may be measured
-        after a trial, and every new trial can move the reference)."""
-        measured = {name: run for name, run in self.runs.items()
-                    if name != IDEAL and run.live and run.failure is None and run.measurements}
+        samples itself), by name: the baseline may be measured after a trial, and every new trial
+        can move the reference, so every measured trial is checked again."""
+        measured = {name: run for name, run in runs.items()
+                    if name != IDEAL and run.live and run.failure is None and run.done}
         found = {name: self.deliveries(run) for name, run in measured.items()}
         # By indices where every trial has them (a map-style dataset whose samplers hand out
         # integers); else every trial by its keys, as indices and keys do not compare.
         self.by_indices = bool(found) and all(indices is not None for indices, _ in found.values())
         pick = 0 if self.by_indices else 1
-        deliveries = {name: both[pick] for name, both in found.items() if both[pick] is not None}
+        deliveries = {name: delivered for name, both in found.items() if (delivered := both[pick]) is not None}
         least = min(deliveries.values(), key=lambda d: d.repeat_rate, default=None)
         self.repeating_sampler = least if self.by_indices and least is not None and least.repeated else None
         checks = check_all(deliveries, BASELINE)
-        changed = False
-        for name, run in measured.items():
-            check = checks.get(name, Check(None, reason=self._unchecked_reason()))
-            if check == run.check:
-                continue
-            run.check = check
-            if run.record is not None and run.record.status == Status.OK:
-                run.record = dataclasses.replace(run.record, **check_columns(check))
-                changed = True
-        if changed:
-            self.rewrite()
+        return {name: checks.get(name, Check(None, reason=self._unchecked_reason())) for name in measured}
 
     def _unchecked_reason(self) -> str:
         if self.key_kind == LABEL:
@@ -94,14 +87,15 @@ class DataCheck:
             return f"the sampler hands out indices that are not plain integers, and {reason}"
         return reason
 
-    def findings(self) -> DataFindings:
+    def findings(self, runs: Mapping[str, TrialRun]) -> DataFindings:
         """The trials the data check flagged, with the fixes, and why some were not checked."""
-        flagged = tuple(Flagged(name, run.check.verdict, run.check.reason, fixes(run.check, self.iterable))
-                        for name, run in self.runs.items()
-                        if run.check is not None and run.flagged and run.failure is None)
-        flagged += tuple(Flagged(name, run.record.data_check, run.record.reason or "", ())
-                         for name, run in self.runs.items() if run.check is None and run.flagged)
-        checks = [run.check for run in self.runs.values() if run.check is not None]
+        flagged = tuple(Flagged(name, check.verdict or "", check.reason, fixes(check, self.iterable))
+                        for name, run in runs.items()
+                        if (check := run.check) is not None and run.flagged and run.failure is None)
+        flagged += tuple(Flagged(name, record.data_check or "", record.reason or "", ())
+                         for name, run in runs.items()
+                         if run.check is None and run.flagged and (record := run.record) is not None)
+        checks = [run.check for run in runs.values() if run.check is not None]
         notes: list[Finding] = []
         unchecked = [c for c in checks if c.verdict is None]
         if unchecked:

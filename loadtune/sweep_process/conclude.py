@@ -1,61 +1,151 @@
-"""After the last repeat: the trials ranked, each advice checked against what was measured, the
-findings, how sure the pick is, and the summary: one SweepResult, from which the CSV, the
-table, `--json` and the chart are rendered."""
+"""After the last repeat: what the race left (Raced), concluded into the trials ranked, each
+advice checked against what was measured, the findings, how sure the pick is, and the summary:
+one SweepResult, from which the CSV (write_result), the table, `--json` and the chart are
+rendered."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Mapping, Sequence
+from typing import Collection, Mapping, Sequence
 
-from loadtune.config import RunSpec
+from loadtune.config import Config, RunSpec
 from loadtune.errors import ResultsError
 from loadtune.kinds import RankBy
 from loadtune.options import SweepOptions, default_output
-from loadtune.results.advice import with_checked_advice
+from loadtune.results.advice import Advised, with_checked_advice
 from loadtune.results.choice import recommended
+from loadtune.results.decision import Decision, ended, ended_words
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
-from loadtune.results.record import Record, rank_file, read_records
-from loadtune.results.report import OneRank, Summary, noise_warnings, summarize_sweep
-from loadtune.results.sweep import Decision, SweepResult
+from loadtune.results.model import ModelReport
+from loadtune.results.record import RankRecord, Record, rank_file, read_records
+from loadtune.results.summary import Summary, noise_warnings
+from loadtune.results.summary_parts import DataFindings, Elsewhere, Findings, Labels, OneRank, OnRanks, Pick, Standing
+from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.results.watched import LoaderInfo, plain_settings, write_loader_info
-from loadtune.sweep_process.decide import Scored, order, throughput_ratios
+from loadtune.sweep_process.decide import Scored, Ties, order, throughput_ratios
+from loadtune.sweep_process.files import SweepFiles
+from loadtune.sweep_process.plan import on_top, trial_for
 from loadtune.sweep_process.racer import Racer
 from loadtune.sweep_process.ranking import rank
 from loadtune.sweep_process.records import apply_ranking
+from loadtune.sweep_process.setup import Setup
 from loadtune.sweep_process.stats import rerun_interval
+from loadtune.sweep_process.trial_run import TrialRun
 from loadtune.trials import BASELINE, IDEAL, Trial
 
 
-def conclude(options: SweepOptions, runner: Racer) -> SweepResult:
-    """The finished sweep: records ranked, advice checked, the CSV rewritten, the summary."""
-    setup, cfg = runner.setup, runner.spec.config
-    predicted = runner.model.predicted_records(setup.accelerator, runner.context)
-    records = tuple(ranked(runner, options.rank_by)) + tuple(predicted)
-    records = tuple(with_checked_advice(records, runner.advised(setup.accelerator), cfg.measure.tolerance))
+@dataclass(frozen=True)
+class Raced:
+    """What the race leaves to conclude from: the setup (the config, the machine), where the CSV
+    goes, every trial's run by name, racing's decision, what diagnosing the trials found, the
+    contenders the model and the data tied, the configs only predicted, the settings each
+    trial's advice names, what the data check found, and the pipeline model's report."""
+
+    setup: Setup
+    out_path: Path
+    runs: Mapping[str, TrialRun]
+    decision: Decision | None
+    notes: tuple[Finding, ...] = ()
+    ties: Ties = frozenset()
+    predicted: tuple[Record, ...] = ()
+    advised: Mapping[str, list[Advised]] = field(default_factory=dict)
+    data: DataFindings | None = None
+    model: ModelReport | None = None
+
+    @property
+    def trials(self) -> dict[str, Trial]:
+        return {name: run.trial for name, run in self.runs.items()}
+
+
+def raced(runner: Racer) -> Raced:
+    """Where the racer's sweep stands, as one value."""
+    setup = runner.setup
+    return Raced(setup, runner.files.out_path, dict(runner.runs), decision(runner), tuple(runner.notes),
+                 runner.model.ties, tuple(runner.model.predicted_records(setup.accelerator, setup.context)),
+                 advised(runner.runs, setup.spec.config, setup.accelerator), runner.data.findings(runner.runs),
+                 runner.model.report())
+
+
+def decision(runner: Racer) -> Decision | None:
+    """How sure the last step of the race left the pick (None before any trial ran): decided, or
+    not, with the contenders still undecided and what ended the racing."""
+    step = runner.last_race
+    if step is None or step.pick is None:
+        return None
+    measure = runner.spec.config.measure
+    ties = tuple(t.facing(step.pick) for t in runner.model.tie_notes if step.pick in (t.pick, t.other))
+    spread = runner.noise.throughput_log_sd if runner.noise is not None else None
+    if step.decided:
+        return Decision(True, measure.tolerance, step.pick, gap=measure.tolerance, expected=step.expected,
+                        ties=ties, spread=spread, repeats=measure.repeats, equal=step.equal)
+    kept = any(runner.runs[name].resumed for name in step.undecided if name in runner.runs)
+    ended_by = ended(kept, runner.progress.budget_spent)
+    return Decision(False, measure.tolerance, step.pick, step.undecided, step.gap,
+                    ended_words(ended_by, measure.repeats), step.expected, ties=ties, ended_by=ended_by,
+                    spread=spread, repeats=measure.repeats, equal=step.equal)
+
+
+def advised(runs: Mapping[str, TrialRun], config: Config, accelerator: bool) -> dict[str, list[Advised]]:
+    """The settings each measured trial's advice names, with the trials that would show them."""
+    out: dict[str, list[Advised]] = {}
+    for name, run in runs.items():
+        if run.score is None or not run.score.suggests:
+            continue
+        out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
+                             on_top(config, run.trial, dict(change), accelerator).name,
+                             trial_for(config, dict(change), accelerator).name, BASELINE)
+                     for change in run.score.suggests]
+    return out
+
+
+def conclude(options: SweepOptions, race: Raced) -> SweepResult:
+    """The finished sweep: records ranked, advice checked, the findings, the summary (write_result
+    writes its files)."""
+    setup, cfg = race.setup, race.setup.spec.config
+    records = tuple(ranked(race.runs, options.rank_by, cfg.measure.tolerance, race.ties)) + race.predicted
+    records = tuple(with_checked_advice(records, race.advised, cfg.measure.tolerance))
     disturbed = tuple((r.trial or "", r.disturbed_repeats) for r in records if r.disturbed_repeats)
     busy = [BusyMachine(disturbed, cfg.measure.max_outside_cpu)] if disturbed else []
     # Warnings ask the user to do something; notes inform (shown with --verbose).
-    warnings: tuple[Finding, ...] = (*runner.notes, *busy)
-    notes: tuple[Finding, ...] = (*workers_beyond_cores(runner.trials.values(), setup.cores, setup.host_ranks),
-                                  *noise_warnings(records), *disagreement(runner, records))
-    runner.files.replace(records, runner.rank_records)
-    # The loader's other settings (shuffle, drop_last, ...) beside the CSV: `loadtune predict`'s
-    # paste line carries them as the sweep's own does.
-    write_loader_info(runner.files.out_path, {name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))
-                                              for name, trial in runner.trials.items()})
-    scores = {name: run.score for name, run in runner.runs.items() if run.score is not None}
-    summary = summarize(options, runner.spec, runner.files.out_path, records, runner.trials, runner.decision(), scores,
-                        device=setup.device, warnings=warnings, notes=notes, source=runner.spec.source,
-                        data=runner.data.findings(), model=runner.model.report())
-    return SweepResult(runner.files.out_path, records, summary, runner.trials)
+    warnings: tuple[Finding, ...] = (*race.notes, *busy)
+    notes: tuple[Finding, ...] = (*workers_beyond_cores(race.trials.values(), setup.cores, setup.host_ranks),
+                                  *noise_warnings(records), *disagreement(race.runs, records))
+    scores = {name: run.score for name, run in race.runs.items() if run.score is not None}
+    found = Findings(warnings, notes, race.data, race.model)
+    summary = summarize(options, setup.spec, Chosen(records, race.trials, race.decision, scores),
+                        labels(options, setup.spec, race.out_path, setup.device), found)
+    return SweepResult(race.out_path, records, summary, race.trials)
 
 
-def ranked(runner: Racer, rank_by: RankBy) -> list[Record]:
-    scored = [runner.scored(r.trial) for r in runner.records if r.trial != IDEAL]
-    placings = rank(scored, rank_by, runner.spec.config.measure.tolerance, runner.model.ties)
-    return apply_ranking(runner.records, placings, runner.throughput(BASELINE), runner.throughput(IDEAL))
+def write_result(files: SweepFiles, result: SweepResult, rank_records: Sequence[RankRecord]) -> None:
+    """The finished sweep's files: the CSV (and per-rank CSV) rewritten with its rows, and the
+    loader's other settings (shuffle, drop_last, ...) beside it: `loadtune predict`'s paste line
+    carries them as the sweep's own does."""
+    files.replace(result.records, rank_records)
+    write_loader_info(result.out_path, {name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))
+                                        for name, trial in result.trials.items()})
+
+
+def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties: Ties = frozenset()) -> list[Record]:
+    """The runs' records ranked (apply_ranking), the ideal a reference, not ranked."""
+    records = [run.record for run in runs.values() if run.record is not None]
+    placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties)
+    return apply_ranking(records, placings, throughput(runs, BASELINE), throughput(runs, IDEAL))
+
+
+def scored(runs: Mapping[str, TrialRun], name: str) -> Scored:
+    """A trial's score as ranking sees it: one flagged by the data check is as one that did not run."""
+    run = runs.get(name)
+    return run.contending if run is not None else Scored(name, None, None)
+
+
+def throughput(runs: Mapping[str, TrialRun], name: str) -> float | None:
+    run = runs.get(name)
+    score = run.score if run is not None else None
+    return score.throughput.mean if score is not None and score.throughput is not None else None
 
 
 def workers_beyond_cores(trials: Collection[Trial], cores: int, ranks: int = 1) -> list[WorkersBeyondCores]:
@@ -63,12 +153,12 @@ def workers_beyond_cores(trials: Collection[Trial], cores: int, ranks: int = 1) 
     return [WorkersBeyondCores(most, cores, ranks)] if most > cores else []
 
 
-def disagreement(runner: Racer, records: Sequence[Record]) -> list[Disagreement]:
+def disagreement(runs: Mapping[str, TrialRun], records: Sequence[Record]) -> list[Disagreement]:
     """Said when the lowest wait ratio is not among the fastest trials."""
-    scored = [runner.scored(r.trial or "") for r in records if r.trial != IDEAL and r.rank is not None]
-    if len(scored) < 2:
+    ranked_scores = [scored(runs, r.trial or "") for r in records if r.trial != IDEAL and r.rank is not None]
+    if len(ranked_scores) < 2:
         return []
-    lean = order(scored, RankBy.WAIT_RATIO)[0].name
+    lean = order(ranked_scores, RankBy.WAIT_RATIO)[0].name
     if lean in {r.trial for r in records if r.tied_with_best}:
         return []
     return [Disagreement(lean)]
@@ -82,30 +172,51 @@ def chosen_record(records: Sequence[Record], decision: Decision | None) -> Recor
     return picked or recommended(records)
 
 
-def summarize(options: SweepOptions, spec: RunSpec, out_path: Path, records: Sequence[Record],
-              trials: Mapping[str, Trial], decision: Decision | None, scores: Mapping[str, Scored],
-              **meta: Any) -> Summary:
+@dataclass(frozen=True)
+class Chosen:
+    """What the pick is made from: the ranked rows, the trials as asked (by name), racing's
+    decision, and each trial's score (its draws give the speedup's interval)."""
+
+    records: Sequence[Record]
+    trials: Mapping[str, Trial]
+    decision: Decision | None
+    scores: Mapping[str, Scored]
+
+
+def labels(options: SweepOptions, spec: RunSpec, out_path: Path, device: str) -> Labels:
+    """What was swept, and where."""
+    kwarg = spec.config.dataset.scale_kwarg
+    return Labels(str(out_path), spec.name, spec.scale,
+                  f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None, device,
+                  str(options.rank_by), str(options.strategy), spec.source, spec.config.dataset.factory)
+
+
+def on_ranks(options: SweepOptions, spec: RunSpec, out_path: Path) -> OnRanks:
+    """With ranks, the one-rank sweep of the same config beside it, and the per-rank file."""
+    if spec.ranks <= 1:
+        return OnRanks(spec.ranks)
+    return OnRanks(spec.ranks, one_rank(spec), str(rank_file(out_path)), options.out is not None, spec.torchrun)
+
+
+def summarize(options: SweepOptions, spec: RunSpec, chosen_from: Chosen, about: Labels, found: Findings) -> Summary:
     """The summary the CLI prints and the API returns: the recommendation, what to change, how
     sure, and with ranks the one-rank sweep of the same config beside it."""
-    chosen = chosen_record(records, decision)
-    kwarg = spec.config.dataset.scale_kwarg
-    meta.update(output=str(out_path), config=spec.name, scale=spec.scale,
-                scaled=f"dataset.kwargs.{kwarg} = {spec.config.dataset.kwargs[kwarg]}" if kwarg else None,
-                ranks=spec.ranks, rank_by=str(options.rank_by), strategy=str(options.strategy), decision=decision,
-                factory=spec.config.dataset.factory)
-    if spec.ranks > 1:
-        meta.update(one_rank=one_rank(spec), per_rank_csv=str(rank_file(out_path)),
-                    out_given=options.out is not None, torchrun=spec.torchrun)
+    records, trials = chosen_from.records, chosen_from.trials
+    chosen = chosen_record(records, chosen_from.decision)
+    elsewhere = Elsewhere()
+    speedup: tuple[float | None, float | None] = (None, None)
     if chosen is not None:
-        meta.update(zip(("speedup_lo", "speedup_hi"), speedup_interval(scores, chosen.trial)))
+        speedup = speedup_interval(chosen_from.scores, chosen.trial)
         # Fitted again as `loadtune predict` fits it (whole epochs, as training runs them), so the
         # line agrees with the command it points to.
         moved, same = travel(records, settings_of(chosen), spec.config.measure.tolerance)
-        meta.update(travel=tuple(moved), travel_same=tuple(same))
+        elsewhere = Elsewhere(tuple(moved), tuple(same))
     chosen_trial = trials.get(chosen.trial or "") if chosen is not None else None
     baseline = trials.get(BASELINE)
-    return summarize_sweep(records, chosen, chosen_trial.loader_kwargs if chosen_trial else None,
-                           baseline.loader_kwargs if baseline is not None and baseline.settings else None, **meta)
+    pick = Pick.of(chosen_trial.loader_kwargs if chosen_trial else None,
+                   baseline.loader_kwargs if baseline is not None and baseline.settings else None, speedup)
+    return Summary(about, Standing.of(records, chosen), pick, chosen_from.decision, found,
+                   on_ranks(options, spec, Path(about.output)), elsewhere)
 
 
 def speedup_interval(scores: Mapping[str, Scored], trial: str | None) -> tuple[float | None, float | None]:

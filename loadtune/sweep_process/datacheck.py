@@ -140,8 +140,8 @@ def delivery(per_rank: Sequence[Sequence[Window]], kind: str = CONTENT, epoch_ba
     rank: the trial's windows). None when a window lacks keys of that kind."""
     split = []
     for windows in per_rank:
-        found = [segments(w, kind, epoch_batches) for w in windows]
-        if not found or any(f is None for f in found):
+        found = [cut for w in windows if (cut := segments(w, kind, epoch_batches)) is not None]
+        if not found or len(found) < len(windows):
             return None
         split.append(found)
     ranks = len(split)
@@ -192,7 +192,7 @@ def handed(per_rank: Sequence[Sequence[SamplerEpoch]]) -> Delivery | None:
         if all(e.complete for e in same_epoch):
             complete.append(np.sort(np.concatenate([e.indices for e in same_epoch])))
         if all(e.size is not None for e in same_epoch):
-            sizes.append(sum(e.size for e in same_epoch))
+            sizes.append(sum(e.size or 0 for e in same_epoch))
     batch = max(e.batch for epochs in per_rank for e in epochs)
     seen = np.unique(np.concatenate(every))
     return Delivery(samples, repeated, ranks, shared, allowance, batch, tuple(complete), seen, tuple(sizes),

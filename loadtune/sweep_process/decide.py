@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadtune.kinds import RankBy
+from loadtune.results.choice import choose
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.stats import RERUN_WIDTH
 
@@ -239,12 +240,11 @@ def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Score
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
          ties: Ties = frozenset()) -> Scored | None:
     """The cheapest trial acceptable in place of the best (shown as good, or equal within the
-    noise); None when none ran."""
+    noise): choice.choose, of equal cost the better; None when none ran."""
     ranked = order(items, by)
     if not ranked:
         return None
-    good = [i for i in ranked if acceptable(i, ranked[0], tolerance, by, ties)]
-    return min(good, key=lambda i: i.cost)
+    return choose(ranked, lambda i: acceptable(i, ranked[0], tolerance, by, ties), lambda i: i.cost)
 
 
 @dataclass(frozen=True)
@@ -378,12 +378,20 @@ def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: R
     again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
     if not undecided and 0 < chosen.repeats < enough:
         again = [chosen]  # one process alone does not show how much processes differ
-    gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
-    shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
-    expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None  # None: any unknown
+    gap, expected = _left_on_table(chosen, undecided, tolerance, by)
     decided = not undecided and may_stop and (chosen.repeats or enough) >= enough
     return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), decided,
-                    tuple(i.name for i in undecided), max(gap, tolerance), expected, tuple(i.name for i in equal))
+                    tuple(i.name for i in undecided), gap, expected, tuple(i.name for i in equal))
+
+
+def _left_on_table(chosen: Scored, undecided: Sequence[Scored], tolerance: float,
+                   by: RankBy) -> tuple[float, float | None]:
+    """What the pick may leave on the table against the undecided contenders: at most (never less
+    than the tolerance), and expected (its largest expected shortfall; None where any is unknown)."""
+    gap = max((_shortfall(chosen, i, by) for i in undecided), default=tolerance)
+    shortfalls = [s for i in undecided if (s := expected_shortfall(chosen, i, by)) is not None]
+    expected = max(shortfalls) if shortfalls and len(shortfalls) == len(undecided) else None
+    return max(gap, tolerance), expected
 
 
 def _shortfall(chosen: Scored, other: Scored, by: RankBy) -> float:

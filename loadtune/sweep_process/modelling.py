@@ -10,18 +10,25 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import RankBy, Status
+from loadtune.results.choice import contends
 from loadtune.results.findings import ModelFellBack
-from loadtune.results.model import ModelReport, PipelineModel, fit, leave_one_out_error, prediction_error
+from loadtune.results.model import (
+    ModelReport,
+    PipelineModel,
+    Prediction,
+    fit,
+    leave_one_out_error,
+    prediction_error,
+)
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
 from loadtune.sweep_process import events
 from loadtune.sweep_process.decide import Ties
-from loadtune.sweep_process.plan import grid_plan
+from loadtune.sweep_process.plan import config_key, grid_plan
 from loadtune.sweep_process.records import trial_record
 from loadtune.sweep_process.stats import ProcessNoise
-from loadtune.sweep_process.strategy import config_key
 from loadtune.sweep_process.trial_run import TrialRun
-from loadtune.trials import FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import FEED_MEMORY, Trial
 
 # Two trials the model explains as equal are tied when their measured throughputs differ by at
 # most this many standard deviations of the spread between processes (about 95%).
@@ -47,7 +54,7 @@ class Modelling:
         """The records the model is fitted to: trials measured in this sweep that ran (the ideal
         and trials the data check flagged are not the pipeline)."""
         return [run.record for name, run in self.runs.items()
-                if run.record is not None and run.record.ran and name != IDEAL and not run.flagged and not run.pending]
+                if run.record is not None and contends(name, run.record.ran, run.flagged) and not run.pending]
 
     def fit(self) -> PipelineModel | None:
         """The pipeline model fitted to every trial measured so far (None with too few)."""
@@ -96,14 +103,13 @@ class Modelling:
         error, checked = prediction_error(self.records)
         return ModelReport(model, error, checked, self.model_fell_back)
 
-    def predict_new(self, runs: Sequence[TrialRun]) -> None:
-        """Each new trial's prediction, before it runs: the CSV then shows how good the model is."""
-        model = self.fit() if any(r.trial.feed != FEED_MEMORY for r in runs) else None
+    def predict_new(self, trials: Sequence[Trial]) -> dict[str, Prediction]:
+        """Each new trial's prediction, before it runs (the CSV then shows how good the model is),
+        by name; none for a trial fed from memory, nor before there is a model."""
+        model = self.fit() if any(t.feed != FEED_MEMORY for t in trials) else None
         if model is None:
-            return
-        for run in runs:
-            if run.trial.feed != FEED_MEMORY and run.predicted is None:
-                run.predicted = model.predict(run.trial.loader_kwargs)
+            return {}
+        return {t.name: model.predict(t.loader_kwargs) for t in trials if t.feed != FEED_MEMORY}
 
     def tie(self, contenders: Sequence[TrialRun], noise: ProcessNoise | None) -> None:
         """Pairs of contenders the model explains as equal (both hide the fetch: the workers outpace
@@ -121,11 +127,12 @@ class Modelling:
             spread, source = model.residual_log_sd, "model"
         ran = [run for run in contenders if run.score is not None and run.score.ran]
         predicted = {run.trial.name: model.predict(run.trial.loader_kwargs) for run in ran}
+        throughput_of = {run.trial.name: run.score.measured_throughput.mean for run in ran if run.score is not None}
         ties, notes = set(), []
         for a, b in itertools.combinations(ran, 2):
             pa, pb = predicted[a.trial.name], predicted[b.trial.name]
             ratio = pb.throughput / pa.throughput
-            measured = b.score.throughput.mean / a.score.throughput.mean
+            measured = throughput_of[b.trial.name] / throughput_of[a.trial.name]
             judged = spread * math.sqrt(1 / max(a.repeats, 1) + 1 / max(b.repeats, 1))
             # Equal by the mechanism: both hide the fetch, the loop's own time sets the pace. Configs
             # the cores pace, or a close race of queues, can differ by more than the model can tell.

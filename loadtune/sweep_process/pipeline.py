@@ -15,15 +15,15 @@ from loadtune.kinds import Strategy
 from loadtune.options import SweepOptions
 from loadtune.results.sweep import SweepResult
 from loadtune.sweep_process import events
-from loadtune.sweep_process.conclude import conclude
+from loadtune.sweep_process.conclude import conclude, raced, write_result
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.launch import run_in_trial_process
 from loadtune.sweep_process.output import OutputLock, check_writable
 from loadtune.sweep_process.plan import ideal_trial
-from loadtune.sweep_process.racer import Executor, Racer
+from loadtune.sweep_process.racer import Executor, Racer, RaceSettings
 from loadtune.sweep_process.setup import MEASURE_SHM, Setup, prepare
-from loadtune.sweep_process.strategy import run_strategy
+from loadtune.sweep_process.strategy import Search, run_strategy
 from loadtune.trials import IDEAL, Trial
 
 
@@ -44,14 +44,15 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
         files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.resume)
         # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
         with _scratch(setup.spec.ranks) as scratch:
-            runner = Racer(setup, files, emit=on_event, seed=options.seed, execute=execute, scratch=scratch,
-                            rank_by=options.rank_by, use_model_ties=options.strategy == Strategy.MODEL)
+            settings = RaceSettings(options.seed, options.rank_by, options.strategy == Strategy.MODEL, scratch)
+            runner = Racer(setup, files, settings, emit=on_event, execute=execute)
             runner.resume(files.kept, files.kept_ranks)
             runner.restore(files.stored)
             on_event(events.SweepStarted(options.strategy, setup.device, setup.info.dataset_len, out_path,
                                          len(files.kept) + len(files.stored), files.older))
             measure_all(options, runner)
-        result = conclude(options, runner)
+        result = conclude(options, raced(runner))
+        write_result(files, result, runner.rank_records)
         on_event(events.SweepFinished(result.records))
         return result
 
@@ -73,8 +74,8 @@ def measure_all(options: SweepOptions, runner: Racer) -> None:
         extra = [ideal] if IDEAL not in runner.runs or runner.runs[IDEAL].pending else []
         return runner.measure([*extra, *trials], round_no)
 
-    run_strategy(options.strategy, cfg, runner.setup.accelerator, measure, options.rank_by, cfg.measure.tolerance,
-                 modeler=runner.model)
+    run_strategy(options.strategy, Search(cfg, runner.setup.accelerator, measure, options.rank_by,
+                                          cfg.measure.tolerance, runner.model))
     runner.settle_pending()
     runner.race()
 

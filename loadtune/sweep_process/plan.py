@@ -6,7 +6,19 @@ import itertools
 from typing import Any, Mapping, Sequence
 
 from loadtune.config import WORKER_ONLY, Config
-from loadtune.trials import BASELINE, COMBINED, DEFAULT_PREFETCH, FEED_MEMORY, IDEAL, Trial, format_value
+from loadtune.trials import (
+    BASELINE,
+    COMBINED,
+    DEFAULT_PREFETCH,
+    FEED_MEMORY,
+    IDEAL,
+    Trial,
+    effective_settings,
+    format_value,
+)
+
+# Settings as (key, value) pairs (config_key: sorted, as DataLoader applies them).
+Settings = tuple[tuple[str, object], ...]
 
 
 def _freeze(kwargs: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -147,13 +159,13 @@ def combined_trial(
     `ranked` pairs each trial that was planned with its rank (None when it did not run).
     A key keeps its baseline value when the baseline ranks as well as any change of it.
     """
-    ranks = {trial.name: rank for trial, rank in ranked}
-    if ranks.get(BASELINE) is None:
+    baseline_rank = {trial.name: rank for trial, rank in ranked}.get(BASELINE)
+    if baseline_rank is None:
         return None
     base = config.loader.model_dump()
     best: dict[str, Any] = {}
     for key in config.sweep:
-        best_rank, best_value = ranks[BASELINE], base[key]
+        best_rank, best_value = baseline_rank, base[key]
         for trial, rank in ranked:
             if trial.changed == key and rank is not None and rank < best_rank:
                 best_rank, best_value = rank, trial.value
@@ -170,3 +182,8 @@ def combined_trial(
     value = ", ".join(f"{k}={format_value(v)}" for k, v in best.items())
     return Trial(COMBINED, COMBINED, value, frozen, refusal(kwargs, accelerator))
 
+
+
+def config_key(trial: Trial) -> Settings:
+    """A config as DataLoader applies it: two trials with the same key measure the same thing."""
+    return tuple(sorted({**dict(trial.settings), **effective_settings(trial.loader_kwargs)}.items()))

@@ -1,6 +1,8 @@
 """The measuring stage: sets of trials measured with their repeats interleaved, each repeat in a
 trial process of its own; racing gives more repeats only where the pick is not yet decided and
-stops trials clearly behind. Each trial's record is derived from its raw samples."""
+stops trials clearly behind. The racer schedules the repeats and stores what each gave; each
+trial's figures are derived from its repeats (derive), the data check and the model read the
+runs and return what they find."""
 
 from __future__ import annotations
 
@@ -9,38 +11,38 @@ import multiprocessing
 import os
 import random
 import time
-import zlib
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from loadtune.kinds import EndedBy, RankBy, Status
-from loadtune.results.advice import Advised
+from loadtune.config import RunSpec
+from loadtune.kinds import RankBy, Status
+from loadtune.results.choice import contends
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
 from loadtune.results.samples import TrialSamples
-from loadtune.results.sweep import Decision
 from loadtune.sweep_process import events
 from loadtune.sweep_process.checking import DataCheck
 from loadtune.sweep_process.decide import RaceStep, Scored, race_step
-from loadtune.sweep_process.diagnose import diagnose, outside_share
+from loadtune.sweep_process.derive import Deriving, derive, noised_stats, renoised
+from loadtune.sweep_process.diagnose import outside_share
 from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.modelling import Modelling
-from loadtune.sweep_process.plan import on_top, trial_for
 from loadtune.sweep_process.ranking import scored_from_record
-from loadtune.sweep_process.records import rank_records, stats_columns, trial_record
 from loadtune.sweep_process.setup import Setup
-from loadtune.sweep_process.stats import ProcessNoise, pooled_noise, summarize
+from loadtune.sweep_process.stats import ProcessNoise, pooled_noise
 from loadtune.sweep_process.trial_run import (
+    Origin,
+    Repeat,
     TrialRun,
     check_columns,
     merged,
     placeholder,
-    predicted_columns,
     restored,
     samples_of,
 )
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, cost_of
+from loadtune.trials import FEED_MEMORY, IDEAL, Trial
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
@@ -48,35 +50,58 @@ Executor = Callable[[TrialJob, float], Outcome]
 MAX_REDONE = 2
 
 
+@dataclass(frozen=True)
+class RaceSettings:
+    """How the racer orders and judges the repeats: the seed of its shuffles, what trials are
+    ranked by, whether contenders the pipeline model and the data tie are left unraced (the
+    model strategy), and a folder for the trials' own files, removed after the sweep."""
+
+    seed: int = 0
+    rank_by: RankBy = RankBy.THROUGHPUT
+    use_model_ties: bool = False
+    scratch: str | None = None
+
+
+@dataclass
+class Progress:
+    """What the race has done so far: repeats planned, when it started, whether the time budget
+    ran out, and what diagnosing the trials found (threads oversubscribed)."""
+
+    runs_planned: int = 0
+    started: float = field(default_factory=time.monotonic)
+    budget_spent: bool = False
+    notes: list[Finding] = field(default_factory=list)
+
+
 class Racer:
     """Measures sets of trials with their repeats interleaved: round-robin over the trials in
     a shuffled order, one process per repeat, so slow drift of the machine favours none."""
 
-    def __init__(self, setup: Setup, files: SweepFiles, *, emit: events.OnEvent = events.ignore, seed: int = 0,
-                 execute: Executor = run_in_trial_process, scratch: str | None = None,
-                 rank_by: RankBy = RankBy.THROUGHPUT, use_model_ties: bool = False) -> None:
-        self.setup, self.files, self.emit, self.execute = setup, files, emit, execute
-        self.spec, self.device, self.context = setup.spec, setup.device, setup.context
-        self.cores = setup.sampled_cores
-        # ranks whose process trees the resource samples cover (under torchrun, rank 0's alone)
-        self.sampled_ranks = 1 if setup.spec.torchrun else setup.spec.ranks
-        self.scratch = scratch  # a folder for the trials' own files, removed after the sweep
-        self.rank_by = rank_by
-        self.run_epoch = setup.spec.config.measure.run_epoch_batches  # else each trial's DataLoader's length
-        self.use_model_ties = use_model_ties  # the model strategy: contenders the model and the data tie are not raced
-        self.rng = random.Random(seed)
+    def __init__(self, setup: Setup, files: SweepFiles, settings: RaceSettings = RaceSettings(), *,
+                 emit: events.OnEvent = events.ignore, execute: Executor = run_in_trial_process) -> None:
+        self.setup, self.files, self.settings, self.emit, self.execute = setup, files, settings, emit, execute
+        self.rng = random.Random(settings.seed)
         self.runs: dict[str, TrialRun] = {}
-        self.notes: list[Finding] = []  # what diagnosing the trials found (threads oversubscribed)
-        self.runs_planned = 0
-        self.started = time.monotonic()
+        self.progress = Progress()
         self.last_race: RaceStep | None = None
-        self.budget_spent = False
         # How much repeats differ between processes, pooled over the trials with two or more:
         # it widens the intervals of trials with few repeats (stats.summarize).
         self.noise: ProcessNoise | None = None
-        cfg = setup.spec.config
-        self.model = Modelling(self.runs, cfg, emit)
-        self.data = DataCheck(self.runs, setup.info, cfg.measure.epoch_batches, self.rewrite)
+        self.model = Modelling(self.runs, setup.spec.config, emit)
+        self.data = DataCheck(setup.info, setup.spec.config.measure.epoch_batches)
+
+    @property
+    def spec(self) -> RunSpec:
+        return self.setup.spec
+
+    @property
+    def deriving(self) -> Deriving:
+        """What deriving a trial's figures needs of the sweep: under torchrun the resource samples
+        cover rank 0's process tree alone; the training run's epoch, else each trial's DataLoader's
+        length."""
+        spec = self.setup.spec
+        return Deriving(self.setup.context, self.setup.sampled_cores, 1 if spec.torchrun else spec.ranks,
+                        spec.config.measure.run_epoch_batches, self.files.per_rank is not None)
 
     # --- what is known ---------------------------------------------------------------------
 
@@ -93,88 +118,73 @@ class Racer:
     def trials(self) -> dict[str, Trial]:
         return {name: r.trial for name, r in self.runs.items()}
 
+    @property
+    def notes(self) -> list[Finding]:
+        return self.progress.notes
+
     def scored(self, name: str) -> Scored:
         """The trial's score as racing, ranking and the strategies see it: a trial flagged by the
         data check is as one that did not run."""
         run = self.runs.get(name)
-        if run is None or run.score is None or run.flagged:
-            return Scored(name, None, None)
-        return run.score
-
-    def throughput(self, name: str) -> float | None:
-        run = self.runs.get(name)
-        score = run.score if run is not None else None
-        return score.throughput.mean if score is not None and score.throughput is not None else None
+        return run.contending if run is not None else Scored(name, None, None)
 
     def resume(self, records: Sequence[Record], ranks: Sequence[RankRecord] = ()) -> None:
         """Take records measured earlier for this config and machine as already done (with
         their per-rank records, with ranks)."""
         for record in records:
-            self.runs[record.trial] = TrialRun(placeholder(record.trial, record), record.round or 1, record=record,
-                                               score=scored_from_record(record), resumed=True,
-                                               rank_records=[r for r in ranks if r.trial == record.trial])
+            name = record.trial or ""
+            self.runs[name] = TrialRun(placeholder(name, record), record.round or 1, record=record,
+                                       score=scored_from_record(record), origin=Origin.KEPT,
+                                       rank_records=[r for r in ranks if r.trial == record.trial])
 
-    # --- measuring ---------------------------------------------------------------------------
+    def restore(self, stored: Sequence[tuple[TrialSamples, Record | None]]) -> None:
+        """Trials kept with their raw samples: pending until the strategy asks for them again."""
+        for samples, record in stored:
+            self.runs[samples.trial] = restored(samples, record)
 
-    def _job(self, trial: Trial) -> TrialJob:
-        cfg = self.spec.config
-        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}), self.device,
-                        str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(), self.spec.ranks,
-                        scratch=self.scratch)
+    def settle_pending(self) -> None:
+        """Kept trials the strategy did not ask for again stay as recorded."""
+        for run in self.runs.values():
+            if run.pending and run.record is not None:
+                run.origin, run.score = Origin.KEPT, scored_from_record(run.record)
+
+    # --- writing -------------------------------------------------------------------------------
 
     def _finish(self, run: TrialRun) -> None:
-        """Derive the trial's figures from its raw samples, write its record (appended the first
+        """Derive the trial's figures from its repeats, write its record (appended the first
         time, the file rewritten when racing updates it), tell the watcher."""
-        trial = run.trial
         first_time = run.record is None
-        if run.resumed and run.record is not None:
-            # Kept from an earlier run as recorded: only what racing says of it now.
-            run.record = dataclasses.replace(run.record, stopped_early=run.stopped_early or run.record.stopped_early)
-        elif trial.skipped:
-            run.record = trial_record(trial, self.context, round_no=run.round, status=Status.SKIPPED)
-        elif run.failure is not None or not run.measurements:
-            # A repeat that fails fails the trial: its other repeats do not make it sound.
-            failure = run.failure or Outcome(Status.FAILED, "no repeat finished")
-            run.score = None
-            run.record = trial_record(trial, self.context, round_no=run.round, status=failure.status,
-                                      reason=failure.reason, wall_s=failure.wall_s)
-        else:
-            measurement = merged(run.measurements)
-            stats = summarize(measurement, seed=_seed(trial.name), noise=self.noise, run_epoch_batches=self.run_epoch)
-            run.score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.throughput_draws,
-                               stats.wait_ratio_draws, run.repeats, cost_of(trial.loader_kwargs))
-            diagnosis = None
-            if trial.feed != FEED_MEMORY:
-                found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, self.cores, self.sampled_ranks)
-                diagnosis = found.columns
-                run.score = dataclasses.replace(run.score, suggests=found.suggestions)
-                self.notes.extend(w for w in found.warnings if w not in self.notes)
-            run.record = trial_record(trial, self.context, round_no=run.round, wall_s=run.mean_wall_s,
-                                      stats=stats, measurement=measurement, diagnosis=diagnosis,
-                                      stopped_early=run.stopped_early, disturbed_repeats=run.disturbed,
-                                      **check_columns(run.check), **predicted_columns(run.predicted),
-                                      **({"started_at": run.measured_at} if run.measured_at else {}))
-            if self.files.per_rank is not None and measurement.ranks:
-                run.rank_records = rank_records(trial, [(summarize(m, run_epoch_batches=self.run_epoch), m)
-                                                        for m in measurement.ranks], self.context)
+        derived = derive(run, self.noise, self.deriving)
+        run.score, run.record, run.rank_records = derived.score, derived.record, list(derived.rank_records)
+        for warning in derived.warnings:
+            if warning not in self.progress.notes:
+                self.progress.notes.append(warning)
         if first_time:
-            self.files.append(run.record, run.rank_records)
+            self.files.append(derived.record, run.rank_records)
         else:
             self.rewrite()
         self.store()
-        self.emit(events.TrialFinished(trial, run.record))
+        self.emit(events.TrialFinished(run.trial, derived.record))
 
     def store(self) -> None:
         """The raw samples of every trial measured (or kept with them), beside the CSV."""
-        self.files.store([samples_of(run) for run in self.runs.values() if run.measurements or run.failure])
+        self.files.store([samples_of(run) for run in self.runs.values() if run.done or run.failure])
 
     def rewrite(self) -> None:
         """Both files rewritten whole (atomically) after a record changed."""
         self.files.replace(self.records, self.rank_records)
 
+    # --- measuring ---------------------------------------------------------------------------
+
+    def _job(self, trial: Trial) -> TrialJob:
+        cfg = self.spec.config
+        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}),
+                        self.setup.device, str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
+                        self.spec.ranks, scratch=self.settings.scratch)
+
     def _plan_runs(self, count: int) -> None:
-        self.runs_planned += count
-        self.emit(events.RunsPlanned(self.runs_planned))
+        self.progress.runs_planned += count
+        self.emit(events.RunsPlanned(self.progress.runs_planned))
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
@@ -184,9 +194,10 @@ class Racer:
         the next round sits, and contenders a later round overtakes need no more repeats."""
         new, kept = self._take(trials, round_no)
         # Predicted from the trials measured before these, as they were when the kept ones ran.
-        self.model.predict_new(new)
+        for name, prediction in self.model.predict_new([run.trial for run in new if run.predicted is None]).items():
+            self.runs[name].predicted = prediction
         for run in kept:
-            run.pending = False
+            run.origin = Origin.LIVE
             self._finish(run)
         todo = [*kept, *new]
         # The ideal is a reference, not a contender: one repeat is enough.
@@ -194,7 +205,7 @@ class Racer:
                  for run in todo}
         self._plan_runs(sum(max(first[run.trial.name] - run.repeats, 0) for run in todo))
         if kept:
-            self.data.check()
+            self.check_data()
             self.pool_noise()
         while batch := [run for run in todo if run.failure is None and run.repeats < first[run.trial.name]]:
             self._run_round(batch)
@@ -211,7 +222,7 @@ class Racer:
                 run.trial, run.round = trial, round_no
                 kept.append(run)
             elif run is not None:
-                if run.resumed and not run.trial.settings:
+                if run.resumed and not run.trial.settings and run.record is not None:
                     run.trial = trial  # now known in full
                     self.emit(events.TrialFinished(trial, run.record, resumed=True))
             else:
@@ -224,17 +235,6 @@ class Racer:
                     new.append(run)
         return new, kept
 
-    def restore(self, stored: Sequence[tuple[TrialSamples, Record | None]]) -> None:
-        """Trials kept with their raw samples: pending until the strategy asks for them again."""
-        for samples, record in stored:
-            self.runs[samples.trial] = restored(samples, record)
-
-    def settle_pending(self) -> None:
-        """Kept trials the strategy did not ask for again stay as recorded."""
-        for run in self.runs.values():
-            if run.pending and run.record is not None:
-                run.pending, run.resumed, run.score = False, True, scored_from_record(run.record)
-
     def _run_round(self, runs: Sequence[TrialRun]) -> None:
         """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
         and the data checks and the pooled noise between processes once the round is done."""
@@ -243,51 +243,55 @@ class Racer:
         for run in batch:
             self._run_once(run)
             self._finish(run)
-        self.data.check()
+        self.check_data()
         self.pool_noise()
+
+    def check_data(self) -> None:
+        """Each measured trial's data check kept on its run; a record whose check changed is
+        rewritten (the baseline may be measured after a trial, and every new trial can move the
+        reference)."""
+        changed = False
+        for name, check in self.data.check(self.runs).items():
+            run = self.runs[name]
+            if check == run.check:
+                continue
+            run.check = check
+            if run.record is not None and run.record.status == Status.OK:
+                run.record = dataclasses.replace(run.record, **check_columns(check))
+                changed = True
+        if changed:
+            self.rewrite()
 
     def pool_noise(self) -> None:
         """Pool the spread between repeats again; when it moved, every measured trial's intervals
         (its score and its record's bounds) are derived again with it."""
-        measured = [(run, merged(run.measurements)) for name, run in self.runs.items()
-                    if name != IDEAL and run.failure is None and run.measurements and run.score is not None]
-        noise = pooled_noise((measurement for _, measurement in measured), self.run_epoch)
+        measured = [(run, score, merged(run.measurements)) for name, run in self.runs.items()
+                    if name != IDEAL and run.failure is None and run.done and (score := run.score) is not None]
+        run_epoch = self.spec.config.measure.run_epoch_batches
+        noise = pooled_noise((measurement for _, _, measurement in measured), run_epoch)
         if noise == self.noise:
             return
         self.noise = noise
-        for run, measurement in measured:
-            stats = summarize(measurement, seed=_seed(run.trial.name), noise=noise, run_epoch_batches=self.run_epoch)
-            run.score = dataclasses.replace(run.score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
-                                            throughput_draws=stats.throughput_draws,
-                                            wait_ratio_draws=stats.wait_ratio_draws)
-            if run.record is not None:
-                run.record = Record.rounded(**{**run.record.to_dict(), **stats_columns(stats)})
+        for run, score, measurement in measured:
+            run.score, run.record = renoised(score, run.record, noised_stats(measurement, run.trial.name, noise,
+                                                                             run_epoch))
         self.rewrite()
 
     def _budget_left(self) -> bool:
         budget = self.spec.config.measure.budget_s
-        if budget is not None and time.monotonic() - self.started >= budget:
-            self.budget_spent = True
-        return not self.budget_spent
+        if budget is not None and time.monotonic() - self.progress.started >= budget:
+            self.progress.budget_spent = True
+        return not self.progress.budget_spent
+
+    # --- racing --------------------------------------------------------------------------------
 
     def race(self, more: bool = True) -> None:
         """Racing: trials clearly behind the leader stop (stopped_early), once the spread between
         processes is known (see pool_noise); with `more`, the pick and its strongest undecided
         rival get one more repeat each, interleaved, until the pick is decided, or the two reach
         `measure.repeats`, or the time budget runs out."""
-        m = self.spec.config.measure
         while True:
-            contenders = [run for run in self.runs.values() if run.score is not None and run.score.ran
-                          and run.trial.name != IDEAL and not run.flagged]
-            # Nothing is stopped before some trial has two repeats: until then, no interval shows
-            # how much processes differ, and one slow process would stop a contender.
-            behind = frozenset(run.trial.name for run in contenders if run.stopped_early)
-            if more and self.use_model_ties:
-                # Contenders the model and the data tie need no more repeats.
-                self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
-            step = race_step([run.score for run in contenders], m.tolerance, m.repeats, self.rank_by, behind,
-                             may_stop=self.noise is not None, ties=self.model.ties,
-                             disputes=self._disputes if self.use_model_ties else None)
+            step = self._race_step(more)
             self.last_race = step
             for name in step.stop:
                 stopped = self.runs[name]
@@ -302,44 +306,25 @@ class Racer:
             self._plan_runs(len(step.again))
             self._run_round([self.runs[name] for name in step.again])
 
+    def _race_step(self, more: bool) -> RaceStep:
+        """Where the race stands among the contenders (choice.contends)."""
+        m, use_ties = self.spec.config.measure, self.settings.use_model_ties
+        scores = {name: run.score for name, run in self.runs.items() if run.score is not None}
+        contenders = [self.runs[name] for name, score in scores.items()
+                      if contends(name, score.ran, self.runs[name].flagged)]
+        # Nothing is stopped before some trial has two repeats: until then, no interval shows
+        # how much processes differ, and one slow process would stop a contender.
+        behind = frozenset(run.trial.name for run in contenders if run.stopped_early)
+        if more and use_ties:
+            # Contenders the model and the data tie need no more repeats.
+            self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
+        return race_step([scores[run.trial.name] for run in contenders], m.tolerance, m.repeats,
+                         self.settings.rank_by, behind, may_stop=self.noise is not None, ties=self.model.ties,
+                         disputes=self._disputes if use_ties else None)
+
     def _disputes(self, a: str, b: str) -> bool:
         """The model predicts trial `a` ahead of `b` by more than the tolerance and its own error."""
-        return self.model.ahead(self.runs[a].trial, self.runs[b].trial, self.rank_by)
-
-    def advised(self, accelerator: bool) -> dict[str, list[Advised]]:
-        """The settings each measured trial's advice names, with the trials that would show them."""
-        cfg = self.spec.config
-        out: dict[str, list[Advised]] = {}
-        for name, run in self.runs.items():
-            if run.score is None or not run.score.suggests:
-                continue
-            out[name] = [Advised(", ".join(f"{k}={v!r}" for k, v in change),
-                                 on_top(cfg, run.trial, dict(change), accelerator).name,
-                                 trial_for(cfg, dict(change), accelerator).name, BASELINE)
-                         for change in run.score.suggests]
-        return out
-
-    def decision(self) -> Decision | None:
-        step = self.last_race
-        if step is None or step.pick is None:
-            return None
-        tolerance = self.spec.config.measure.tolerance
-        ties = tuple(t.facing(step.pick) for t in self.model.tie_notes if step.pick in (t.pick, t.other))
-        spread = self.noise.throughput_log_sd if self.noise is not None else None
-        repeats = self.spec.config.measure.repeats
-        if step.decided:
-            return Decision(True, tolerance, step.pick, gap=tolerance, expected=step.expected, ties=ties,
-                            spread=spread, repeats=repeats, equal=step.equal)
-        kept = any(self.runs[name].resumed for name in step.undecided if name in self.runs)
-        ended_by = EndedBy.KEPT if kept else EndedBy.BUDGET if self.budget_spent else EndedBy.REPEATS
-        if kept:
-            why = "trials kept from the file were not measured again"
-        elif self.budget_spent:
-            why = "the time budget (--budget) ran out"
-        else:
-            why = f"measure.repeats={repeats} ran out"
-        return Decision(False, tolerance, step.pick, step.undecided, step.gap, why, step.expected, ties=ties,
-                        ended_by=ended_by, spread=spread, repeats=repeats, equal=step.equal)
+        return self.model.ahead(self.runs[a].trial, self.runs[b].trial, self.settings.rank_by)
 
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
@@ -352,20 +337,12 @@ class Racer:
             if outcome.result is None:
                 run.failure = outcome
                 return
-            outside = outside_share(outcome.result, self.cores)
+            outside = outside_share(outcome.result, self.setup.sampled_cores)
             if outside is None or outside <= m.max_outside_cpu or attempt == MAX_REDONE:
-                run.measurements.append(outcome.result)
-                run.walls_s.append(outcome.wall_s)
+                run.done.append(Repeat(outcome.result, outcome.wall_s))
                 return
             run.disturbed += 1
             self._plan_runs(1)
             self.emit(events.Notice(f"{run.trial.name}: other processes used {outside:.0%} of the cores during "
                                     f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
                                     "measuring it again"))
-
-def _seed(name: str) -> int:
-    """Each trial's bootstrap draws its own resamples (the same each time for the same trial):
-    two trials' draws must be independent for the ratio of their draws to mean anything."""
-    return zlib.crc32(name.encode())
-
-

@@ -65,7 +65,7 @@ def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
     flagged, then those that did not run."""
     out = []
     for record in records:
-        placing = placings.get(record.trial)
+        placing = placings.get(record.trial or "")
         changes: dict[str, Any] = {"rank": placing.rank if placing else None,
                                    "tied_with_best": placing.tied_with_best if placing else None}
         if record.throughput is not None:

@@ -12,19 +12,27 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import TOLERANCE, RankBy, Strategy
-from loadtune.results.findings import MODEL_FALLBACK_ERROR
+from loadtune.results.choice import choose, within_tolerance
+from loadtune.results.findings import MODEL_FIT_ERROR
 from loadtune.sweep_process.decide import Scored, order, pick
 from loadtune.sweep_process.plan import (
+    Settings,
     baseline_trial,
     changes_from_baseline,
     combined_trial,
+    config_key,
     grid_plan,
     ofat_plan,
     on_top,
     swept_values,
 )
 from loadtune.sweep_process.ranking import rank
-from loadtune.trials import IDEAL, Trial, cost_of, effective_settings
+from loadtune.trials import IDEAL, Trial, cost_of
+
+# config_key and Settings (plan) are also found here, beside the strategies that compare configs by them.
+__all__ = ["MAX_GREEDY_ROUNDS", "MAX_MODEL_ROUNDS", "Measure", "Modeler", "Search", "Settings", "TARGETS_PER_ROUND",
+           "config_key", "follow_advice", "model_targets", "run_model", "run_ofat", "run_strategy", "search_greedy",
+           "search_grid", "search_model", "search_ofat"]
 
 if TYPE_CHECKING:
     from loadtune.results.model import PipelineModel
@@ -42,8 +50,6 @@ FAR_BEHIND = 0.75
 
 # Measure these trials (round number given) and return the score of each, by trial name.
 Measure = Callable[[Sequence[Trial], int], Mapping[str, Scored]]
-# Settings as (key, value) pairs (config_key: sorted, as DataLoader applies them).
-Settings = tuple[tuple[str, object], ...]
 
 
 class Modeler(Protocol):
@@ -57,11 +63,17 @@ class Modeler(Protocol):
 
 
 @dataclass(frozen=True)
-class Visit:
-    """A trial the strategy asked for, and the round that asked for it."""
+class Search:
+    """What a strategy works with: the config and the machine (whether it has an accelerator),
+    how to measure a set of trials, how trials are ranked and the tolerance of a tie, and, for
+    the model strategy, the runner's model."""
 
-    trial: Trial
-    round: int
+    config: Config
+    accelerator: bool
+    measure: Measure
+    by: RankBy = RankBy.THROUGHPUT
+    tolerance: float = TOLERANCE
+    modeler: Modeler | None = None
 
 
 def _placed(scores: Mapping[str, Scored], trials: Sequence[Trial], by: RankBy,
@@ -97,14 +109,13 @@ def _others(trial: Trial, key: str, config: Config) -> tuple[tuple[str, str], ..
     return tuple(sorted((k, repr(v)) for k, v in changes_from_baseline(config, trial).items() if k != key))
 
 
-def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-             tolerance: float = TOLERANCE) -> list[Visit]:
+def search_ofat(search: Search) -> None:
     """Round 1: the baseline and each single change from it. Then, when the winner is not the
     baseline, follow-up rounds on the winner while a round's winner gains more than the
     tolerance (see _Ofat.sweep_on). Keys the baseline made invalid (settings that need workers,
     with num_workers=0) are measured on top of the best worker count. Then `combined` (every key
     at its best value) when that is a new trial, and what the pick's verdict advises."""
-    run = _Ofat.first_round(config, accelerator, measure, by, tolerance)
+    run = _Ofat.first_round(search)
     winner = run.winner()
     while winner is not None and run.round_no <= MAX_FOLLOW_UP_ROUNDS:
         base_trial, keys = run.follow_up_on(winner)
@@ -115,59 +126,57 @@ def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = R
             break
         run.measure_round(new, sweeps)
         best = run.winner()
-        if best is None or best.name == winner.name or not _gains(run.scores[best.name], run.scores[winner.name], by,
-                                                                   tolerance):
+        if best is None or best.name == winner.name or not _gains(run.scores[best.name], run.scores[winner.name],
+                                                                   search.by, search.tolerance):
             break
         winner = best
     run.measure_deferred()
     run.measure_combined()
-    return run.visits + follow_advice(config, accelerator, measure, run.scores, run.known, by, tolerance,
-                                      run.round_no)
+    follow_advice(search, run.scores, run.known, run.round_no)
 
 
 @dataclass
 class _Ofat:
     """Where an ofat search stands: what it measured, and what each key was last swept on."""
 
-    config: Config
-    accelerator: bool
-    measure: Measure
-    by: RankBy
-    tolerance: float
+    search: Search
     first: list[Trial]  # round 1's trials, the baseline first
     # Settings that need workers, planned on a baseline without any: measured on a worker count
     # instead, in a follow-up round; rows saying why they were not only if none could be.
     deferred: list[Trial]
     known: dict[str, Trial]
     scores: dict[str, Scored]
-    visits: list[Visit]
+    asked: list[Trial]  # every trial measured, in the order asked for
     swept_on: dict[str, tuple[tuple[str, str], ...]]  # key -> the other settings it was last swept on
     far: dict[str, set[str]]  # key -> values far behind in its last sweep (by throughput): not swept again
     round_no: int = 1
 
+    @property
+    def config(self) -> Config:
+        return self.search.config
+
     @classmethod
-    def first_round(cls, config: Config, accelerator: bool, measure: Measure, by: RankBy,
-                    tolerance: float) -> _Ofat:
+    def first_round(cls, search: Search) -> _Ofat:
         """Measure the baseline and each single change from it (but the deferred)."""
-        planned = ofat_plan(config, accelerator)
+        config = search.config
+        planned = ofat_plan(config, search.accelerator)
         known = {t.name: t for t in planned}
         deferred = [t for t in planned if _needs_workers(t)]
         trials = [t for t in planned if t not in deferred]
-        scores = dict(measure(trials, 1))
+        scores = dict(search.measure(trials, 1))
         baseline = trials[0]
         deferred_keys = {t.changed for t in deferred}
         swept_on = {key: _others(baseline, key, config) for key in config.sweep if key not in deferred_keys}
         far: dict[str, set[str]] = {}
-        if by == RankBy.THROUGHPUT:
+        if search.by == RankBy.THROUGHPUT:
             for key in swept_on:
                 members = {repr(t.value): t.name for t in trials if t.changed == key}
                 members[repr(getattr(config.loader, key, None))] = baseline.name
                 far[key] = _far_behind(members, scores)
-        return cls(config, accelerator, measure, by, tolerance, trials, deferred, known, scores,
-                   [Visit(t, 1) for t in trials], swept_on, far)
+        return cls(search, trials, deferred, known, scores, list(trials), swept_on, far)
 
     def winner(self, where: Callable[[Trial], bool] = lambda t: True) -> Trial | None:
-        return _winner(self.scores, self.known, self.by, self.tolerance, where)
+        return _winner(self.scores, self.known, self.search.by, self.search.tolerance, where)
 
     def follow_up_on(self, winner: Trial) -> tuple[Trial | None, list[str]]:
         """The trial the next round builds on, and the keys it sweeps: on a winner other than the
@@ -194,7 +203,7 @@ class _Ofat:
             for value in values_of[key]:
                 if repr(value) in self.far.get(key, ()):
                     continue
-                trial = on_top(self.config, base_trial, {key: value}, self.accelerator)
+                trial = on_top(self.config, base_trial, {key: value}, self.search.accelerator)
                 if not trial.skipped:
                     sweeps[key][repr(value)] = measured.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
@@ -208,58 +217,54 @@ class _Ofat:
     def measure_round(self, new: Sequence[Trial], sweeps: Mapping[str, Mapping[str, str]]) -> None:
         """Measure a follow-up round and note the values now far behind in each key's sweep."""
         self.round_no += 1
-        self.scores.update(self.measure(new, self.round_no))
-        self.visits.extend(Visit(t, self.round_no) for t in new)
-        if self.by == RankBy.THROUGHPUT:
+        self.scores.update(self.search.measure(new, self.round_no))
+        self.asked.extend(new)
+        if self.search.by == RankBy.THROUGHPUT:
             for key, members in sweeps.items():
                 self.far[key] = self.far.get(key, set()) | _far_behind(members, self.scores)
 
     def measure_deferred(self) -> None:
         """The deferred trials no follow-up round measured a value of, as round 1's: their rows
         say why they could not run."""
-        measured_keys = {key for v in self.visits if not v.trial.skipped
-                         for key in changes_from_baseline(self.config, v.trial)}
+        measured_keys = {key for t in self.asked if not t.skipped for key in changes_from_baseline(self.config, t)}
         unmeasured = [t for t in self.deferred if t.changed not in measured_keys]
         if unmeasured:
-            self.measure(unmeasured, 1)
-            self.visits.extend(Visit(t, 1) for t in unmeasured)
+            self.search.measure(unmeasured, 1)
+            self.asked.extend(unmeasured)
 
     def measure_combined(self) -> None:
         """`combined` (every key at its round-1 best value), when it is a new trial."""
-        combined = combined_trial(self.config, _placed(self.scores, self.first, self.by, self.tolerance),
-                                  self.accelerator)
+        placed = _placed(self.scores, self.first, self.search.by, self.search.tolerance)
+        combined = combined_trial(self.config, placed, self.search.accelerator)
         if combined is not None and combined.settings not in {t.settings for t in self.known.values()}:
             self.round_no += 1
             self.known[combined.name] = combined
-            self.scores.update(self.measure([combined], self.round_no))
-            self.visits.append(Visit(combined, self.round_no))
+            self.scores.update(self.search.measure([combined], self.round_no))
+            self.asked.append(combined)
 
 
-def follow_advice(config: Config, accelerator: bool, measure: Measure, scores: dict[str, Scored],
-                  known: dict[str, Trial], by: RankBy, tolerance: float, round_no: int) -> list[Visit]:
+def follow_advice(search: Search, scores: dict[str, Scored], known: dict[str, Trial], round_no: int) -> None:
     """Measure what the pick's verdict advises on top of it, when that changes only settings the
     config sweeps (more workers, a deeper prefetch, persistent workers; in_order=False only where
     `in_order` is swept: it changes the batches' order) and is not measured yet: one more round,
     its trials marked as asked for by that verdict, so the summary cites a measurement, never a
     guess."""
-    chosen = _winner(scores, known, by, tolerance)
+    chosen = _winner(scores, known, search.by, search.tolerance)
     if chosen is None or not scores[chosen.name].suggests:
-        return []
+        return
     new = []
     measured = {config_key(t) for t in known.values()}
     for change in scores[chosen.name].suggests:
-        if any(key not in config.sweep for key, _ in change):
+        if any(key not in search.config.sweep for key, _ in change):
             continue
-        trial = on_top(config, chosen, dict(change), accelerator)
+        trial = on_top(search.config, chosen, dict(change), search.accelerator)
         if trial.name not in known and not trial.skipped and config_key(trial) not in measured:
             trial = dataclasses.replace(trial, asked_by=chosen.name)
             known[trial.name] = trial
             measured.add(config_key(trial))
             new.append(trial)
-    if not new:
-        return []
-    scores.update(measure(new, round_no + 1))
-    return [Visit(t, round_no + 1) for t in new]
+    if new:
+        scores.update(search.measure(new, round_no + 1))
 
 
 def _gains(new: Scored, old: Scored, by: RankBy, tolerance: float) -> bool:
@@ -269,57 +274,53 @@ def _gains(new: Scored, old: Scored, by: RankBy, tolerance: float) -> bool:
     return new.measured_wait_ratio.mean < old.measured_wait_ratio.mean - tolerance
 
 
-def run_grid(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-             tolerance: float = TOLERANCE) -> list[Visit]:
+def search_grid(search: Search) -> None:
     """Every combination of the swept values in one round: the reference the others are checked against."""
-    trials = grid_plan(config, accelerator)
-    scores = dict(measure(trials, 1))
-    known = {t.name: t for t in trials}
-    return [Visit(t, 1) for t in trials] + follow_advice(config, accelerator, measure, scores, known, by,
-                                                          tolerance, 1)
+    trials = grid_plan(search.config, search.accelerator)
+    scores = dict(search.measure(trials, 1))
+    follow_advice(search, scores, {t.name: t for t in trials}, 1)
 
 
-def run_greedy(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-               tolerance: float = TOLERANCE) -> list[Visit]:
+def search_greedy(search: Search) -> None:
     """Coordinate descent: sweep one key with the others at their current best, move to another
     value only when it is not shown as good as the current setting within the tolerance and is
     ahead, go to the next key; repeat whole rounds until one moves nothing (or MAX_GREEDY_ROUNDS)."""
-    current = baseline_trial(config)
-    scores = dict(measure([current], 1))
-    visits = [Visit(current, 1)]
+    current = baseline_trial(search.config)
+    scores = dict(search.measure([current], 1))
+    known = {current.name: current}
     swept_with: dict[str, Settings] = {}  # key -> the other settings when it was last swept
-    values_of = swept_values(config)
+    last_round = 1
     for round_no in range(1, MAX_GREEDY_ROUNDS + 1):
         moved = False
-        for key in config.sweep:
+        for key in search.config.sweep:
             others = tuple((k, v) for k, v in current.settings if k != key)
             if swept_with.get(key) == others:
                 continue  # nothing else moved since: sweeping it again would repeat the same answer
             swept_with[key] = others
-            candidates: dict[str, Trial] = {current.name: current}
-            for value in values_of[key]:
-                trial = on_top(config, current, {key: value}, accelerator)
-                candidates.setdefault(trial.name, trial)
+            candidates = _greedy_candidates(search, current, key)
             new = [t for t in candidates.values() if t.name not in scores]
             if new:
-                scores.update(measure(new, round_no))
-                visits.extend(Visit(t, round_no) for t in new)
+                scores.update(search.measure(new, round_no))
+                known.update((t.name, t) for t in new)
+                last_round = round_no
             ran = [scores[n] for n in candidates if n in scores and scores[n].ran]
             if not ran:
                 continue
-            placings = rank(ran, by, tolerance)
+            placings = rank(ran, search.by, search.tolerance)
             if current.name not in placings or placings[current.name].rank != 1:
-                current, moved = candidates[order(ran, by)[0].name], True
+                current, moved = candidates[order(ran, search.by)[0].name], True
         if not moved:
             break
-    known = {v.trial.name: v.trial for v in visits}
-    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance,
-                                  max(v.round for v in visits))
+    follow_advice(search, scores, known, last_round)
 
 
-def config_key(trial: Trial) -> Settings:
-    """A config as DataLoader applies it: two trials with the same key measure the same thing."""
-    return tuple(sorted({**dict(trial.settings), **effective_settings(trial.loader_kwargs)}.items()))
+def _greedy_candidates(search: Search, current: Trial, key: str) -> dict[str, Trial]:
+    """The current trial and each value of `key` on top of it, by name."""
+    candidates: dict[str, Trial] = {current.name: current}
+    for value in swept_values(search.config)[key]:
+        trial = on_top(search.config, current, {key: value}, search.accelerator)
+        candidates.setdefault(trial.name, trial)
+    return candidates
 
 
 def _ruled_in(trial: Trial, scores: Mapping[str, Scored], measured: Mapping[Settings, str]) -> bool:
@@ -332,10 +333,6 @@ def _score(model: PipelineModel, trial: Trial, by: RankBy) -> float:
     """The model's figure for a config, higher better (the wait ratio negated)."""
     predicted = model.predict(trial.loader_kwargs)
     return predicted.throughput if by == RankBy.THROUGHPUT else -predicted.wait_ratio
-
-
-def _within(score: float, best: float, by: RankBy, tolerance: float) -> bool:
-    return score >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else score >= best - tolerance
 
 
 def _optimistic(score: float, error: float, by: RankBy) -> float:
@@ -365,64 +362,77 @@ def model_targets(space: Sequence[Trial], scores: Mapping[str, Scored], measured
         return []
     score = {t.name: _score(model, t, by) for t in live}
     best = max(score.values())
-    within = [t for t in live if _within(score[t.name], best, by, tolerance)]
-    cheapest = min(within, key=lambda t: cost_of(t.loader_kwargs))
     top = max(live, key=lambda t: score[t.name])
+    cheapest = choose(live, lambda t: within_tolerance(score[t.name], best, tolerance, by),
+                      lambda t: cost_of(t.loader_kwargs)) or top
     done = [score[t.name] for t in live if config_key(t) in measured]
-    ahead = not done or not _within(max(done), score[top.name], by, tolerance)
+    ahead = not done or not within_tolerance(max(done), score[top.name], tolerance, by)
     # Where the cores or a close race of queues set the pace, the model cannot tell configs a
     # few percent apart: the predicted best is measured beside the cheapest.
     coarse = not model.predict(top.loader_kwargs).fetch_hidden
     hoped = {t.name: _optimistic(score[t.name], error, by) for t in live}
     cheaper = [t for t in live if cost_of(t.loader_kwargs) < cost_of(cheapest.loader_kwargs)
-               and _within(hoped[t.name], best, by, tolerance)]
-    beating = [t for t in live if not _within(score[cheapest.name], hoped[t.name], by, tolerance)]
+               and within_tolerance(hoped[t.name], best, tolerance, by)]
+    beating = [t for t in live if not within_tolerance(score[cheapest.name], hoped[t.name], tolerance, by)]
     unsure = sorted(dict.fromkeys([*cheaper, *beating]), key=lambda t: -hoped[t.name])
     wanted = [cheapest] + ([top] if ahead or coarse else []) + unsure
     return [t for t in dict.fromkeys(wanted) if config_key(t) not in measured][:TARGETS_PER_ROUND]
 
 
-def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-              tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
+def search_model(search: Search) -> None:
     """Round 1 as ofat: the baseline and each single change from it (settings that need workers,
     with a baseline that has none, are left to the model). Then the pipeline model, fitted to all
     measured trials and refitted after every round, predicts every config of the space (every
     combination of the swept values and the baseline's); what it cannot rule out, with its own
     error, is measured (model_targets), for at most MAX_MODEL_ROUNDS rounds. Then what the pick's
-    verdict advises. When the model
-    predicts the first round's trials badly (MODEL_FALLBACK_ERROR), as ofat."""
+    verdict advises. When the model predicts the first round's trials badly (MODEL_FIT_ERROR),
+    as ofat."""
+    modeler = search.modeler
     if modeler is None:
         raise ValueError("the model strategy needs the runner's model")
-    trials = [t for t in ofat_plan(config, accelerator) if not _needs_workers(t)]
-    scores = dict(measure(trials, 1))
-    visits = [Visit(t, 1) for t in trials]
+    trials = [t for t in ofat_plan(search.config, search.accelerator) if not _needs_workers(t)]
+    scores = dict(search.measure(trials, 1))
     model = modeler.fit()
     error = modeler.held_out_error()
-    if model is None or error is None or error > MODEL_FALLBACK_ERROR:
+    if model is None or error is None or error > MODEL_FIT_ERROR:
         modeler.fell_back(error)
-        return visits + run_ofat(config, accelerator, measure, by, tolerance)
-    space = [t for t in grid_plan(config, accelerator) if not t.skipped]
+        search_ofat(search)
+        return
+    space = [t for t in grid_plan(search.config, search.accelerator) if not t.skipped]
     measured = {config_key(t): t.name for t in trials}
     known = {t.name: t for t in trials}
     round_no = 1
     while round_no <= MAX_MODEL_ROUNDS and model is not None:
-        new = model_targets(space, scores, measured, model, by, tolerance, modeler.error() or 0.0)
+        new = model_targets(space, scores, measured, model, search.by, search.tolerance, modeler.error() or 0.0)
         if not new:
             break
         round_no += 1
-        scores.update(measure(new, round_no))
-        visits.extend(Visit(t, round_no) for t in new)
+        scores.update(search.measure(new, round_no))
         for t in new:
             measured[config_key(t)] = t.name
             known[t.name] = t
         model = modeler.fit()
-    return visits + follow_advice(config, accelerator, measure, scores, known, by, tolerance, round_no)
+    follow_advice(search, scores, known, round_no)
 
 
-def run_strategy(name: Strategy, config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-                 tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> list[Visit]:
-    strategy = Strategy(name)  # a ValueError for a name it does not know
-    if strategy == Strategy.MODEL:
-        return run_model(config, accelerator, measure, by, tolerance, modeler)
-    runner = {Strategy.OFAT: run_ofat, Strategy.GREEDY: run_greedy, Strategy.GRID: run_grid}[strategy]
-    return runner(config, accelerator, measure, by, tolerance)
+STRATEGIES: dict[Strategy, Callable[[Search], None]] = {
+    Strategy.MODEL: search_model, Strategy.OFAT: search_ofat, Strategy.GREEDY: search_greedy,
+    Strategy.GRID: search_grid,
+}
+
+
+def run_strategy(name: Strategy | str, search: Search) -> None:
+    """Measure what the named strategy asks for (a ValueError for a name it does not know)."""
+    STRATEGIES[Strategy(name)](search)
+
+
+def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+             tolerance: float = TOLERANCE) -> None:
+    """search_ofat on a Search made of these."""
+    search_ofat(Search(config, accelerator, measure, by, tolerance))
+
+
+def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
+              tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> None:
+    """search_model on a Search made of these."""
+    search_model(Search(config, accelerator, measure, by, tolerance, modeler))

@@ -1,16 +1,17 @@
-"""Everything the sweep holds about one trial while it is measured (TrialRun), and its repeats
-merged into one Measurement."""
+"""Everything the sweep holds about one trial while it is measured (TrialRun: its repeats as
+measured, and what was derived from them), and its repeats merged into one Measurement."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Sequence
 
 from loadtune.measurement import Measurement
 from loadtune.results.model import Prediction
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
 from loadtune.results.samples import TrialSamples
-from loadtune.sweep_process.datacheck import Check, Delivery
+from loadtune.sweep_process.datacheck import Check
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.launch import Outcome
 from loadtune.trials import Trial
@@ -36,30 +37,61 @@ def merged(measurements: Sequence[Measurement]) -> Measurement:
     )
 
 
+class Origin(Enum):
+    """Where a run's figures come from: measured in this sweep (LIVE); kept from the file by
+    --resume without its raw samples, figures as recorded (KEPT); or restored by --resume with its
+    raw samples, until the strategy asks for it again, its trial then known in full (PENDING):
+    left out of the model, the data check, the noise and racing till then."""
+
+    LIVE = "live"
+    KEPT = "kept"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """One repeat of a trial, a process (or set of ranks) of its own: its raw measurement and
+    its wall time."""
+
+    measurement: Measurement
+    wall_s: float
+
+
 @dataclass
 class TrialRun:
-    """Everything the sweep holds about one trial: what was asked, each repeat's measurement
-    and wall time, how it ended, and its record once finished."""
+    """Everything the sweep holds about one trial: what was asked, each repeat, how it ended, what
+    the data check and the model said of it, and its score and record as last derived (derive)."""
 
     trial: Trial
     round: int
-    measurements: list[Measurement] = field(default_factory=list)
-    walls_s: list[float] = field(default_factory=list)
+    done: list[Repeat] = field(default_factory=list)  # the repeats measured, in order
     failure: Outcome | None = None  # the run that failed or timed out; no more repeats then
     record: Record | None = None
     score: Scored | None = None
-    resumed: bool = False  # kept from the file by --resume without its raw samples: figures as recorded
-    # Restored by --resume with its raw samples, until the strategy asks for it again (its trial
-    # then known in full): left out of the model, the data check, the noise and racing till then.
-    pending: bool = False
-    measured_at: str | None = None  # when it was first measured, when that was in an earlier sweep
+    origin: Origin = Origin.LIVE
     stopped_early: bool = False  # racing stopped it: clearly behind the leader
     disturbed: int = 0  # repeats measured again because other processes used the cores
     rank_records: list[RankRecord] = field(default_factory=list)  # with ranks: each rank's own figures
     check: Check | None = None  # its data check (datacheck), once there was something to compare
-    # (repeats, delivery by its sampler's indices, by its samples' keys) they were taken from
-    delivered: tuple[int, Delivery | None, Delivery | None] | None = None
     predicted: Prediction | None = None  # what the pipeline model predicted before it ran
+
+    @property
+    def resumed(self) -> bool:
+        """Kept from the file by --resume without its raw samples: figures as recorded."""
+        return self.origin == Origin.KEPT
+
+    @property
+    def pending(self) -> bool:
+        """Restored with its raw samples, until the strategy asks for it again."""
+        return self.origin == Origin.PENDING
+
+    @property
+    def measurements(self) -> tuple[Measurement, ...]:
+        return tuple(r.measurement for r in self.done)
+
+    @property
+    def walls_s(self) -> tuple[float, ...]:
+        return tuple(r.wall_s for r in self.done)
 
     @property
     def flagged(self) -> bool:
@@ -69,18 +101,25 @@ class TrialRun:
         return self.resumed and self.record is not None and self.record.data_flagged
 
     @property
+    def contending(self) -> Scored:
+        """Its score as racing, ranking and the strategies see it: flagged by the data check, or
+        not scored, it is as a trial that did not run."""
+        if self.score is None or self.flagged:
+            return Scored(self.trial.name, None, None)
+        return self.score
+
+    @property
     def live(self) -> bool:
         """Its raw samples are at hand and its trial known in full (not kept as recorded, nor pending)."""
-        return not self.resumed and not self.pending
+        return self.origin == Origin.LIVE
 
     @property
     def repeats(self) -> int:
-        return len(self.measurements)
+        return len(self.done)
 
     @property
     def mean_wall_s(self) -> float:
-        return sum(self.walls_s) / len(self.walls_s) if self.walls_s else 0.0
-
+        return sum(r.wall_s for r in self.done) / len(self.done) if self.done else 0.0
 
 
 def predicted_columns(predicted: Prediction | None) -> dict[str, Any]:
@@ -102,7 +141,7 @@ def samples_of(run: TrialRun) -> TrialSamples:
     """What is kept of a run beside the CSV: its raw samples and how it ended."""
     failure = run.failure
     predicted = run.predicted
-    return TrialSamples(run.trial.name, run.round, tuple(run.measurements), tuple(run.walls_s), run.disturbed,
+    return TrialSamples(run.trial.name, run.round, run.measurements, run.walls_s, run.disturbed,
                         (str(failure.status), failure.reason, failure.wall_s) if failure is not None else None,
                         (predicted.throughput, predicted.wait_ratio) if predicted is not None else None,
                         run.stopped_early)
@@ -119,7 +158,6 @@ def restored(samples: TrialSamples, record: Record | None) -> TrialRun:
     predicted = None
     if samples.predicted is not None:  # only its figures are kept: what the CSV's predicted columns show
         predicted = Prediction(samples.predicted[0], samples.predicted[1], period_ms=0.0, cpu_bound=False)
-    return TrialRun(placeholder(samples.trial, record), samples.round, list(samples.measurements),
-                    list(samples.walls_s), record=record, stopped_early=samples.stopped_early,
-                    disturbed=samples.disturbed, predicted=predicted, pending=True,
-                    measured_at=record.started_at if record else None)
+    done = [Repeat(m, wall_s) for m, wall_s in zip(samples.measurements, samples.walls_s)]
+    return TrialRun(placeholder(samples.trial, record), samples.round, done, record=record, origin=Origin.PENDING,
+                    stopped_early=samples.stopped_early, disturbed=samples.disturbed, predicted=predicted)

@@ -1,0 +1,219 @@
+"""The sweep's answer in words, sentence by sentence: what to set and what it gains, how sure
+that is and the one rerun that would settle it, where the pick moves, the ranks, the ties, the
+model. Each sentence is made from the summary's parts (summary_parts) and its decision."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from loadtune.kinds import EndedBy
+from loadtune.results.decision import Decision, ModelTie
+from loadtune.results.findings import ModelError, ModelFellBack
+from loadtune.results.model import ModelReport
+from loadtune.results.record import DATA_FLAGGED, Record
+from loadtune.results.summary_parts import Elsewhere, OnRanks, Pick, Standing
+
+# The short answer names at most this many contenders that might still be faster.
+NAMED_SHORT = 2
+# Undecided contenders named in the details; the rest are counted (the table lists them all).
+NAMED_UNDECIDED = 3
+
+# Settings whose change alters what the training run does, not only how fast it is fed: a pick
+# that changes one says so.
+BEHAVIOUR = {"in_order": "batches may come out of order", "drop_last": "the last incomplete batch is dropped or kept",
+             "shuffle": "the order of samples changes", "batch_size": "the model trains on batches of another size",
+             "sampler": "other samples are drawn", "batch_sampler": "other batches are drawn"}
+
+
+def settle(decision: Decision) -> str:
+    """The one rerun that would settle an undecided pick, the same in the short answer and the
+    details: what ended the racing decides it (decision.ended: a kept contender first, then the
+    budget, then the repeats)."""
+    more = max(2 * (decision.repeats or 1), 5)
+    if decision.ended_by == EndedBy.KEPT:
+        return "rerun with --overwrite instead of --resume (racing measures no trial kept from the file again)"
+    if decision.ended_by == EndedBy.BUDGET:
+        return "rerun with a larger --budget and --resume"
+    # --resume keeps every repeat measured (its raw samples) and races the kept trials further,
+    # until each contender is shown behind or equal to the pick within this machine's noise.
+    return f"rerun with --repeats {more} --resume"
+
+
+def behaviour_changed(change: Mapping[str, Any] | None) -> str:
+    """The settings of a change that alter the training run's behaviour, as one clause ('' when none)."""
+    named = [f"{key}={value!r} ({BEHAVIOUR[key]})" for key, value in (change or {}).items() if key in BEHAVIOUR]
+    return f" It changes behaviour: {'; '.join(named)}." if named else ""
+
+
+def recommended_line(standing: Standing, pick: Pick, decision: Decision | None) -> str:
+    """What to set and what it gains over the baseline."""
+    chosen, base = standing.recommended, standing.baseline
+    assert chosen is not None and chosen.throughput is not None  # the recommendation ran
+    figures = f"{chosen.throughput:.1f} samples/s"
+    if base is not None and chosen.trial == base.trial:
+        tol = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
+        return f"Recommended: keep the baseline ({figures}, wait ratio {chosen.wait_ratio:.3f}): no change is " \
+               f"shown more than {tol} faster."
+    if base is None or base.throughput is None or not base.ran or base.data_flagged:
+        why = " (the baseline fed other samples: no speedup to give)" if base is not None and base.data_flagged \
+            else ""
+        return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}{why}."
+    interval = f" [{pick.speedup_lo:.2f}x, {pick.speedup_hi:.2f}x]" if pick.speedup_lo is not None else ""
+    ideal = f", {chosen.pct_of_ideal:.0f}% of the ideal" if chosen.pct_of_ideal is not None else ""
+    return (f"Recommended: {chosen.trial}: {figures}, {chosen.throughput / base.throughput:.2f}x the baseline's "
+            f"{base.throughput:.1f}"
+            f"{interval}; wait ratio {base.wait_ratio:.3f} -> {chosen.wait_ratio:.3f}{ideal}.")
+
+
+def _spread_words(spread: float | None) -> str:
+    return f"; repeats here differ by ±{spread:.0%} from process to process" if spread is not None else ""
+
+
+def _named(names: Sequence[str]) -> str:
+    """At most NAMED_SHORT names, and how many more."""
+    named = " or ".join(names[:NAMED_SHORT])
+    more = len(names) - NAMED_SHORT
+    return named + (f" (and {more} more)" if more > 0 else "")
+
+
+def _listed(names: Sequence[str]) -> str:
+    """At most NAMED_SHORT names, comma-separated, and how many more."""
+    return ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
+                                             else "")
+
+
+def _equal_words(decision: Decision) -> str:
+    """The configs a rerun might pick instead, that the pick is as good as within the noise."""
+    listed = _listed(decision.equal)
+    within = f" (±{decision.spread:.0%} between processes here)" if decision.spread is not None else ""
+    return (f"{listed} ran as fast within this machine's noise{within}: a rerun may pick one of them, and this "
+            f"one is expected to cost at most the {decision.tolerance:.0%} tolerance against each")
+
+
+def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> str:
+    """One plain sentence on how sure the pick is."""
+    chosen, best = standing.recommended, standing.best
+    assert chosen is not None
+    if decision is None and rebuilt:
+        tied = [r.trial or "" for r in standing.trials if r.tied_with_best and r.trial != chosen.trial]
+        others = f"tied with it ('=' in the table): {_listed(tied)}; either will do" if tied else \
+            "every other trial ranks behind it"
+        return f"How sure: the CSV does not keep how sure the sweep was; {others}."
+    if decision is None:
+        return "How sure: not raced (one repeat each); rerun with --repeats 3 or more and --resume to see the spread."
+    if not decision.decided:
+        expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
+        equal = f"; {_equal_words(decision)}" if decision.equal else ""
+        return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster{expected}"
+                f"{_spread_words(decision.spread)}{equal}; to settle it, {settle(decision)}.")
+    return _sure_words(decision, chosen, best)
+
+
+def _sure_words(decision: Decision, chosen: Record, best: Record | None) -> str:
+    """Why a decided pick is sure: the ties, the configs equal within the noise, or the rest behind."""
+    ties = decision.ties
+    if ties:
+        named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
+                          for t in ties[:NAMED_SHORT])
+        spread = f"this machine's ±{ties[0].spread:.0%} between processes" if ties[0].spread_source == "processes" \
+            else f"the model fit's ±{ties[0].spread:.0%} spread"
+        return f"Sure: {named} ran as fast, as the model predicts, within {spread}; this is the cheapest of them."
+    if decision.equal:
+        return f"Sure: {_equal_words(decision)}; every other config is slower."
+    tol = f"{decision.tolerance:.0%}"
+    if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
+        return (f"Sure: every other config is shown at most {tol} faster; {best.trial} measured "
+                f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
+    return (f"Sure: every other config is slower, or at most {tol} faster and dearer; a rerun here picks this one "
+            f"again{_spread_words(decision.spread)}.")
+
+
+def undecided_line(decision: Decision) -> str:
+    """The details of an undecided pick: what ended the racing, the contenders, the rerun."""
+    named = "; ".join(decision.undecided[:NAMED_UNDECIDED])
+    more = len(decision.undecided) - NAMED_UNDECIDED
+    if more > 0:
+        named += f" and {more} more (see the table)"
+    return (f"Not decided: {decision.why} while {named} could still be up to "
+            f"{decision.gap:.0%} faster than the pick; to settle it, {settle(decision)}.")
+
+
+def advice_lines(standing: Standing) -> list[str]:
+    """Each trial a verdict's advice asked for, against the trial it was advised on."""
+    lines = []
+    for measured in standing.advice_measured:
+        if measured["data_check"] in DATA_FLAGGED:
+            what = f", which fed other samples (data_check {measured['data_check']}): no gain to count."
+        elif measured["gain"] is None:
+            what = f", which did not run ({measured['status']})."
+        else:
+            what = f": {measured['throughput']:.1f} samples/s, {measured['gain']:.2f}x what it was advised on."
+        lines.append(f"Advice measured: the verdict on {measured['asked_by']} asked for {measured['trial']}{what}")
+    return lines
+
+
+def bottleneck_lines(standing: Standing) -> list[str]:
+    """The baseline's bottleneck and the recommendation's, where they differ."""
+    base, chosen = standing.baseline, standing.recommended
+    lines = []
+    for record in (base, chosen) if base is None or chosen is None or base.trial != chosen.trial else (base,):
+        if record is not None and record.verdict:
+            label = "baseline" if record is base else "recommended"
+            lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
+    return lines
+
+
+def tie_lines(ties: Sequence[ModelTie]) -> list[str]:
+    """One sentence on the contenders the model and the data tied with the pick, with the figures."""
+    if not ties:
+        return []
+    named = ", ".join(f"{t.other} (predicted {t.predicted_ratio:.2f}x the pick, measured {t.measured_ratio:.2f}x)"
+                      for t in ties[:NAMED_UNDECIDED])
+    more = f" and {len(ties) - NAMED_UNDECIDED} more" if len(ties) > NAMED_UNDECIDED else ""
+    spread = "this machine's spread between processes" if ties[0].spread_source == "processes" else \
+        "the spread of the model's fit"
+    return [f"Tied with the pick: {named}{more}: the model explains them as equal and the measurements agree "
+            f"within {spread} (±{ties[0].spread:.0%}), so the cheapest is picked and none was raced further."]
+
+
+def model_lines(report: ModelReport | None) -> list[str]:
+    """One line on the pipeline model, worded as every command words it (findings.ModelError: how
+    well it predicted the trials before they ran; ModelFellBack where the sweep measured as ofat)."""
+    if report is None:
+        return []
+    if report.fell_back:
+        return [f"Model: {ModelFellBack()}."]
+    return [str(ModelError(report.error, report.checked))]
+
+
+def travel_lines(elsewhere: Elsewhere, output: str) -> list[str]:
+    """One line per common target where the model predicts another pick; else one saying it holds."""
+    if elsewhere.moved:
+        moved = "; ".join(f"with {t.label}, {t.config} (this pick would run {t.share:.2f} of it)"
+                          for t in elsewhere.moved)
+        return [f"Elsewhere the pick moves (predicted): {moved}. For the machine you will train on: "
+                f"loadtune predict {output} --cores N --ranks R --step-ms S"]
+    if elsewhere.same:
+        same = elsewhere.same
+        listed = f"{', '.join(same[:-1])} or {same[-1]}" if len(same) > 1 else same[0]
+        return [f"The pick holds (predicted) with {listed}."]
+    return []
+
+
+def ranks_lines(on_ranks: OnRanks, chosen: Record) -> list[str]:
+    """With ranks: where the winner stands against a one-rank sweep of the same config."""
+    if on_ranks.ranks <= 1:
+        return []
+    one = on_ranks.one_rank
+    if one is None or one.trial is None:
+        how = "launch one process, without torchrun," if on_ranks.torchrun else "run the same command without --ranks"
+        if on_ranks.out_given:
+            where = " and with another --out"
+        else:
+            where = f" (it writes {one.csv})" if one is not None else ""
+        return [f"With {on_ranks.ranks} ranks, throughput is summed over the ranks. To see how the winner moves, "
+                f"{how}{where} and compare the two CSVs with loadtune compare."]
+    moved = "the winner moved" if one.trial != chosen.trial else "the winner holds"
+    return [f"With 1 rank ({one.csv}): {one.trial}, {one.throughput:.1f} samples/s; with {on_ranks.ranks} ranks: "
+            f"{chosen.trial}, {chosen.throughput:.1f} samples/s in all: {moved}. Tune at the rank count "
+            f"you train with."]

@@ -1,0 +1,50 @@
+"""The one pick rule (choice.choose: the cheapest within the tolerance of the best, ties broken by
+cost, then by the order given), the one contender rule and the one tolerance test, as every
+caller uses them: racing's pick, the recommended row and the model strategy's targets."""
+
+from __future__ import annotations
+
+from loadtune.kinds import RankBy
+from loadtune.results.choice import choose, contends, recommended, record_contends, within_tolerance
+from loadtune.results.interval import Interval
+from loadtune.results.record import Record
+from loadtune.sweep_process.decide import Scored, pick
+
+
+def test_choose_takes_the_cheapest_within_then_the_first_of_equal_cost():
+    items = [("best", 100.0, (4.0,)), ("close", 98.0, (2.0,)), ("also", 97.5, (2.0,)), ("far", 50.0, (0.0,))]
+    within = lambda it: within_tolerance(it[1], 100.0, 0.03)  # noqa: E731
+    assert choose(items, within, lambda it: it[2])[0] == "close", "cheapest within; of equal cost the first given"
+    assert choose(reversed(items), within, lambda it: it[2])[0] == "also"
+    assert choose(items, lambda it: False, lambda it: it[2]) is None
+
+
+def test_within_tolerance_on_a_scale_where_higher_is_better():
+    assert within_tolerance(97.0, 100.0, 0.03) and not within_tolerance(96.9, 100.0, 0.03)
+    # The wait ratio negated: at most the tolerance above the best's.
+    assert within_tolerance(-0.13, -0.10, 0.03, RankBy.WAIT_RATIO)
+    assert not within_tolerance(-0.14, -0.10, 0.03, RankBy.WAIT_RATIO)
+
+
+def test_a_contender_ran_is_no_reference_and_is_not_flagged():
+    assert contends("num_workers=2", ran=True, flagged=False)
+    assert not contends("ideal", ran=True, flagged=False)
+    assert not contends("num_workers=2", ran=False, flagged=False)
+    assert not contends("num_workers=2", ran=True, flagged=True)
+    row = Record(trial="num_workers=2", status="ok", throughput=100.0, wait_ratio=0.1)
+    assert record_contends(row) and not record_contends(Record(trial="num_workers=2", status="failed"))
+
+
+def test_the_pick_and_the_recommendation_follow_the_one_rule():
+    def scored(name: str, throughput: float, cost: tuple[float, ...]) -> Scored:
+        return Scored(name, Interval(throughput, throughput - 0.1, throughput + 0.1), Interval(0.1, 0.1, 0.1),
+                      repeats=3, cost=cost)
+
+    chosen = pick([scored("fast", 100.0, (4.0,)), scored("cheap", 99.5, (1.0,)), scored("slow", 60.0, (0.0,))], 0.03)
+    assert chosen is not None and chosen.name == "cheap"
+    rows = [Record(trial="a", status="ok", throughput=100.0, tied_with_best=True, num_workers=4),
+            Record(trial="b", status="ok", throughput=99.0, tied_with_best=True, num_workers=2),
+            Record(trial="c", status="ok", throughput=98.0, tied_with_best=True, num_workers=2),
+            Record(trial="d", status="ok", throughput=50.0, tied_with_best=False, num_workers=0)]
+    best = recommended(rows)
+    assert best is not None and best.trial == "b", "the cheapest tied with the best; of equal cost the faster"
