@@ -16,11 +16,12 @@ DEMO_OUT := $(shell f=results/demo-images.csv; n=1; while [ -e $$f ]; do n=$$((n
 demo: $(STAMP)
 	$(BIN)/loadtune sweep configs/demo.yaml --out $(DEMO_OUT) --plot $(DEMO_OUT:.csv=.png)
 
-# Style, import order and pyflakes' checks (ruff), then the typed modules under mypy --strict (the
-# files mypy checks are listed in pyproject.toml's [tool.mypy], beside ruff's configuration).
+# Style, import order and pyflakes' checks (ruff), then the whole package under mypy --strict (its
+# settings in pyproject.toml's [tool.mypy], beside ruff's), then the size limits (tests/test_shape.py).
 lint: $(STAMP)
 	$(BIN)/ruff check loadtune tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_shape.py
 
 # Lint first; then two steps: tests of behaviour two at a time (pytest-xdist; an idle worker takes
 # tests queued for the other, so one long test at the end does not hold the step), then, alone,

@@ -5,7 +5,7 @@ caller uses them: racing's pick, the recommended row and the model strategy's ta
 from __future__ import annotations
 
 from loadtune.kinds import RankBy
-from loadtune.results.choice import choose, contends, recommended, record_contends, within_tolerance
+from loadtune.results.choice import beats, choose, contends, recommended, record_contends, within_tolerance
 from loadtune.results.interval import Interval
 from loadtune.results.record import Record
 from loadtune.sweep_process.decide import Scored, pick
@@ -24,6 +24,23 @@ def test_within_tolerance_on_a_scale_where_higher_is_better():
     # The wait ratio negated: at most the tolerance above the best's.
     assert within_tolerance(-0.13, -0.10, 0.03, RankBy.WAIT_RATIO)
     assert not within_tolerance(-0.14, -0.10, 0.03, RankBy.WAIT_RATIO)
+
+
+def test_beats_by_more_than_the_tolerance_on_either_scale():
+    assert beats(106.0, 100.0, 0.05) and not beats(105.0, 100.0, 0.05)
+    assert beats(0.10, 0.20, 0.05, RankBy.WAIT_RATIO) and not beats(0.16, 0.20, 0.05, RankBy.WAIT_RATIO)
+
+
+def test_predict_and_travel_use_the_one_rule():
+    """transfer.choose: the cheapest within the tolerance, ties by fewest kept settings changed,
+    then cost; the pick travels while it is within the tolerance of the recommendation."""
+    from loadtune.results.transfer import choose as predict_choose
+
+    configs = [({"num_workers": 4}, 100.0), ({"num_workers": 2}, 96.0), ({"num_workers": 1}, 90.0)]
+    assert predict_choose(configs, 0.05) == 1
+    assert predict_choose(configs, 0.11) == 2
+    assert predict_choose(configs, 0.05, keep={"num_workers": 4}) == 0
+    assert predict_choose([({"num_workers": 1}, float("nan"))], 0.05) is None
 
 
 def test_a_contender_ran_is_no_reference_and_is_not_flagged():

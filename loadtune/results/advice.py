@@ -9,6 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from loadtune.results.choice import beats
 from loadtune.results.record import Measured, Record
 
 
@@ -66,7 +67,7 @@ def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance
     for trial, against in ((advised.exact, asker), (advised.alone, advised.baseline)):
         t, a = _usable(by_name.get(trial)), _usable(by_name.get(against))
         if trial != against and t is not None and a is not None:
-            helped = t.throughput.mean > (1 + tolerance) * a.throughput.mean
+            helped = beats(t.throughput.mean, a.throughput.mean, tolerance)
             return Weighed(advised.setting, trial, against, t.throughput.mean, t.throughput.lo, t.throughput.hi,
                            a.throughput.mean, helped)
     exact, base = by_name.get(advised.exact), by_name.get(asker)

@@ -49,6 +49,12 @@ def within_tolerance(figure: float, best: float, tolerance: float, by: RankBy = 
     return figure >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else figure >= best - tolerance
 
 
+def beats(figure: float, other: float, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
+    """Whether a figure is better than another by more than the tolerance, on its own scale: a
+    throughput above (1 + tolerance) of the other's; a wait ratio more than `tolerance` below it."""
+    return figure > (1 + tolerance) * other if by == RankBy.THROUGHPUT else figure < other - tolerance
+
+
 def contends(trial: str | None, ran: bool, flagged: bool) -> bool:
     """The one rule for a contender, a trial that may be ranked and picked: it ran, it is not the
     ideal (a reference, not a setting), and the data check did not flag it."""

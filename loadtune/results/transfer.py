@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
-from loadtune.results.choice import SETTING_COLUMNS, config_name
+from loadtune.results.choice import SETTING_COLUMNS, config_name, within_tolerance
+from loadtune.results.choice import choose as choose_one
 from loadtune.results.choice import recommended as measured_pick
 from loadtune.results.model import (
     COLLECTIVE_MS,
@@ -35,7 +36,7 @@ from loadtune.results.model import (
     unshown_figures,
 )
 from loadtune.results.record import Record, load_records, missing_columns
-from loadtune.results.report import Travel
+from loadtune.results.summary_parts import Travel
 from loadtune.results.transfer_memory import memory_model, memory_there
 from loadtune.results.transfer_values import Carried, Choice, Fit, ResolvedTarget, Source, TargetRow
 from loadtune.results.transfer_values import Forecast as Forecast
@@ -279,25 +280,24 @@ def predict_space(model: PipelineModel, configs: Sequence[Mapping[str, Any]], co
 def choose(predicted: Sequence[tuple[Mapping[str, Any], float]], tolerance: float,
            keep: Mapping[str, Any] | None = None) -> int | None:
     """Index of the config to recommend among (settings, predicted samples/s): of those whose
-    figure is finite, the ones within `tolerance` of the best (t >= (1 - tolerance) * best), and
+    figure is finite, the ones within `tolerance` of the best (choice.within_tolerance), and
     of these the one that changes fewest of the settings in `keep` (settings whose effect nothing
     measured shows: a figure kept neutral is no reason to change them; one that needs workers
     counts only where the config has workers), then the cheapest (trials.cost_of), then the
-    first in `predicted`'s order. None when no figure is finite."""
-    if not predicted:
-        return None
+    first in `predicted`'s order (choice.choose). None when no figure is finite."""
     scored = [(i, t) for i, (_, t) in enumerate(predicted) if math.isfinite(t)]
     if not scored:
         return None
     best = max(t for _, t in scored)
-    within = [i for i, t in scored if t >= (1 - tolerance) * best] or [max(scored, key=lambda it: it[1])[0]]
 
     def changed(settings: Mapping[str, Any]) -> int:
         s = applied(settings)
         return sum(format_value(s.get(k)) != format_value(v) for k, v in (keep or {}).items()
                    if s["num_workers"] or k not in NEEDS_WORKERS)
 
-    return min(within, key=lambda i: (changed(predicted[i][0]), cost_of(predicted[i][0])))
+    pick = choose_one(scored, lambda it: within_tolerance(it[1], best, tolerance),
+                      lambda it: (changed(predicted[it[0]][0]), *cost_of(predicted[it[0]][0])))
+    return None if pick is None else pick[0]
 
 
 # The settings whose effect a figure decides: kept as the run had them while that figure is neutral.
@@ -452,4 +452,4 @@ def _travels(pick: TargetRow, recommended: TargetRow, tolerance: float) -> bool:
     is that config, or it is predicted within `tolerance` of it (pick >= (1 - tolerance) *
     recommended), a tie that keeps the sweep's pick over a cheaper recommendation."""
     return settings_key(pick.settings) == settings_key(recommended.settings) or \
-        pick.predicted_throughput >= (1 - tolerance) * recommended.predicted_throughput
+        within_tolerance(pick.predicted_throughput, recommended.predicted_throughput, tolerance)

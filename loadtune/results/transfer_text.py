@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.errors import ResultsError
-from loadtune.results.choice import dataloader_line, paste_settings
+from loadtune.results.choice import dataloader_line, paste_settings, within_tolerance
 from loadtune.results.findings import CheaperWaitsMore
 from loadtune.results.report import short_trial
 from loadtune.results.table import Column, fitted_table
@@ -73,7 +73,7 @@ def forecast_lines(f: Forecast) -> list[str]:
     share = f.carried_share
     own = "The run's own settings" if f.source.run else "The sweep's own pick"
     if f.choice.source_pick is not None and share is not None and f.choice.source_pick.settings != pick.settings:
-        if share >= 1 - f.choice.tolerance:
+        if within_tolerance(share, 1.0, f.choice.tolerance):
             lines.append(f"{own} ({f.choice.source_pick.config}) would do as well there ({share:.2f} of it); "
                          f"the recommendation costs less.")
         else:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 from loadtune.config import Config
 from loadtune.kinds import TOLERANCE, RankBy, Strategy
-from loadtune.results.choice import choose, within_tolerance
+from loadtune.results.choice import beats, choose, within_tolerance
 from loadtune.results.findings import MODEL_FIT_ERROR
 from loadtune.sweep_process.decide import Scored, order, pick
 from loadtune.sweep_process.plan import (
@@ -270,8 +270,8 @@ def follow_advice(search: Search, scores: dict[str, Scored], known: dict[str, Tr
 def _gains(new: Scored, old: Scored, by: RankBy, tolerance: float) -> bool:
     """Whether a round's winner is better than the last by more than the tolerance."""
     if by == RankBy.THROUGHPUT:
-        return new.measured_throughput.mean > (1 + tolerance) * old.measured_throughput.mean
-    return new.measured_wait_ratio.mean < old.measured_wait_ratio.mean - tolerance
+        return beats(new.measured_throughput.mean, old.measured_throughput.mean, tolerance)
+    return beats(new.measured_wait_ratio.mean, old.measured_wait_ratio.mean, tolerance, by)
 
 
 def search_grid(search: Search) -> None:
