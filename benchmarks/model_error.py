@@ -122,7 +122,7 @@ def modelled(records: Sequence[Record]) -> list[Record]:
 
 def round_one(records: Sequence[Record]) -> list[Record]:
     """What the model strategy has measured when it first fits: round 1's rows."""
-    return [r for r in modelled(records) if r.round == FIRST_ROUND]
+    return [r for r in modelled(records) if r.run.round == FIRST_ROUND]
 
 
 def fit_round_one(records: Sequence[Record], baseline: dict[str, Any]) -> PipelineModel | None:
@@ -140,8 +140,8 @@ def kwargs_of(record: Record, baseline: dict[str, Any]) -> dict[str, Any]:
 def same_model(model: PipelineModel, records: Sequence[Record], baseline: dict[str, Any]) -> tuple[float | None, int]:
     """The largest |refitted / the sweep's - 1| over the round-2 rows (predicted by the sweep's model
     fitted to round 1, before they ran), and how many there were."""
-    diffs = [abs(model.predict(kwargs_of(r, baseline)).throughput / r.predicted_throughput - 1)
-             for r in records if r.round == FOLLOW_UP and r.predicted_throughput and r.trial != IDEAL]
+    diffs = [abs(model.predict(kwargs_of(r, baseline)).throughput / r.assessment.predicted_throughput - 1)
+             for r in records if r.run.round == FOLLOW_UP and r.assessment.predicted_throughput and r.trial != IDEAL]
     return (max(diffs) if diffs else None), len(diffs)
 
 
@@ -149,7 +149,7 @@ def truth(records: Sequence[Record]) -> dict[tuple[str, ...], Record]:
     """The grid's configs by their settings (a trial the grid's advice asked for beyond the space left out)."""
     found: dict[tuple[str, ...], Record] = {}
     for r in modelled(records):
-        if not r.asked_by:
+        if not r.assessment.asked_by:
             found.setdefault(settings_key(settings_of(r)), r)
     return found
 
@@ -171,8 +171,8 @@ def judge(name: str, config: Path, swept: Path, grid: Path) -> Judged:
     records = read_records(swept)
     summary = json.loads(swept.with_suffix(".json").read_text() or "{}")
     first = round_one(records)
-    rounds = sorted({r.round for r in modelled(records) if r.round is not None})
-    per_round = ", ".join(f"{sum(1 for r in modelled(records) if r.round == n)} in round {n}" for n in rounds)
+    rounds = sorted({r.run.round for r in modelled(records) if r.run.round is not None})
+    per_round = ", ".join(f"{sum(1 for r in modelled(records) if r.run.round == n)} in round {n}" for n in rounds)
     final = summary.get("model") or {}
     if final:
         error = "-" if final.get("error") is None else f"{final['error']:.3f}"
@@ -195,10 +195,10 @@ def judge(name: str, config: Path, swept: Path, grid: Path) -> Judged:
     else:
         print("  the sweep's own round-2 predictions, refitted: none to compare (no round 2)")
     seen = {settings_key(settings_of(r)) for r in first}
-    measured_in = {settings_key(settings_of(r)): r.round for r in modelled(records)}
+    measured_in = {settings_key(settings_of(r)): r.run.round for r in modelled(records)}
     truths = truth(read_records(grid))
     print(f"  {'config':<72} {'measured':>9} {'predicted':>9}  error   in the sweep")
-    for key, r in sorted(truths.items(), key=lambda kv: (kv[1].num_workers or 0, kv[0])):
+    for key, r in sorted(truths.items(), key=lambda kv: (kv[1].settings.num_workers or 0, kv[0])):
         guess = model.predict(kwargs_of(r, baseline)).throughput
         error = guess / r.throughput - 1
         held_out = key not in seen

@@ -166,14 +166,14 @@ def judge(name: str, target: str, how: str, source_name: str, work: Path) -> dic
     for r in read_records(truth):
         if r.trial == IDEAL and r.ran:
             ideal = r
-        elif r.ran and not r.data_flagged and not r.asked_by:
+        elif r.ran and not r.data_flagged and not r.assessment.asked_by:
             # (a trial a verdict's advice asked for sets more than the space's keys: in_order...)
             measured.setdefault(key(settings_of(r)), r)
     step_ms = predict(source, [])["source"]["step_ms"]
-    if how == "ranks2+step" and (ideal is None or ideal.step_ms is None):
+    if how == "ranks2+step" and (ideal is None or ideal.figures.step_ms is None):
         return None
     args = {"cores1": ["--cores", "1"], "ranks2": ["--ranks", "2"],
-            "ranks2+step": ["--ranks", "2", "--step-ms", f"{ideal.step_ms if ideal else 0:.3f}"],
+            "ranks2+step": ["--ranks", "2", "--step-ms", f"{ideal.figures.step_ms if ideal else 0:.3f}"],
             "ranks4": ["--ranks", "4"], "ranks4 from r2": ["--ranks", "4"],
             "step-half": ["--step-ms", f"{step_ms / 2:.3f}"]}[how]
     out = predict(source, args)
@@ -198,7 +198,7 @@ def judge(name: str, target: str, how: str, source_name: str, work: Path) -> dic
         "pick": pick["config"], "pick_predicted": pick["predicted_throughput"],
         "pick_settings": pick["settings"], "best_settings": settings_of(best),
         "pick_measured": got.throughput if got else None,
-        "pick_tied": got.tied_with_best if got else None,
+        "pick_tied": got.assessment.tied_with_best if got else None,
         "best": best.trial, "best_measured": best.throughput,
         "pick_share": got.throughput / best.throughput if got else None,
         "source_pick": carried["config"] if carried else None,

@@ -149,7 +149,7 @@ def agreement(work: Path, reuse: bool, goals: Goals) -> None:
         d_tp = row.throughput / trial.throughput - 1
         print(f"agreement {name} ({trial.trial}, {_describe(settings)}): wait ratio watched {row.wait_ratio:.3f} "
               f"sweep {trial.wait_ratio:.3f}; samples/s watched {row.throughput:.1f} sweep {trial.throughput:.1f}; "
-              f"verdicts: watched {row.verdict!r}, sweep {trial.verdict!r}", flush=True)
+              f"verdicts: watched {row.assessment.verdict!r}, sweep {trial.assessment.verdict!r}", flush=True)
         goals.check(f"agreement {name}: |wait ratio watched - sweep|", abs(d_wait), "<=", GOAL_WAIT_RATIO,
                     detail=f" ({d_wait:+.3f})")
         goals.check(f"agreement {name}: |samples/s watched / sweep - 1|", abs(d_tp), "<=", GOAL_THROUGHPUT,
@@ -172,7 +172,7 @@ def predict_part(work: Path, reuse: bool, rounds: int, goals: Goals) -> None:
                                  "--set", f"measure.min_repeats={GRID_REPEATS}"])
         out = predict(source, [])
         measured = {key(settings_of(r.to_dict())): r for r in read_records(grid)
-                    if r.ran and not r.data_flagged and not r.asked_by and r.trial != "ideal"}
+                    if r.ran and not r.data_flagged and not r.assessment.asked_by and r.trial != "ideal"}
         space = {key(row["settings"]) for row in out["rows"]}
         measured = {k: r for k, r in measured.items() if k in space}
         best = max(measured.values(), key=lambda r: r.throughput)
@@ -183,7 +183,7 @@ def predict_part(work: Path, reuse: bool, rounds: int, goals: Goals) -> None:
                   if (r := measured.get(key(row["settings"]))) is not None]
         result = {"pipeline": name, "pick": pick["config"], "pick_settings": pick["settings"],
                   "best": best.trial, "best_settings": settings_of(best.to_dict()), "share": share,
-                  "tied": got.tied_with_best if got else None,
+                  "tied": got.assessment.tied_with_best if got else None,
                   "median_error": statistics.median(errors) if errors else None, "compared": len(errors),
                   "notes": out.get("notes")}
         if share is not None and share < GOAL_PICK and rounds:

@@ -205,7 +205,7 @@ def _header_lines(source: Path, watched: Sequence[Record], name: str) -> list[st
     from loadtune.results.watched import settings_text
 
     loader = watched[0]
-    ranks = int(loader.ranks or 1)
+    ranks = int(loader.measuring.ranks or 1)
     lines = [f"# loadtune sweep config written by `loadtune init --from {source}`: the loader {name!r} the run",
              f"# watched: {loader.throughput:.1f} samples/s{' in all' if ranks > 1 else ''}, wait ratio "
              f"{loader.wait_ratio:.3f}, with {settings_text(loader)}{f' on {ranks} ranks' if ranks > 1 else ''}.",
@@ -224,7 +224,7 @@ def _header_lines(source: Path, watched: Sequence[Record], name: str) -> list[st
 
 def _dataset_lines(source: Path, loader: Record, name: str, info: LoaderInfo | None) -> list[str]:
     """The config's name and its dataset block: the factory left for the user to fill in."""
-    script = Path(loader.config_name).stem if loader.config_name else ""
+    script = Path(loader.run.config_name).stem if loader.run.config_name else ""
     config_name = _name("-".join(dict.fromkeys(part for part in (script, name) if part)))
     lines = ["", f"name: {config_name}", "", "dataset:",
              "  # FILL IN: \"path/to/file.py:callable\" (relative to this file) or \"pkg.module:callable\" that",
@@ -250,11 +250,12 @@ def _loader_block(loader: Record, kept: dict[str, Any]) -> tuple[dict[str, Any],
 
     from loadtune.config import LoaderSpec
 
-    settings = {"batch_size": loader.batch_size, "num_workers": int(loader.num_workers or 0),
-                "prefetch_factor": loader.prefetch_factor if loader.num_workers else None,
-                "persistent_workers": bool(loader.persistent_workers) if loader.num_workers else False,
-                "pin_memory": bool(loader.pin_memory), "main_threads": loader.main_threads,
-                "worker_threads": loader.worker_threads if loader.num_workers else None}
+    settings = {"batch_size": loader.settings.batch_size, "num_workers": int(loader.settings.num_workers or 0),
+                "prefetch_factor": loader.settings.prefetch_factor if loader.settings.num_workers else None,
+                "persistent_workers": (bool(loader.settings.persistent_workers) if loader.settings.num_workers
+                                       else False),
+                "pin_memory": bool(loader.settings.pin_memory), "main_threads": loader.settings.main_threads,
+                "worker_threads": loader.settings.worker_threads if loader.settings.num_workers else None}
     block = {k: v for k, v in settings.items() if v is not None}
     refused = []
     for key, value in kept.items():
@@ -303,14 +304,15 @@ def _sweep_lines(source: Path, loader: Record) -> list[str]:
 
 def _step_lines(loader: Record) -> list[str]:
     """The step (the run's own as a stand-in that waits), measure, device and output."""
-    step_s = round(loader.step_ms / 1e3, STEP_DIGITS) if loader.step_ms is not None else DEFAULT_STEP_S
-    measured = f"the run's step, {loader.step_ms:.1f} ms a batch" if loader.step_ms is not None else "a guess"
+    step_s = round(loader.figures.step_ms / 1e3, STEP_DIGITS) if loader.figures.step_ms is not None else DEFAULT_STEP_S
+    step_ms = loader.figures.step_ms
+    measured = f"the run's step, {step_ms:.1f} ms a batch" if step_ms is not None else "a guess"
     lines = ["", f"# step: {measured}, as a stand-in that waits (no host CPU). For your own step",
              "# (its CPU competes with the workers): step.factory (docs/your-data.md).", "step:",
              f"  sleep_s: {_yaml(step_s)}", ""]
-    epoch = loader.run_epoch_batches
+    epoch = loader.measuring.run_epoch_batches
     epoch_note = "   # the run's epoch in batches (each rank's share)" if epoch else ""
-    device_note = f"   # the run used {loader.device}" if loader.device else ""
+    device_note = f"   # the run used {loader.run.machine.device}" if loader.run.machine.device else ""
     lines += ["measure:", f"  run_epoch_batches: {_yaml(epoch)}{epoch_note}", "",
               f"device: auto{device_note}", "output: null", ""]
     return lines

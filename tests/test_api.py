@@ -54,7 +54,8 @@ def test_the_api_from_a_script_gives_the_rows_the_cli_gives_and_trials_do_not_ru
             f.write(f"{{os.getpid()}}\\n")
         if __name__ == "__main__":
             r = loadtune.sweep({str(path)!r}, out={str(tmp_path / 'api.csv')!r})
-            print(json.dumps({{"trials": [(x.trial, x.status, x.num_workers) for x in r.rows if x.round == 1],
+            first = [x for x in r.rows if x.run.round == 1]
+            print(json.dumps({{"trials": [(x.trial, x.status, x.settings.num_workers) for x in first],
                               "all": [x.trial for x in r.rows],
                               "recommended": r.recommended.trial, "kwargs": r.loader_kwargs,
                               "decided": r.decided, "columns": list(r.frame.columns)}}))

@@ -59,9 +59,9 @@ def test_the_pick_and_the_recommendation_follow_the_one_rule():
 
     chosen = pick([scored("fast", 100.0, (4.0,)), scored("cheap", 99.5, (1.0,)), scored("slow", 60.0, (0.0,))], 0.03)
     assert chosen is not None and chosen.name == "cheap"
-    rows = [Record(trial="a", status="ok", throughput=100.0, tied_with_best=True, num_workers=4),
-            Record(trial="b", status="ok", throughput=99.0, tied_with_best=True, num_workers=2),
-            Record(trial="c", status="ok", throughput=98.0, tied_with_best=True, num_workers=2),
-            Record(trial="d", status="ok", throughput=50.0, tied_with_best=False, num_workers=0)]
+    rows = [Record.of(trial="a", status="ok", throughput=100.0, tied_with_best=True, num_workers=4),
+            Record.of(trial="b", status="ok", throughput=99.0, tied_with_best=True, num_workers=2),
+            Record.of(trial="c", status="ok", throughput=98.0, tied_with_best=True, num_workers=2),
+            Record.of(trial="d", status="ok", throughput=50.0, tied_with_best=False, num_workers=0)]
     best = recommended(rows)
     assert best is not None and best.trial == "b", "the cheapest tied with the best; of equal cost the faster"

@@ -446,12 +446,13 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
     assert not scores["num_workers=2"].ran, "a flagged trial is as one that did not run, for the strategies"
     assert decision(runner) is not None and runner.last_race.pick != "num_workers=2"
     written = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
-    assert written["num_workers=2"].data_check == "duplicates" and written["baseline"].data_check == "same"
+    assert written["num_workers=2"].measuring.data_check == "duplicates"
+    assert written["baseline"].measuring.data_check == "same"
     assert written["num_workers=2"].reason.startswith("data_check duplicates: 50% of its samples came again")
     assert written["num_workers=2"].throughput == pytest.approx(180.0, rel=0.01), "its figures stay"
     placed = {r.trial: r for r in ranked(runner.runs, RankBy.THROUGHPUT, 0.03, runner.model.ties)}
     assert placed["num_workers=2"].rank is None and placed["baseline"].rank == 1
-    assert placed["num_workers=2"].speedup == pytest.approx(1.8, rel=0.01)
+    assert placed["num_workers=2"].assessment.speedup == pytest.approx(1.8, rel=0.01)
     findings = runner.data.findings(runner.runs)
     assert [(f.trial, f.data_check) for f in findings.flagged] == [("num_workers=2", "duplicates")]
     assert findings.flagged[0].fixes == (WORKERS_FIX, SHARDS_FIX)
@@ -479,7 +480,7 @@ def test_the_runner_checks_a_map_style_dataset_by_its_samplers_indices(tmp_path,
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 0}, False),
                     trial_for(spec.config, {"num_workers": 2}, False)], 1)
     written = read_records(tmp_path / "out.csv", required=())
-    assert {r.data_check for r in written} == {"same"}, "keys could not tell, the indices do"
+    assert {r.measuring.data_check for r in written} == {"same"}, "keys could not tell, the indices do"
     notes = runner.data.findings(runner.runs).notes
     if repeating:
         assert notes == (RepeatingSampler(1, 16),)
@@ -504,7 +505,7 @@ def test_the_runner_compares_keys_when_a_trials_sampler_gave_no_indices(tmp_path
     runner = fake_runner(spec, tmp_path / "out.csv", execute, iterable=False)
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 2}, False)], 1)
     assert not runner.data.by_indices
-    assert {r.data_check for r in read_records(tmp_path / "out.csv", required=())} == {"same"}
+    assert {r.measuring.data_check for r in read_records(tmp_path / "out.csv", required=())} == {"same"}
 
 
 def test_repeats_keep_each_ranks_sampler_epochs_in_order():
@@ -537,7 +538,8 @@ def sweep_json(write_config, tmp_path: Path, marker: str, factory: str, sweep: d
 def test_an_unsplit_stream_is_flagged_with_two_workers_or_more_and_never_recommended(write_config, tmp_path,
                                                                                      marker):
     summary, rows = sweep_json(write_config, tmp_path, marker, "unsplit_stream", {"num_workers": [1, 2, 4]})
-    assert {t: rows[t].data_check for t in ("baseline", "num_workers=1", "num_workers=2", "num_workers=4")} == {
+    checks = {t: rows[t].measuring.data_check for t in ("baseline", "num_workers=1", "num_workers=2", "num_workers=4")}
+    assert checks == {
         "baseline": "same", "num_workers=1": "same", "num_workers=2": "duplicates", "num_workers=4": "duplicates"}
     assert rows["num_workers=2"].rank is None and rows["num_workers=2"].status == "ok"
     assert summary["recommended"]["trial"] in ("baseline", "num_workers=1")
@@ -547,7 +549,7 @@ def test_an_unsplit_stream_is_flagged_with_two_workers_or_more_and_never_recomme
 
 
 def checked(rows: dict) -> set:
-    return {r.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"}
+    return {r.measuring.data_check for t, r in rows.items() if t != "ideal" and r.status == "ok"}
 
 
 @pytest.mark.slow
@@ -569,8 +571,8 @@ def test_a_shuffled_map_style_dataset_out_of_order_is_the_same(write_config, tmp
 def test_more_workers_than_shards_are_flagged(write_config, tmp_path, marker):
     summary, rows = sweep_json(write_config, tmp_path, marker, "sharded_stream", {"num_workers": [2, 3]},
                                kwargs={"num_shards": 2})
-    assert (rows["baseline"].data_check, rows["num_workers=2"].data_check) == ("same", "same")
-    assert rows["num_workers=3"].data_check == "duplicates"
+    assert (rows["baseline"].measuring.data_check, rows["num_workers=2"].measuring.data_check) == ("same", "same")
+    assert rows["num_workers=3"].measuring.data_check == "duplicates"
     assert summary["recommended"]["trial"] != "num_workers=3"
 
 
@@ -587,7 +589,7 @@ def test_two_ranks_without_a_distributed_sampler_on_a_stream_are_duplicates(writ
     summary, rows = sweep_json(write_config, tmp_path, marker, "unsplit_stream", {"num_workers": [1]},
                                None, None, "--ranks", "2")
     checked = {t: r for t, r in rows.items() if t != "ideal"}
-    assert {r.data_check for r in checked.values()} == {"duplicates"}
+    assert {r.measuring.data_check for r in checked.values()} == {"duplicates"}
     assert all("another rank" in r.reason for r in checked.values())
     assert summary["recommended"] is None
     assert RANKS_FIX in summary["data_check"]["flagged"][0]["fixes"]

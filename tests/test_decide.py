@@ -233,8 +233,8 @@ def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config)
     decision = decision_of(runner)
     assert decision.decided, "398 and 400 are within 3% once each has two repeats"
     records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
-    assert records[none].stopped_early is True and records[none].repeats == 1
-    assert records["num_workers=2"].repeats == fake.runs["num_workers=2"], "the file holds the latest figures"
+    assert records[none].measuring.stopped_early is True and records[none].measuring.repeats == 1
+    assert records["num_workers=2"].measuring.repeats == fake.runs["num_workers=2"], "the file holds the latest figures"
     assert len(records) == 4, "a trial measured again is one row, rewritten"
 
 
@@ -266,7 +266,8 @@ def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_co
     assert not decision.decided, "two repeats 16% apart cannot show 398 and 400 within 3% of each other"
     records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     row = records["num_workers=2"]
-    assert (row.throughput_hi - row.throughput_lo) / row.throughput > 0.05, "the file's interval shows that noise"
+    spread = row.figures.throughput_hi - row.figures.throughput_lo
+    assert spread / row.throughput > 0.05, "the file's interval shows that noise"
 
 
 def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config):
@@ -309,8 +310,8 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
                     trial_for(spec, {"num_workers": 2, "persistent_workers": True}, False)], 1)
     run = runner.runs["num_workers=2"]
     run.score = dataclasses.replace(run.score, suggests=((("persistent_workers", True),),))
-    run.record = dataclasses.replace(run.record, advice="62% of the wait is at epoch starts: set "
-                                                        "persistent_workers=True.")
+    run.record = run.record.with_columns(advice="62% of the wait is at epoch starts: set "
+                                                 "persistent_workers=True.")
     advised = advised_by(runner.runs, runner.spec.config, False)
     assert [(a.setting, a.exact, a.alone) for a in advised["num_workers=2"]] == \
         [("persistent_workers=True", "num_workers=2, persistent_workers=true", "persistent_workers=true")]
@@ -318,4 +319,4 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     records = {r.trial: r for r in with_checked_advice(placed, advised, 0.03)}
     assert re.fullmatch(r"62% of the wait is at epoch starts: persistent_workers=True measured 29\d\.\d "
                         r"\[\d+\.\d, \d+\.\d\] samples/s against 39\d\.\d \(num_workers=2\): not shown to help here\.",
-                        records["num_workers=2"].advice), records["num_workers=2"].advice
+                        records["num_workers=2"].assessment.advice), records["num_workers=2"].assessment.advice

@@ -134,12 +134,12 @@ def _train(tmp_path: Path, script: str, *args: str) -> subprocess.CompletedProce
 
 def _check_row(row, name: str, batches: int, epoch_batches: int = 40):
     assert row.status == Status.WATCHED and row.trial == name
-    assert row.throughput > 0 and 0 <= row.wait_ratio <= 1 and row.step_ms > 0
-    assert (row.num_workers, row.prefetch_factor, row.batch_size) == (1, 2, 8)
-    assert row.fetch_ms is not None and row.fetch_ms > 0  # the worker's fetches counted
-    assert row.run_epoch_batches == epoch_batches and row.dataset_len == 320
+    assert row.throughput > 0 and 0 <= row.wait_ratio <= 1 and row.figures.step_ms > 0
+    assert (row.settings.num_workers, row.settings.prefetch_factor, row.settings.batch_size) == (1, 2, 8)
+    assert row.assessment.fetch_ms is not None and row.assessment.fetch_ms > 0  # the worker's fetches counted
+    assert row.measuring.run_epoch_batches == epoch_batches and row.run.dataset_len == 320
     # Every train batch counted once (no validation batch, none twice), the sweep's warm-up aside.
-    assert row.batches == batches - WARMUP
+    assert row.measuring.batches == batches - WARMUP
 
 
 @pytest.mark.slow
@@ -152,7 +152,7 @@ def test_the_lightning_callback_watches_the_train_loader_of_a_real_fit(tmp_path)
     (row,) = read_records(tmp_path / "run.csv")
     # Lightning stops asking at an epoch's length: each epoch's last step ends unseen, uncounted.
     _check_row(row, "fit", 3 * 40 - 3)
-    assert (row.dist_rank, row.ranks) == (0, 1) and not row.reason
+    assert (row.measuring.dist_rank, row.measuring.ranks) == (0, 1) and not row.reason
     assert "loadtune: watched fit: wait ratio" in done.stderr
 
 
@@ -173,8 +173,9 @@ def test_lightning_ddp_ranks_write_one_file_with_a_row_per_rank(tmp_path):
     done = _train(tmp_path, LIGHTNING, "ddp")
     assert done.returncode == 0, done.stderr
     assert "global_step 60" in done.stdout  # each rank trains half of each epoch
-    rows = sorted(read_records(tmp_path / "run.csv"), key=lambda r: r.dist_rank)
-    assert [(r.trial, r.dist_rank, r.ranks) for r in rows] == [("fit rank 0", 0, 2), ("fit rank 1", 1, 2)]
+    rows = sorted(read_records(tmp_path / "run.csv"), key=lambda r: r.measuring.dist_rank)
+    assert [(r.trial, r.measuring.dist_rank, r.measuring.ranks) for r in rows] == \
+        [("fit rank 0", 0, 2), ("fit rank 1", 1, 2)]
     for row in rows:  # Lightning's DistributedSampler: 20 batches a rank each epoch
         _check_row(row, row.trial, 3 * 20 - 3, epoch_batches=20)
     assert done.stderr.count("loadtune: watched") == 1  # rank 0 alone speaks
@@ -191,7 +192,7 @@ def test_the_transformers_callback_watches_the_trainers_train_loader(tmp_path):
     (row,) = read_records(tmp_path / "run.csv")
     # accelerate's shard reads one batch ahead, so it sees each epoch end: every step counted
     _check_row(row, "hf", 3 * 40)
-    assert (row.dist_rank, row.ranks) == (0, 1) and not row.reason
+    assert (row.measuring.dist_rank, row.measuring.ranks) == (0, 1) and not row.reason
     assert "loadtune: watched hf: wait ratio" in done.stderr
     # the loader accelerate re-made around the Trainer's batch sampler: the user's settings
     kept = json.loads(loader_file(tmp_path / "run.csv").read_text())["hf"]["loader_kwargs"]
@@ -210,7 +211,7 @@ def test_a_transformers_training_that_raises_keeps_its_rows_and_says_why(tmp_pat
     assert row.status == Status.WATCHED and row.trial == "hf" and row.throughput > 0
     assert row.reason == "the training raised ValueError"
     # the first epoch, then the second's first 21 (the shard asks its loader one batch ahead)
-    assert 40 + 19 - WARMUP <= row.batches <= 40 + 22 - WARMUP
+    assert 40 + 19 - WARMUP <= row.measuring.batches <= 40 + 22 - WARMUP
     assert "loadtune: watched hf: wait ratio" in done.stderr
 
 
@@ -282,7 +283,7 @@ def test_only_the_accepted_loader_is_watched_and_an_outer_watch_comes_back(tmp_p
         assert [w.loader for w in run.loaders] == [train]  # the other loader: no watch of this run
         rows = watch.stop()
         counted = 2 * 16 - _MEASURE.warmup_batches  # each epoch run to its end: every step seen
-        assert [(r.trial, r.status, r.batches) for r in rows] == [("fit", Status.WATCHED, counted)]
+        assert [(r.trial, r.status, r.measuring.batches) for r in rows] == [("fit", Status.WATCHED, counted)]
         assert watch.run is None and run.closed and "watched fit" in lines[-1]
         assert hook._run is outer  # the script's own watch again
         list(other)

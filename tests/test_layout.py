@@ -172,4 +172,5 @@ def test_a_sweep_leaves_torch_to_its_trial_processes(tmp_path, write_config, mar
     from loadtune.results.record import read_records
 
     rows = {r.trial: r for r in read_records(tmp_path / "out.csv")}
-    assert rows["baseline"].status == "ok" and rows["baseline"].torch_version, "torch's version, from the preflight"
+    baseline = rows["baseline"]
+    assert baseline.status == "ok" and baseline.run.machine.torch_version, "torch's version, from the preflight"

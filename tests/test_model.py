@@ -75,7 +75,7 @@ def made_up(model: PipelineModel, workers: int, prefetch: int | None = 2, persis
         epoch_start = None
     # A step on several threads is timed as its workers crowd it; on one, as before any crowding.
     step_ms = guess.step_ms if model.step_threads > 1 else costs.step_ms_per_sample * BATCH
-    return Record(trial=name or f"num_workers={workers}", status="ok", throughput=guess.throughput,
+    return Record.of(trial=name or f"num_workers={workers}", status="ok", throughput=guess.throughput,
                   wait_ratio=guess.wait_ratio, step_ms=step_ms, h2d_ms=0.0,
                   fetch_ms=fetch_ms, fetch_cpu_share=share, handover_ms=handover,
                   main_cpu_util=main_ms / period_ms / CORES, epoch_start_ms=epoch_start, cpu_count=int(CORES),
@@ -111,8 +111,8 @@ def test_fit_needs_two_trials_and_ignores_what_is_not_the_pipeline():
     one = made_up(TRUTH, 1)
     assert fit([one]) is None
     ideal = dataclasses.replace(made_up(TRUTH, 2), trial="ideal")
-    failed = Record(trial="x", status="failed", num_workers=3, batch_size=BATCH)
-    flagged = dataclasses.replace(made_up(TRUTH, 4), trial="dup", data_check="duplicates")
+    failed = Record.of(trial="x", status="failed", num_workers=3, batch_size=BATCH)
+    flagged = made_up(TRUTH, 4).with_columns(trial="dup", data_check="duplicates")
     assert evidence_of(ideal) is None and evidence_of(failed) is None and evidence_of(flagged) is None
     assert fit([one, ideal, failed, flagged]) is None
 
@@ -121,7 +121,7 @@ def test_unexplained_settings_are_measured_factors():
     """A key the mechanism does not cover (worker_threads) gets its measured single-change effect."""
     records = first_round(TRUTH)
     threaded = made_up(TRUTH, 2, name="threads")
-    threaded = dataclasses.replace(threaded, worker_threads=2, throughput=threaded.throughput * 0.8)
+    threaded = threaded.with_columns(worker_threads=2, throughput=threaded.throughput * 0.8)
     fitted = fit([*records, threaded], DATASET_LEN)
     assert fitted is not None
     assert fitted.factors == (("worker_threads", "2", pytest.approx(0.8)),)
@@ -195,14 +195,14 @@ def test_a_step_on_several_threads_is_crowded_by_the_workers():
     # A step that is mostly not CPU work reads as one thread; threads every trial set are taken as set.
     plain = first_round(TRUTH)
     assert fit(plain, DATASET_LEN).step_threads == 1
-    assert fit([dataclasses.replace(r, main_threads=2) for r in plain], DATASET_LEN).step_threads == 2
+    assert fit([r.with_columns(main_threads=2) for r in plain], DATASET_LEN).step_threads == 2
 
 
 def test_prediction_error_reads_only_predictions_made_before():
-    a = Record(trial="a", status="ok", throughput=100.0, wait_ratio=0.1, predicted_throughput=110.0)
+    a = Record.of(trial="a", status="ok", throughput=100.0, wait_ratio=0.1, predicted_throughput=110.0)
     b = Record(trial="b", status="ok", throughput=100.0, wait_ratio=0.1)
-    c = Record(trial="c", status=Status.PREDICTED, predicted_throughput=90.0)
-    d = Record(trial="d", status="ok", throughput=200.0, wait_ratio=0.1, predicted_throughput=180.0)
+    c = Record.of(trial="c", status=Status.PREDICTED, predicted_throughput=90.0)
+    d = Record.of(trial="d", status="ok", throughput=200.0, wait_ratio=0.1, predicted_throughput=180.0)
     assert prediction_error([a, b, c, d]) == (pytest.approx(0.1), 2)
     assert c.predicted_only and not c.ran
 
@@ -317,7 +317,7 @@ def made_up_ranked(model: PipelineModel, workers: int, prefetch: int | None = 2,
     """made_up on `model.ranks` ranks sharing `model.cores * model.ranks` cores: throughput summed
     over the ranks, each rank's figures as one rank's, the step timed without waiting for another."""
     one = made_up(model, workers, prefetch, persistent, name)
-    return dataclasses.replace(one, ranks=model.ranks, cpu_count=int(model.cores * model.ranks))
+    return one.with_columns(ranks=model.ranks, cpu_count=int(model.cores * model.ranks))
 
 
 def test_a_two_rank_sweep_is_evidence_and_predicts_four_ranks_exactly():
@@ -403,10 +403,11 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
 
     from loadtune.results.report import not_run_lines, predicted_lines, results_table
 
-    measured = Record(trial="num_workers=2", status="ok", rank=1, throughput=500.0, throughput_lo=490.0,
+    measured = Record.of(trial="num_workers=2", status="ok", rank=1, throughput=500.0, throughput_lo=490.0,
                       throughput_hi=510.0, wait_ratio=0.2, wait_ratio_lo=0.19, wait_ratio_hi=0.21,
                       predicted_throughput=480.0)
-    only = Record(trial="num_workers=4, persistent_workers=true", status=Status.PREDICTED, predicted_throughput=612.5,
+    only = Record.of(trial="num_workers=4, persistent_workers=true", status=Status.PREDICTED,
+                     predicted_throughput=612.5,
                   reason="not measured: the pipeline model predicts it")
     out = io.StringIO()
     Console(file=out, width=250).print(results_table([measured, only]))
@@ -417,7 +418,7 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
         "1 more config of the space was predicted, not measured (status predicted in the CSV); the best of them: "
         "num_workers=4, persistent_workers=true, 612.5 samples/s predicted."]
     plain = io.StringIO()
-    Console(file=plain, width=250).print(results_table([dataclasses.replace(measured, predicted_throughput=None)]))
+    Console(file=plain, width=250).print(results_table([measured.with_columns(predicted_throughput=None)]))
     assert "predicted" not in plain.getvalue(), "files written before the model get no empty column"
 
 

@@ -28,27 +28,28 @@ def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     rows = read_records(out)
     measured = [r for r in rows if r.ran and r.trial != "ideal"]
     predicted = [r for r in rows if r.status == Status.PREDICTED]
-    assert {r.strategy for r in measured} == {"model"}
+    assert {r.run.strategy for r in measured} == {"model"}
     assert predicted, "configs of the space not measured are predicted rows"
-    assert all(r.rank is None and r.throughput is None and r.predicted_throughput for r in predicted)
-    assert all(r.predicted_throughput is not None for r in measured if (r.round or 1) > 1), \
+    assert all(r.rank is None and r.throughput is None and r.assessment.predicted_throughput for r in predicted)
+    assert all(r.assessment.predicted_throughput is not None for r in measured if (r.run.round or 1) > 1), \
         "a follow-up is predicted before it runs"
     assert result.recommended is not None and result.recommended.status == "ok"
     grid = 1 + 3 * 2 * 2  # num_workers=0 collapses prefetch and persistence
-    in_space = [r for r in measured if not r.asked_by]  # the rest: advice the model expected to gain
+    in_space = [r for r in measured if not r.assessment.asked_by]  # the rest: advice the model expected to gain
     assert len(in_space) + len(predicted) == grid
     assert result.summary.model is not None
     info = result.summary.to_json()
     assert info["model"]["fetch_wait_ms_per_sample"] > 0 and "error" in info["model"]
     json.dumps(info, default=str)
 
-    held = max(predicted, key=lambda r: r.predicted_throughput)
+    held = max(predicted, key=lambda r: r.assessment.predicted_throughput)
     alone = dict(config)
-    alone["loader"] = {**config["loader"], "num_workers": held.num_workers, "prefetch_factor": held.prefetch_factor,
-                       "persistent_workers": bool(held.persistent_workers)}
+    alone["loader"] = {**config["loader"], "num_workers": held.settings.num_workers,
+                       "prefetch_factor": held.settings.prefetch_factor,
+                       "persistent_workers": bool(held.settings.persistent_workers)}
     alone["sweep"] = {}
     check = loadtune.sweep(alone, out=tmp_path / "held.csv", strategy="ofat")
     frame = pd.read_csv(tmp_path / "held.csv")
     base = frame[frame.trial == "baseline"].iloc[0]
     assert base.status == "ok" and check.recommended is not None
-    assert 0.5 < held.predicted_throughput / base.throughput < 2.0
+    assert 0.5 < held.assessment.predicted_throughput / base.throughput < 2.0

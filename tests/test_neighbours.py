@@ -53,11 +53,11 @@ def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_pat
     finally:
         hog(events.RunFinished(None, None))  # never leave a hog behind
     rows = {r.trial: r for r in noisy.records}
-    assert rows["num_workers=4"].disturbed_repeats >= 1, rows["num_workers=4"]
+    assert rows["num_workers=4"].measuring.disturbed_repeats >= 1, rows["num_workers=4"]
     assert any(isinstance(w, BusyMachine) and "num_workers=4" in dict(w.disturbed) for w in noisy.warnings)
     assert any("the machine was busy" in str(w) and "num_workers=4" in str(w) for w in noisy.warnings)
     # The hogged repeat did not count: the pick is still the clear winner, as on a quiet machine.
-    assert recommended(noisy.records).num_workers == 4
+    assert recommended(noisy.records).settings.num_workers == 4
 
 
 @pytest.mark.slow  # the first writer is a process of its own

@@ -6,7 +6,6 @@ timing or on this machine's cores, but for one real sweep in which every trial f
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from pathlib import Path
@@ -98,9 +97,9 @@ LONG = ("this warning runs on well past any terminal's width, so that it has to 
 def sweep_result(out: Path, records: list[Record] | None = None) -> SweepResult:
     """A finished sweep made of the report fixture's rows, with an undecided pick, long warnings and
     notes, a data check finding: every kind of line the sweep prints."""
-    rows = records if records is not None else [dataclasses.replace(r, verdict="data-bound: cpu", advice=LONG)
+    rows = records if records is not None else [r.with_columns(verdict="data-bound: cpu", advice=LONG)
                                                 if r.trial == "num_workers=2" else r for r in load_records(REPORT_CSV)]
-    chosen = next((r for r in rows if r.tied_with_best), None)
+    chosen = next((r for r in rows if r.assessment.tied_with_best), None)
     decision = Decision(decided=False, tolerance=0.03, pick=chosen.trial if chosen else None,
                         undecided=("num_workers=3", "num_workers=3, prefetch_factor=4, persistent_workers=true"),
                         gap=0.08, why="the budget ran out", expected=0.012, ended_by=EndedBy.BUDGET, spread=0.05,
@@ -278,7 +277,7 @@ def test_a_rebuilt_summary_names_what_the_file_does_not_hold(files):
 
 
 def _failed(rows: list[Record]) -> list[Record]:
-    return [dataclasses.replace(r, status=Status.FAILED if r.trial != "ideal" else r.status, rank=None,
+    return [r.with_columns(status=Status.FAILED if r.trial != "ideal" else r.status, rank=None,
                                 tied_with_best=False, reason=r.reason or f"ValueError: bad sample in {r.trial}")
             if r.status == Status.OK else r for r in rows]
 

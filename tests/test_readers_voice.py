@@ -52,7 +52,7 @@ SWEPT = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
 
 def trial_kwargs(record: Record) -> dict:
     """A trial's loader settings as the sweep holds them: the loader block with the row's settings."""
-    kwargs = {**LOADER, **{k: getattr(record, k) for k in SWEPT}}
+    kwargs = {**LOADER, **{k: record.column(k) for k in SWEPT}}
     if not kwargs["num_workers"]:
         kwargs.update(prefetch_factor=None, persistent_workers=False)
     return kwargs
@@ -68,7 +68,7 @@ def as_swept(records: list[Record], pick_settings: dict | None = None) -> list[R
     for i, r in enumerate(rows):
         name = config_name(trial_kwargs(r), LOADER)
         changed = BASELINE if name == BASELINE else "+".join(part.partition("=")[0] for part in name.split(", "))
-        out.append(dataclasses.replace(r, trial=name, changed=changed, rank=i + 1, tied_with_best=r is pick,
+        out.append(r.with_columns(trial=name, changed=changed, rank=i + 1, tied_with_best=r is pick,
                                        host="box", device="cpu", config_name="demo", config_sha="abc", scale=1.0,
                                        round=1, ranks=1))
     return out
@@ -93,7 +93,7 @@ def sweep_with_pick_predict_keeps(target: Target = Target()) -> tuple[list[Recor
         s = chosen.settings
         rows.append(made_up(TRUTH, s["num_workers"], s["prefetch_factor"], s["persistent_workers"], name="pick"))
     records = as_swept(rows, chosen.settings)
-    return records, next(r for r in records if r.tied_with_best)
+    return records, next(r for r in records if r.assessment.tied_with_best)
 
 
 def paste_of(lines: list[str]) -> str:
@@ -157,7 +157,7 @@ def test_the_apis_loader_kwargs_build_a_real_dataloader_and_threads_are_apart(mo
     import loadtune.sweep_process.pipeline as pipeline
 
     records = as_swept(first_round(TRUTH))
-    chosen = next(r for r in records if r.tied_with_best)
+    chosen = next(r for r in records if r.assessment.tied_with_best)
     kwargs = {**trial_kwargs(chosen), "collate_fn": "torch.utils.data:default_collate", "main_threads": 2,
               "worker_threads": 1}
     summary = summarize_sweep(records, chosen, kwargs, LOADER, output="o.csv", config="demo", scale=1.0, scaled=None,
@@ -170,7 +170,7 @@ def test_the_apis_loader_kwargs_build_a_real_dataloader_and_threads_are_apart(mo
     assert not {"main_threads", "worker_threads"} & set(result.loader_kwargs)
     assert result.loader_kwargs["collate_fn"] is torch.utils.data.default_collate
     loader = torch.utils.data.DataLoader(list(range(40)), **result.loader_kwargs)
-    assert loader.num_workers == chosen.num_workers and loader.batch_size == BATCH and loader.drop_last
+    assert loader.num_workers == chosen.settings.num_workers and loader.batch_size == BATCH and loader.drop_last
     assert isinstance(loader.sampler, torch.utils.data.RandomSampler)  # shuffle=True
     serial = torch.utils.data.DataLoader(list(range(48)), **{**result.loader_kwargs, "num_workers": 0,
                                                               "prefetch_factor": None, "persistent_workers": False})
@@ -194,7 +194,7 @@ def predicted_before(records: list[Record]) -> list[Record]:
     """The rows after the first two as the sweep writes them: each with what a model fitted before
     it ran predicted (4% high, 10% low, 2% high, exact, 6% high: a median of 4%)."""
     off = [1.0, 1.0, 1.04, 0.9, 1.02, 1.0, 1.06]
-    return [dataclasses.replace(r, predicted_throughput=round(r.throughput * k, 2) if i >= 2 else None)
+    return [r.with_columns(predicted_throughput=round(r.throughput * k, 2) if i >= 2 else None)
             for i, (r, k) in enumerate(zip(records, off))]
 
 
@@ -208,7 +208,7 @@ def test_predict_on_a_sweeps_file_reports_the_sweeps_model_error(tmp_path):
     path = write_sweep(tmp_path / "sweep.csv", records)
     # The sweep's own figure: what its model report (the summary, --json model.error) says of its trials.
     spec = config_from_data(tiny_config(), tmp_path / "c.yaml")
-    runs = {r.trial: TrialRun(Trial(r.trial, r.changed or "", None, ()), 1, record=r) for r in records}
+    runs = {r.trial: TrialRun(Trial(r.trial, r.settings.changed or "", None, ()), 1, record=r) for r in records}
     report = Modelling(runs, spec.config, events.ignore).report()
     assert report is not None and report.error is not None and report.checked == 5
     f = forecast_file(path)
@@ -368,13 +368,13 @@ def test_predict_names_configs_as_the_sweep_does(tmp_path):
     assert "baseline" in by_settings.values()
     for row in f.rows:  # every other config, as the sweep would name it were it a trial
         assert row.config == config_name({**LOADER, **row.settings}, LOADER)
-    assert f.to_json()["source"]["pick"] == next(r.trial for r in records if r.tied_with_best)
+    assert f.to_json()["source"]["pick"] == next(r.trial for r in records if r.assessment.tied_with_best)
 
 
 def test_compare_and_the_run_readers_name_configs_as_the_sweep_does(tmp_path):
     records = as_swept(first_round(TRUTH))
     one_core = dataclasses.replace(TRUTH, cores=1.0)
-    there = as_swept([dataclasses.replace(r, cpu_count=1) for r in
+    there = as_swept([r.with_columns(cpu_count=1) for r in
                       [made_up(one_core, w, p, pw) for w, p, pw in [(1, 2, False), (0, None, False), (2, 2, True),
                                                                        (4, 1, False)]]])
     check = transfer_check(records, there)

@@ -45,7 +45,7 @@ _VALUES = {
 def records(kind: type) -> st.SearchStrategy:
     fields = {c.name: st.none() | _VALUES[c.kind] for c in kind.columns() if c.name != "format_version"}
     fields["trial"] = _TEXT
-    return st.builds(lambda **values: kind(**values, format_version=FORMAT_VERSION), **fields)
+    return st.builds(lambda **values: kind.of(**values, format_version=FORMAT_VERSION), **fields)
 
 
 @settings(max_examples=60, deadline=None)
@@ -77,16 +77,17 @@ def test_the_column_table_keeps_the_contract_order():
 def test_rounded_uses_each_columns_digits_and_drops_non_finite():
     r = Record.rounded(trial="t", throughput=123.456789, wait_ratio=0.123456789, wait_ms=math.nan,
                        first_batch_s=math.inf)
-    assert (r.throughput, r.wait_ratio, r.wait_ms, r.first_batch_s) == (123.46, 0.1235, None, None)
+    assert (r.throughput, r.wait_ratio, r.figures.wait_ms, r.figures.first_batch_s) == (123.46, 0.1235, None, None)
 
 
 def test_files_of_the_previous_format_load_in_every_reader(tmp_path):
     records = load_records(V1 / "sweep.csv")
     assert {r.trial for r in records} >= {"baseline", "num_workers=2", "ideal"}
     base = next(r for r in records if r.trial == "baseline")
-    assert base.format_version == 1, "written before the version column"
-    assert base.ranks == 1 and base.persistent_workers is False and isinstance(base.throughput, float)
-    assert base.config_sha == "aab4be820f9d"
+    assert base.run.format_version == 1, "written before the version column"
+    assert base.measuring.ranks == 1 and base.settings.persistent_workers is False
+    assert isinstance(base.throughput, float)
+    assert base.run.config_sha == "aab4be820f9d"
     ranked = load_records(V1 / "sweep-r2.ranks.csv", RankRecord)
     assert {r.dist_rank for r in ranked} == {0, 1}
     frame = to_frame(records)
@@ -123,8 +124,9 @@ def test_resume_measures_the_rows_of_a_previous_format_file_again(tmp_path, mark
     older = [t for t, r in before.items() if r.status == "ok"]
     assert f"Resuming: {len(older)} rows of that file measured again" in done.stdout + done.stderr
     after = {r.trial: r for r in read_records(out)}
-    assert older and all(after[t].window_throughput is not None for t in older if after[t].ran), "measured now"
-    assert all(r.format_version == FORMAT_VERSION for r in after.values())
+    assert older and all(after[t].measuring.window_throughput is not None
+                         for t in older if after[t].ran), "measured now"
+    assert all(r.run.format_version == FORMAT_VERSION for r in after.values())
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -164,7 +166,7 @@ def test_a_value_that_does_not_fit_its_column_names_row_and_column(tmp_path):
 @pytest.mark.parametrize("text, value", [("yes", True), ("1", True), ("TRUE", True), ("no", False), ("0", False)])
 def test_booleans_are_read_alike_everywhere(tmp_path, text, value):
     (record,) = [r for r in load_records(_edited(tmp_path, "tied_with_best", text))][:1]
-    assert record.tied_with_best is value
+    assert record.assessment.tied_with_best is value
 
 
 def test_a_newer_format_is_refused_with_the_remedy(tmp_path):
@@ -206,4 +208,18 @@ def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
     ran = Record.rounded(trial="a", status="ok", **stats_columns(summarize(fake_measurement(100.0, 1))))
     assert isinstance(ran.measured, Measured) and ran.measured.throughput.mean == ran.throughput
     assert Record(trial="b", status="failed", reason="boom").measured is None
-    assert Record(trial="c", status="predicted", predicted_throughput=90.0).measured is None
+    assert Record.of(trial="c", status="predicted", predicted_throughput=90.0).measured is None
+
+
+def test_each_column_is_held_once_by_the_record_or_one_of_its_groups():
+    from loadtune.results.columns import places
+
+    for kind in (Record, RankRecord):
+        assert sorted(places(kind)) == sorted(kind.names()) and len(set(kind.names())) == len(kind.names())
+    r = Record.rounded(trial="a", num_workers=2, host="h", throughput=1.234567, verdict="compute-bound")
+    assert (r.settings.num_workers, r.run.machine.host, r.throughput) == (2, "h", 1.23)
+    assert r.column("host") == "h" and r.column("verdict") == r.assessment.verdict == "compute-bound"
+    assert Record.of(**r.to_dict()) == r
+    assert r.with_columns(num_workers=3, rank=1).settings.num_workers == 3 and r.settings.num_workers == 2
+    with pytest.raises(TypeError):
+        Record.of(trial="a", no_such_column=1)

@@ -5,8 +5,6 @@ its samples file still resumes, its rows kept as recorded."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from loadtune.kinds import Status
@@ -54,7 +52,7 @@ def sweep(config_path, out, execute, **options):
 
 
 def rows(result):
-    return [dataclasses.replace(r, format_version=None) for r in result.records]
+    return [r.with_columns(format_version=None) for r in result.records]
 
 
 @pytest.mark.parametrize("stop_after", [3, 8, 12, 14])
@@ -80,17 +78,18 @@ def test_a_kept_trial_is_raced_further_with_more_repeats(write_config, tmp_path)
     first = SameMeasurements()
     result = sweep(config, tmp_path / "out.csv", first, repeats=2)
     before = {r.trial: r for r in result.records}
-    assert {r.repeats for r in before.values() if r.ran} == {1, 2}, "the ideal once, the rest at repeats=2"
+    assert {r.measuring.repeats for r in before.values() if r.ran} == {1, 2}, "the ideal once, the rest at repeats=2"
     more = SameMeasurements()
     more.calls = dict(first.calls)  # the same machine: the next repeat is the third
     # More repeats and a smaller tolerance race the kept contenders on.
     resumed = sweep(config, tmp_path / "out.csv", more, resume=True, repeats=4, tolerance=0.002)
     assert resumed.decision.repeats == 4
     after = {r.trial: r for r in resumed.records}
-    raced = [name for name, r in after.items() if r.ran and before[name].ran and r.repeats > before[name].repeats]
+    raced = [name for name, r in after.items()
+             if r.ran and before[name].ran and r.measuring.repeats > before[name].measuring.repeats]
     assert raced, "racing gave kept contenders more repeats"
     for name in raced:
-        assert more.calls[name] == after[name].repeats, "each repeat measured once, over both sweeps"
+        assert more.calls[name] == after[name].measuring.repeats, "each repeat measured once, over both sweeps"
 
 
 def test_a_csv_without_its_samples_file_resumes_with_rows_as_recorded(write_config, tmp_path):
@@ -103,7 +102,7 @@ def test_a_csv_without_its_samples_file_resumes_with_rows_as_recorded(write_conf
     assert again.calls == {}, "every trial kept: nothing measured again"
     for name, row in before.items():
         if row.ran:
-            assert (after[name].throughput, after[name].repeats) == (row.throughput, row.repeats)
+            assert (after[name].throughput, after[name].measuring.repeats) == (row.throughput, row.measuring.repeats)
 
 
 def test_report_verbose_shows_each_repeat_from_the_raw_samples(write_config, tmp_path):
@@ -118,7 +117,7 @@ def test_report_verbose_shows_each_repeat_from_the_raw_samples(write_config, tmp
     baseline = next(r for r in result.records if r.trial == "baseline")
     shown = next(line for line in lines if line.startswith("  baseline: "))
     figures = [float(x) for x in shown.split(": ")[1].split(", ")]
-    assert len(figures) == baseline.repeats and min(figures) < baseline.throughput < max(figures)
+    assert len(figures) == baseline.measuring.repeats and min(figures) < baseline.throughput < max(figures)
     samples_file(tmp_path / "out.csv").unlink()
     assert repeat_lines(tmp_path / "out.csv", rows) == [], "a file from before the samples were kept"
 

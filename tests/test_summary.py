@@ -34,7 +34,7 @@ def row(trial: str, throughput: float, rank: int | None = None, spread: float = 
                   throughput_hi=throughput * (1 + spread), wait_ratio=0.5, wait_ratio_lo=0.45, wait_ratio_hi=0.55,
                   rank=rank, tied_with_best=rank == 1, num_workers=0, batch_size=32, repeats=3)
     values.update(more)
-    return Record(**values)
+    return Record.of(**values)
 
 
 def records() -> list[Record]:
@@ -151,11 +151,12 @@ def test_advice_measured_and_not_shown_to_help_is_cited_not_advised():
     rows = records()
     advised = {PICK: [Advised("persistent_workers=True", PERSISTENT, "persistent_workers=true")]}
     checked = {r.trial: r for r in with_checked_advice(rows, advised, 0.03)}
-    assert checked[PICK].advice == ("62% of the wait is at epoch starts (420 ms each): persistent_workers=True "
+    advice = checked[PICK].assessment.advice
+    assert advice == ("62% of the wait is at epoch starts (420 ms each): persistent_workers=True "
                                     f"measured 282.0 [253.8, 310.2] samples/s against 385.0 ({PICK}): not shown "
                                     "to help here.")
     assert "set persistent_workers" not in summary_lines(summary(UNDECIDED, list(checked.values())))[3]
-    assert checked["baseline"].advice == rows[4].advice  # no settings named for it: as it was
+    assert checked["baseline"].assessment.advice == rows[4].assessment.advice  # no settings named for it: as it was
 
 
 def test_advice_falls_back_to_the_change_alone_and_says_when_it_helped_or_is_untested():
@@ -167,8 +168,8 @@ def test_advice_falls_back_to_the_change_alone_and_says_when_it_helped_or_is_unt
     assert helped.helped and checked_advice("add workers (num_workers=2).", [helped]) == (
         "add workers (num_workers=2). num_workers=2 measured 370.0 [333.0, 407.0] samples/s against 150.0 "
         "(baseline): 2.47x.")
-    predicted = Record(trial="x, in_order=false", status="predicted", predicted_throughput=400.0)
-    base = Record(trial="x", status="ok", throughput=300.0, throughput_lo=290.0, throughput_hi=310.0,
+    predicted = Record.of(trial="x, in_order=false", status="predicted", predicted_throughput=400.0)
+    base = Record.of(trial="x", status="ok", throughput=300.0, throughput_lo=290.0, throughput_hi=310.0,
                   predicted_throughput=320.0)
     untested = weigh(Advised("in_order=False", "x, in_order=false", "in_order=false"), "x",
                      {"x": base, "x, in_order=false": predicted}, 0.03)
@@ -194,9 +195,10 @@ def test_the_table_never_cuts_a_figure(width):
     assert "…" not in out and max(len(line) for line in out.splitlines()) <= width
     for r in rows:
         if r.status == "ok":
-            assert f"{r.throughput:.1f} [{r.throughput_lo:.1f}, {r.throughput_hi:.1f}]" in out, r.trial
+            assert f"{r.throughput:.1f} [{r.figures.throughput_lo:.1f}, {r.figures.throughput_hi:.1f}]" in out, r.trial
             if "ratio" in out.split("─")[0]:  # a column left out is left out whole
-                assert f"{r.wait_ratio:.3f} [{r.wait_ratio_lo:.3f}, {r.wait_ratio_hi:.3f}]" in out, r.trial
+                lo, hi = r.figures.wait_ratio_lo, r.figures.wait_ratio_hi
+                assert f"{r.wait_ratio:.3f} [{lo:.3f}, {hi:.3f}]" in out, r.trial
         # Whole, in one form or the other; at 80 columns the longest short names wrap at spaces.
         assert r.trial in out or short_trial(r.trial) in out or \
             (width == 80 and all(word in out for word in short_trial(r.trial).split())), r.trial
@@ -221,7 +223,7 @@ def test_the_baseline_picked_or_flagged():
     assert summary_lines(info)[0] == ("Recommended: keep the baseline (150.0 samples/s, wait ratio 0.500): no change "
                                       "is shown more than 3% faster.")
     flagged = [r if r.trial != "baseline" else
-               Record(**{**r.to_dict(), "data_check": "duplicates"}) for r in rows]
+               Record.of(**{**r.to_dict(), "data_check": "duplicates"}) for r in rows]
     assert summary_lines(summary(UNDECIDED, flagged))[0] == (
         f"Recommended: {PICK}: 385.0 samples/s, wait ratio 0.500 (the baseline fed other samples: no speedup to "
         "give).")
@@ -235,8 +237,9 @@ def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
     paths = []
     for label, factor in (("here", 1.0), ("there", 1.1), ("third", 0.9)):
         path = tmp_path / f"{label}.csv"
-        rows = [Record(**{**r.to_dict(), "throughput": r.throughput * factor,
-                          "throughput_lo": r.throughput_lo * factor, "throughput_hi": r.throughput_hi * factor,
+        rows = [Record.of(**{**r.to_dict(), "throughput": r.throughput * factor,
+                          "throughput_lo": r.figures.throughput_lo * factor,
+                          "throughput_hi": r.figures.throughput_hi * factor,
                           "config_sha": "abc", "config_name": "demo", "scale": 1.0})
                 if r.status == "ok" else r for r in records()]
         ResultsFile(path).replace(rows)
@@ -255,7 +258,7 @@ def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
 def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
     from loadtune.results.report import finding_lines
 
-    rows = [Record(**{**r.to_dict(), "scale": 2.0, "data_check": "same" if r.trial != "num_workers=2" else None,
+    rows = [Record.of(**{**r.to_dict(), "scale": 2.0, "data_check": "same" if r.trial != "num_workers=2" else None,
                       "predicted_throughput": 350.0 if r.trial == PICK else None}) for r in records()]
     lines = finding_lines(rows)
     # The recommendation's bottleneck is the answer's (summary_lines: "Bottleneck now"), not repeated here.
@@ -273,7 +276,7 @@ def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
 def test_each_trial_the_advice_asked_for_is_set_against_the_trial_it_was_advised_on():
     rows = [*records(), row("num_workers=4", 420.0, 2, num_workers=4, asked_by=PICK),
             row("num_workers=5", 400.0, None, num_workers=5, asked_by=PICK, data_check="duplicates"),
-            Record(trial="num_workers=6", status="failed", reason="boom", asked_by=PICK)]
+            Record.of(trial="num_workers=6", status="failed", reason="boom", asked_by=PICK)]
     details = [line for line in detail_lines(summary(UNDECIDED, rows)) if line.startswith("Advice measured")]
     asked = f"Advice measured: the verdict on {PICK} asked for"
     assert details == [f"{asked} num_workers=4: 420.0 samples/s, 1.09x what it was advised on.",

@@ -75,9 +75,9 @@ def test_choose_takes_the_cheapest_within_the_tolerance():
 
 
 def test_the_sources_pick_is_predicted_for_the_target_and_its_share_said():
-    records = [dataclasses.replace(r, tied_with_best=False) for r in first_round(TRUTH)]
+    records = [r.with_columns(tied_with_best=False) for r in first_round(TRUTH)]
     fastest = max(range(len(records)), key=lambda i: records[i].throughput)
-    records[fastest] = dataclasses.replace(records[fastest], tied_with_best=True)
+    records[fastest] = records[fastest].with_columns(tied_with_best=True)
     f = forecast(records, Target(cores=1))
     carried = f.choice.source_pick
     assert carried is not None
@@ -98,10 +98,10 @@ def test_what_lies_beyond_the_measured_range_is_said_with_how_far():
 def with_memory(record: Record) -> Record:
     """The record with memory figures: a 100 MB training process, 50 MB per worker growing 0.2 MB
     a batch over a 10-batch window, batches of 1 MB per sample... in /dev/shm."""
-    w = record.num_workers or 0
-    return dataclasses.replace(record, peak_pss_mb=100.0 + 50.0 * w, worker_pss_mb=50.0 if w else None,
+    w = record.settings.num_workers or 0
+    return record.with_columns(peak_pss_mb=100.0 + 50.0 * w, worker_pss_mb=50.0 if w else None,
                                pss_growth_mb=0.2 * 10 * w if w else None, batches=10,
-                               shm_need_mb=1.0 * BATCH * w * ((record.prefetch_factor or 2) + 1) if w else 0.0,
+                               shm_need_mb=1.0 * BATCH * w * ((record.settings.prefetch_factor or 2) + 1) if w else 0.0,
                                ram_gb=64.0, shm_free_gb=8.0, scale=1.0)
 
 
@@ -156,8 +156,8 @@ def test_compare_sets_what_the_first_files_model_predicted_beside_what_the_other
     a = write(tmp_path / "a.csv", first_round(TRUTH))
     b_rows = [made_up(one_core, w, p, pw, name=f"t{i}") for i, (w, p, pw) in
               enumerate([(0, None, False), (1, 2, False), (2, 2, True), (4, 1, False), (1, 4, True)])]
-    b = write(tmp_path / "b.csv", [dataclasses.replace(r, cpu_count=1) for r in b_rows])
-    check = transfer_check(first_round(TRUTH), [dataclasses.replace(r, cpu_count=1) for r in b_rows])
+    b = write(tmp_path / "b.csv", [r.with_columns(cpu_count=1) for r in b_rows])
+    check = transfer_check(first_round(TRUTH), [r.with_columns(cpu_count=1) for r in b_rows])
     assert check is not None and check.target.cores == 1
     assert check.median_error == pytest.approx(0.0, abs=1e-9) and check.compared == len(b_rows)
     best = max(b_rows, key=lambda r: r.throughput)

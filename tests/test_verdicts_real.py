@@ -182,4 +182,4 @@ def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write
         assert rows[trial].status == "skipped"
         assert "/dev/shm too small" in rows[trial].reason and "0 MB is free" in rows[trial].reason
     assert rows["num_workers=0"].status == "ok"
-    assert rows["baseline"].shm_need_mb is None
+    assert rows["baseline"].resources.shm_need_mb is None

@@ -189,15 +189,16 @@ def test_warnings_come_once_per_verdict_not_every_interval(tmp_path):
     assert 1 <= len(warnings) <= 1 + intervals // 10
     assert all("wait ratio 0.75" in line for line in status)
     (row,) = rows
-    assert row.status == Status.WATCHED and row.trial == "slow" and row.dist_rank == 0 and row.ranks == 1
-    assert row.wait_ratio == pytest.approx(0.75) and row.step_ms == pytest.approx(STEP_S * 1e3)
+    assert row.status == Status.WATCHED and row.trial == "slow"
+    assert row.measuring.dist_rank == 0 and row.measuring.ranks == 1
+    assert row.wait_ratio == pytest.approx(0.75) and row.figures.step_ms == pytest.approx(STEP_S * 1e3)
     assert row.throughput == pytest.approx(BATCH / (4 * STEP_S), abs=0.005)  # the column keeps 2 digits
     assert lines[-1][0] == end_line(rows, tmp_path / "run.csv")
     assert f"loadtune predict {tmp_path / 'run.csv'}" in lines[-1][0]
     (written,) = read_records(tmp_path / "run.csv")
-    assert (written.trial, written.status, written.throughput, written.verdict) == \
-        (row.trial, row.status, row.throughput, row.verdict)
-    assert written.batches == 200 - _MEASURE.warmup_batches  # every counted batch, over its intervals
+    assert (written.trial, written.status, written.throughput, written.assessment.verdict) == \
+        (row.trial, row.status, row.throughput, row.assessment.verdict)
+    assert written.measuring.batches == 200 - _MEASURE.warmup_batches  # every counted batch, over its intervals
 
 
 def test_a_second_run_into_the_same_file_writes_beside_it_and_says_where(tmp_path):
@@ -296,16 +297,19 @@ def test_the_python_api_watches_a_real_dataloader_with_workers(tmp_path):
     assert "trained 1" in done.stdout
     (row,) = read_records(tmp_path / "run.csv")
     assert row.status == Status.WATCHED and row.trial == "train"
-    assert (row.num_workers, row.prefetch_factor, row.persistent_workers, row.batch_size) == (2, 2, True, 8)
-    assert 0 <= row.wait_ratio <= 1 and row.throughput > 0 and row.step_ms > 0
+    settings = row.settings
+    assert (settings.num_workers, settings.prefetch_factor, settings.persistent_workers, settings.batch_size) == \
+        (2, 2, True, 8)
+    assert 0 <= row.wait_ratio <= 1 and row.throughput > 0 and row.figures.step_ms > 0
     # the evidence a sweep's trial records, from the same instrumentation
-    assert row.fetch_ms > 0 and row.fetch_cpu_share is not None and row.handover_ms is not None
-    assert row.workers_cpu_util > 0 and row.worker_pss_mb > 0 and row.verdict and row.advice
-    assert row.run_epoch_batches == 60 and row.dataset_len == 480
+    judged = row.assessment
+    assert judged.fetch_ms > 0 and judged.fetch_cpu_share is not None and judged.handover_ms is not None
+    assert row.resources.workers_cpu_util > 0 and row.resources.worker_pss_mb > 0 and judged.verdict and judged.advice
+    assert row.measuring.run_epoch_batches == 60 and row.run.dataset_len == 480
     stored = read_samples(samples_file(tmp_path / "run.csv"))
     windows = [w for m in stored.trials["train"].measurements for w in m.windows]
-    assert sum(len(w) for w in windows) == row.batches > 0
-    assert sum(np.sum(w.samples) for w in windows) == 8 * row.batches
+    assert sum(len(w) for w in windows) == row.measuring.batches > 0
+    assert sum(np.sum(w.samples) for w in windows) == 8 * row.measuring.batches
     kept = json.loads(loader_file(tmp_path / "run.csv").read_text())["train"]["loader_kwargs"]
     assert kept["shuffle"] is True and kept["drop_last"] is True
     assert "wait ratio" in done.stderr and "loadtune predict run.csv" in done.stderr
@@ -354,8 +358,9 @@ def test_torchrun_ranks_write_one_file_with_a_row_per_rank(tmp_path):
                  "watch", "--out", "run.csv", "--every", "0.3", str(script)], tmp_path)
     assert done.returncode == 0, done.stderr
     rows = read_records(tmp_path / "run.csv")
-    assert sorted((r.trial, r.dist_rank, r.ranks) for r in rows) == [("Sleepy rank 0", 0, 2), ("Sleepy rank 1", 1, 2)]
-    assert all(r.status == Status.WATCHED and r.throughput > 0 and r.fetch_ms for r in rows)
+    assert sorted((r.trial, r.measuring.dist_rank, r.measuring.ranks) for r in rows) == \
+        [("Sleepy rank 0", 0, 2), ("Sleepy rank 1", 1, 2)]
+    assert all(r.status == Status.WATCHED and r.throughput > 0 and r.assessment.fetch_ms for r in rows)
     assert not list(tmp_path.glob("run.rank*.csv"))
     stored = read_samples(samples_file(tmp_path / "run.csv"))
     assert set(stored.trials) == {"Sleepy rank 0", "Sleepy rank 1"}

@@ -54,9 +54,9 @@ WORKERS_ON_TWO_CORES = [0, 1, 2, 3, 4, 6]  # up to 3 a core
 def watched(record: Record, name: str = "train", rank: int = 0, ranks: int = 1, **changes) -> Record:
     """`record` as a watched run writes it: status watched, a row per rank with that rank's own
     throughput and CPU (`record`'s are all ranks'), strategy watch."""
-    own = {k: getattr(record, k) / ranks for k in ("throughput", "main_cpu_util")
-           if ranks > 1 and getattr(record, k) is not None}
-    return dataclasses.replace(record, **{
+    own = {k: record.column(k) / ranks for k in ("throughput", "main_cpu_util")
+           if ranks > 1 and record.column(k) is not None}
+    return record.with_columns(**{
         "trial": name if ranks == 1 else f"{name} rank {rank}", "status": "watched", "strategy": "watch",
         "dist_rank": rank, "ranks": ranks, "batches": 400, "run_epoch_batches": RUN_EPOCH_BATCHES,
         "config_name": "train.py", "host": "box", "device": "cpu", "scale": 1.0, **own, **changes})
@@ -65,7 +65,7 @@ def watched(record: Record, name: str = "train", rank: int = 0, ranks: int = 1, 
 def ranked_sweep() -> list[Record]:
     """TRUTH's first round as a sweep writes it: ranked, the fastest tied with the best."""
     rows = sorted(first_round(TRUTH), key=lambda r: -r.throughput)
-    return [dataclasses.replace(r, rank=i + 1, tied_with_best=i == 0, ranks=1, host="box", device="cpu",
+    return [r.with_columns(rank=i + 1, tied_with_best=i == 0, ranks=1, host="box", device="cpu",
                                 config_name="demo", scale=1.0) for i, r in enumerate(rows)]
 
 
@@ -83,7 +83,7 @@ def default_space_keys(record: Record) -> set[tuple[str, ...]]:
     keys = set()
     for workers, prefetch, persistent, pin in itertools.product(*values.values()):
         s = effective_settings({"num_workers": workers, "prefetch_factor": prefetch, "persistent_workers": persistent,
-                                "pin_memory": pin, "batch_size": record.batch_size})
+                                "pin_memory": pin, "batch_size": record.settings.batch_size})
         s["persistent_workers"] = bool(s["persistent_workers"]) and workers > 0
         keys.add(settings_key(s))
     return keys
@@ -102,14 +102,14 @@ def test_a_watched_row_ran_and_is_measured_but_is_never_ranked_or_listed_as_not_
     assert not_run_lines([row]) == []
     assert recommended([row]) is None, "a run measured one config: nothing to recommend from its rows alone"
     console = Console(file=io.StringIO(), width=200)
-    console.print(results_table([row, dataclasses.replace(sweep_row, rank=1, tied_with_best=True)]))
+    console.print(results_table([row, sweep_row.with_columns(rank=1, tied_with_best=True)]))
     assert "train" not in console.file.getvalue(), "the ranked table holds the sweep's trials only"
 
 
 def test_a_row_is_read_back_as_written_with_its_rank(tmp_path):
     row = watched(made_up(TRUTH, 2), rank=1, ranks=2)
     back = read_records(write(tmp_path / "run.csv", [row]))[0]
-    assert back.watched and back.dist_rank == 1 and back.ranks == 2 and back.trial == "train rank 1"
+    assert back.watched and back.measuring.dist_rank == 1 and back.measuring.ranks == 2 and back.trial == "train rank 1"
 
 
 # --- ranks ----------------------------------------------------------------------------------------
@@ -124,10 +124,10 @@ def test_per_rank_rows_combine_as_a_sweep_records_ranks():
     assert [r.trial for r in combined] == ["train", "val"], "in place of the first rank's row; others kept"
     train = combined[0]
     assert train.throughput == pytest.approx(whole.throughput, abs=0.01), "throughput summed over the ranks"
-    assert train.wait_ratio == pytest.approx(0.3) and train.wait_ratio_max_rank == pytest.approx(0.4)
-    assert train.main_cpu_util == pytest.approx(0.4), "shares of one host's cores: summed"
-    assert train.peak_pss_mb == pytest.approx(400.0) and train.step_ms == pytest.approx(11.0)
-    assert (train.ranks, train.dist_rank, train.status) == (2, None, "watched")
+    assert train.wait_ratio == pytest.approx(0.3) and train.measuring.wait_ratio_max_rank == pytest.approx(0.4)
+    assert train.resources.main_cpu_util == pytest.approx(0.4), "shares of one host's cores: summed"
+    assert train.resources.peak_pss_mb == pytest.approx(400.0) and train.figures.step_ms == pytest.approx(11.0)
+    assert (train.measuring.ranks, train.measuring.dist_rank, train.status) == (2, None, "watched")
     assert combined[1] is alone
     assert evidence_of(zero) is None, "one rank's own figures are no evidence until combined"
     assert evidence_of(train) is not None and evidence_of(train).ranks == 2
@@ -138,7 +138,8 @@ def test_per_rank_rows_combine_as_a_sweep_records_ranks():
 def test_predict_from_per_rank_rows_is_predict_from_their_sum():
     whole = made_up(TRUTH, 2, 2, True)
     by_rank = [watched(whole, rank=k, ranks=2) for k in (0, 1)]
-    summed = watched(whole, ranks=2, dist_rank=None, throughput=whole.throughput, main_cpu_util=whole.main_cpu_util)
+    summed = watched(whole, ranks=2, dist_rank=None, throughput=whole.throughput,
+                     main_cpu_util=whole.resources.main_cpu_util)
     # (the combined row, as any row, rounded to its columns' digits)
     a, b = forecast(by_rank), forecast([Record.rounded(**summed.to_dict())])
     assert a.fit.model.ranks == 2 and a.fit.model.trials == 1
@@ -246,7 +247,8 @@ def test_a_run_without_measured_rows_is_one_clear_error(tmp_path):
 
 def test_a_run_of_a_config_the_sweep_measured_on_a_like_machine_is_set_beside_that_measurement(tmp_path):
     sweep = ranked_sweep()
-    same = next(r for r in sweep if r.num_workers == 1 and r.prefetch_factor == 2 and not r.persistent_workers)
+    same = next(r for r in sweep if r.settings.num_workers == 1 and r.settings.prefetch_factor == 2
+                and not r.settings.persistent_workers)
     run = watched(same, throughput=same.throughput * 0.9)
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", [run])]))
     (check,) = comparison.checked.runs["run"]
@@ -267,7 +269,7 @@ def test_a_run_of_a_config_the_sweep_measured_on_a_like_machine_is_set_beside_th
 
 def test_a_run_on_another_machine_is_set_beside_the_sweeps_prediction_for_it(tmp_path):
     sweep = ranked_sweep()
-    on_four = dataclasses.replace(made_up(dataclasses.replace(TRUTH, cores=2.0, ranks=2), 1), cpu_count=4)
+    on_four = made_up(dataclasses.replace(TRUTH, cores=2.0, ranks=2), 1).with_columns(cpu_count=4)
     run = [watched(on_four, rank=k, ranks=2) for k in (0, 1)]
     comparison = compare(load_results([write(tmp_path / "sweep.csv", sweep), write(tmp_path / "run.csv", run)]))
     (check,) = comparison.checked.runs["run"]
@@ -319,7 +321,7 @@ def test_init_from_a_run_writes_a_config_with_the_watched_loaders_settings(tmp_p
     assert (loader.shuffle, loader.drop_last, loader.multiprocessing_context) == (True, True, "spawn")
     assert config.sweep == {k: v for k, v in default_sweep(run).items() if k != "pin_memory"}, \
         "pin_memory is swept only where the run fed an accelerator"
-    assert config.step.sleep_s == pytest.approx(run.step_ms / 1e3, abs=1e-4)
+    assert config.step.sleep_s == pytest.approx(run.figures.step_ms / 1e3, abs=1e-4)
     assert config.measure.run_epoch_batches == RUN_EPOCH_BATCHES
     with pytest.raises(LoadtuneError, match="already exists"):
         write_from_run(source, written)
@@ -327,7 +329,7 @@ def test_init_from_a_run_writes_a_config_with_the_watched_loaders_settings(tmp_p
 
 def test_init_from_without_the_loader_file_uses_the_csvs_columns(tmp_path):
     run = watched(made_up(TRUTH, 0), ranks=2, dist_rank=0, trial="train rank 0")
-    text, _ = from_run(write(tmp_path / "run.csv", [run, dataclasses.replace(run, dist_rank=1,
+    text, _ = from_run(write(tmp_path / "run.csv", [run, run.with_columns(dist_rank=1,
                                                                               trial="train rank 1")]))
     assert "loadtune sweep THIS_FILE --ranks 2" in text and "num_workers: 0" in text
     assert "shuffle" not in text.split("loader:")[1].split("sweep:")[0]

@@ -5,7 +5,6 @@ measured is said to be untested (with what the model predicts for it, where it d
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
@@ -72,9 +71,9 @@ def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance
                            a.throughput.mean, helped)
     exact, base = by_name.get(advised.exact), by_name.get(asker)
     ratio = None
-    if exact is not None and exact.predicted_only and exact.predicted_throughput and base is not None \
-            and base.predicted_throughput:
-        ratio = exact.predicted_throughput / base.predicted_throughput
+    if exact is not None and exact.predicted_only and exact.assessment.predicted_throughput and base is not None \
+            and base.assessment.predicted_throughput:
+        ratio = exact.assessment.predicted_throughput / base.assessment.predicted_throughput
     return Weighed(advised.setting, predicted_ratio=ratio)
 
 
@@ -105,8 +104,8 @@ def with_checked_advice(records: Sequence[Record], advised: Mapping[str, Sequenc
     out = []
     for r in records:
         named = advised.get(r.trial or "")
-        if named and r.advice:
+        if named and r.assessment.advice:
             weighed = [weigh(a, r.trial or "", by_name, tolerance) for a in named]
-            r = dataclasses.replace(r, advice=checked_advice(r.advice, weighed))
+            r = r.with_columns(advice=checked_advice(r.assessment.advice, weighed))
         out.append(r)
     return out

@@ -59,7 +59,8 @@ def recommended_line(standing: Standing, pick: Pick, decision: Decision | None) 
             else ""
         return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}{why}."
     interval = f" [{pick.speedup_lo:.2f}x, {pick.speedup_hi:.2f}x]" if pick.speedup_lo is not None else ""
-    ideal = f", {chosen.pct_of_ideal:.0f}% of the ideal" if chosen.pct_of_ideal is not None else ""
+    pct_of_ideal = chosen.assessment.pct_of_ideal
+    ideal = f", {pct_of_ideal:.0f}% of the ideal" if pct_of_ideal is not None else ""
     return (f"Recommended: {chosen.trial}: {figures}, {chosen.throughput / base.throughput:.2f}x the baseline's "
             f"{base.throughput:.1f}"
             f"{interval}; wait ratio {base.wait_ratio:.3f} -> {chosen.wait_ratio:.3f}{ideal}.")
@@ -95,7 +96,7 @@ def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> s
     chosen, best = standing.recommended, standing.best
     assert chosen is not None
     if decision is None and rebuilt:
-        tied = [r.trial or "" for r in standing.trials if r.tied_with_best and r.trial != chosen.trial]
+        tied = [r.trial or "" for r in standing.trials if r.assessment.tied_with_best and r.trial != chosen.trial]
         others = f"tied with it ('=' in the table): {_listed(tied)}; either will do" if tied else \
             "every other trial ranks behind it"
         return f"How sure: the CSV does not keep how sure the sweep was; {others}."
@@ -157,9 +158,10 @@ def bottleneck_lines(standing: Standing) -> list[str]:
     base, chosen = standing.baseline, standing.recommended
     lines = []
     for record in (base, chosen) if base is None or chosen is None or base.trial != chosen.trial else (base,):
-        if record is not None and record.verdict:
+        if record is not None and record.assessment.verdict:
             label = "baseline" if record is base else "recommended"
-            lines.append(f"Bottleneck ({label}, {record.trial}): {record.verdict}. {record.advice or ''}".rstrip())
+            judged = record.assessment
+            lines.append(f"Bottleneck ({label}, {record.trial}): {judged.verdict}. {judged.advice or ''}".rstrip())
     return lines
 
 

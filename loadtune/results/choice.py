@@ -73,7 +73,7 @@ def cost(record: Record) -> tuple[float, ...]:
 
 def recommended(records: Sequence[Record]) -> Record | None:
     """Among the trials tied with the best, the cheapest (choose, by cost); None when none ran."""
-    return choose(records, lambda r: bool(r.tied_with_best), cost)
+    return choose(records, lambda r: bool(r.assessment.tied_with_best), cost)
 
 
 # --- a config's settings -----------------------------------------------------------------------
@@ -97,7 +97,7 @@ def applied(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def recorded_settings(record: Record) -> dict[str, Any]:
     """A row's settings, as far as its columns hold them (SETTING_COLUMNS that are set), by name."""
-    return {k: getattr(record, k) for k in SETTING_COLUMNS if getattr(record, k) is not None}
+    return {k: v for k in SETTING_COLUMNS if (v := record.column(k)) is not None}
 
 
 def loader_keywords(settings: Mapping[str, Any]) -> dict[str, Any]:

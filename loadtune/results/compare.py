@@ -10,7 +10,6 @@ it; printing and exit codes are the CLI's job.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -101,10 +100,10 @@ def named_combined(records: Sequence[Record]) -> list[Record]:
     taken = {r.trial for r in records}
     out = []
     for r in records:
-        if r.trial == COMBINED and not r.watched and r.num_workers is not None:
+        if r.trial == COMBINED and not r.watched and r.settings.num_workers is not None:
             config = config_name(settings_of(r), name.baseline, order=name.order)
             if config not in taken:
-                r = dataclasses.replace(r, trial=config)
+                r = r.with_columns(trial=config)
         out.append(r)
     return out
 

@@ -48,21 +48,23 @@ class Evidence:
 
 def evidence_of(record: Record) -> Evidence | None:
     """A measured record's evidence, or None when it did not run or lacks the figures."""
-    if not record.ran or record.trial == IDEAL or record.data_flagged or not record.batch_size \
+    if not record.ran or record.trial == IDEAL or record.data_flagged or not record.settings.batch_size \
             or not record.throughput or record.throughput <= 0:
         return None
-    if record.watched and record.dist_rank is not None and (record.ranks or 1) > 1:
+    if record.watched and record.measuring.dist_rank is not None and (record.measuring.ranks or 1) > 1:
         return None  # one rank's own figures: evidence once the ranks are combined (watched.combine_ranks)
-    cores = float(record.cpu_count or 1)
-    if record.cpu_quota:
-        cores = min(cores, float(record.cpu_quota))
+    cores = float(record.run.machine.cpu_count or 1)
+    if record.run.machine.cpu_quota:
+        cores = min(cores, float(record.run.machine.cpu_quota))
     # With ranks, each runs its own DataLoader on a share of the cores; throughput is their sum.
-    ranks = max(int(record.ranks or 1), 1)
-    settings = {k: getattr(record, k) for k in ("num_workers", "prefetch_factor", "persistent_workers",
-                                                 "pin_memory", "batch_size", "main_threads", "worker_threads")}
-    loading = LoadingTimes(record.fetch_ms, record.fetch_cpu_share, record.handover_ms, record.epoch_start_ms)
-    return Evidence(effective_settings(settings), int(record.batch_size), float(record.throughput) / ranks,
-                    record.wait_ratio, record.step_ms, float(record.h2d_ms or 0.0), record.main_cpu_util, loading,
+    ranks = max(int(record.measuring.ranks or 1), 1)
+    settings = {k: record.column(k) for k in ("num_workers", "prefetch_factor", "persistent_workers",
+                                                "pin_memory", "batch_size", "main_threads", "worker_threads")}
+    judged = record.assessment
+    loading = LoadingTimes(judged.fetch_ms, judged.fetch_cpu_share, judged.handover_ms, record.figures.epoch_start_ms)
+    return Evidence(effective_settings(settings), int(record.settings.batch_size), float(record.throughput) / ranks,
+                    record.wait_ratio, record.figures.step_ms, float(record.figures.h2d_ms or 0.0),
+                    record.resources.main_cpu_util, loading,
                     max(cores, 1.0) / ranks, ranks)
 
 
@@ -71,8 +73,9 @@ def run_epoch_samples(records: Sequence[Record]) -> int | None:
     """Samples in one of the training run's epochs (per rank): from the epoch the records' figures
     weigh starts by (run_epoch_batches, in batches of each record's size), else the dataset's
     length (files written before that column)."""
-    weighed = [r.run_epoch_batches * r.batch_size for r in records if r.run_epoch_batches and r.batch_size]
+    weighed = [r.measuring.run_epoch_batches * r.settings.batch_size for r in records
+               if r.measuring.run_epoch_batches and r.settings.batch_size]
     if weighed:
         return int(statistics.median(weighed))
-    return next((r.dataset_len for r in records if r.dataset_len), None)
+    return next((r.run.dataset_len for r in records if r.run.dataset_len), None)
 

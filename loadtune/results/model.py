@@ -288,6 +288,6 @@ class ModelReport:
 def prediction_error(records: Sequence[Record]) -> tuple[float | None, int]:
     """Median |predicted/measured - 1| over the measured records that carry a prediction made
     before they ran, and how many there were."""
-    errors = [abs(r.predicted_throughput / r.throughput - 1) for r in records
-              if r.ran and r.trial != IDEAL and r.predicted_throughput and r.throughput]
+    errors = [abs(r.assessment.predicted_throughput / r.throughput - 1) for r in records
+              if r.ran and r.trial != IDEAL and r.assessment.predicted_throughput and r.throughput]
     return (statistics.median(errors) if errors else None), len(errors)

@@ -24,6 +24,7 @@ from loadtune.results.columns import FIGURES as FIGURES
 from loadtune.results.columns import Column as Column
 from loadtune.results.columns import Figures as Figures
 from loadtune.results.columns import column_field as _col
+from loadtune.results.columns import group_field as _group
 from loadtune.results.interval import Interval
 
 if TYPE_CHECKING:
@@ -54,47 +55,48 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class Record(RecordTable):
-    """One trial of a sweep: the settings, the figures, the diagnosis, its placing and the run."""
+class Settings:
+    """The DataLoader settings a trial ran with, and the one change from the baseline it made."""
 
-    FIGURES_AT: ClassVar[str] = "batch_size"
-    H2D_AT: ClassVar[str] = "wait_ratio_max_rank"
-
-    rank: int | None = _col(INT)  # 1 = best; ties share the lowest rank of their group
-    trial: str | None = _col(TEXT)
     changed: str | None = _col(TEXT)
     value: str | None = _col(TEXT)
-    status: str | None = _col(TEXT)  # a Status
-    reason: str | None = _col(TEXT)
     num_workers: int | None = _col(INT)
     prefetch_factor: int | None = _col(INT)
     persistent_workers: bool | None = _col(BOOL)
     pin_memory: bool | None = _col(BOOL)
     batch_size: int | None = _col(INT)
-    speedup: float | None = _col(FLOAT, 3)
-    tied_with_best: bool | None = _col(BOOL)
+    main_threads: int | None = _col(INT)  # torch intra-op threads of the training process (empty: unchanged)
+    worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """How a trial was measured: its repeats and batches, how long it took, its ranks and data check."""
+
     repeats: int | None = _col(INT)
     batches: int | None = _col(INT)
-    host: str | None = _col(TEXT)
-    cpu_model: str | None = _col(TEXT)
-    cpu_count: int | None = _col(INT)
-    cpu_quota: float | None = _col(FLOAT)
-    ram_gb: float | None = _col(FLOAT, 1)
-    shm_free_gb: float | None = _col(FLOAT, 2)
-    gpu: str | None = _col(TEXT)
-    torch_version: str | None = _col(TEXT)
-    python_version: str | None = _col(TEXT)
-    loadtune_version: str | None = _col(TEXT)
-    config_name: str | None = _col(TEXT)
-    config_sha: str | None = _col(TEXT)
-    dataset_len: int | None = _col(INT)
-    scale: float | None = _col(FLOAT)
-    started_at: str | None = _col(TEXT)
-    # Beyond the contract's first columns, never before them.
-    pct_of_ideal: float | None = _col(FLOAT, 1)
+    trial_wall_s: float | None = _col(FLOAT, 2)
+    stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
+    disturbed_repeats: int | None = _col(INT)  # repeats measured again: other processes used the cores
+    ranks: int | None = _col(INT)
+    wait_ratio_max_rank: float | None = _col(FLOAT, 4)
+    # A watched row's rank in its job's process group (0 without one); empty on a sweep's rows.
+    dist_rank: int | None = _col(INT)
+    # samples/s over the counted batches as measured (each epoch start weighed by the windows' own
+    # epochs); throughput is the run's: each start weighed by run_epoch_batches, the run's epoch.
+    window_throughput: float | None = _col(FLOAT, 2)
+    run_epoch_batches: int | None = _col(INT)
+    data_check: str | None = _col(TEXT)  # same, duplicates, different (DATA_CHECKS); empty: not checked
+
+
+@dataclass(frozen=True)
+class Resources:
+    """The CPU and memory a trial used, and the reads it made."""
+
     cpu_util: float | None = _col(FLOAT, 3)
     main_cpu_util: float | None = _col(FLOAT, 3)
     workers_cpu_util: float | None = _col(FLOAT, 3)
+    outside_cpu: float | None = _col(FLOAT, 3)  # share of the usable cores other processes used (largest window)
     peak_pss_mb: float | None = _col(FLOAT, 1)
     worker_pss_mb: float | None = _col(FLOAT, 1)
     pss_growth_mb: float | None = _col(FLOAT, 1)
@@ -102,38 +104,93 @@ class Record(RecordTable):
     threads_per_worker: float | None = _col(FLOAT, 1)
     shm_need_mb: float | None = _col(FLOAT, 1)
     memory_metric: str | None = _col(TEXT)
-    verdict: str | None = _col(TEXT)
-    advice: str | None = _col(TEXT)
-    strategy: str | None = _col(TEXT)
-    round: int | None = _col(INT)
-    device: str | None = _col(TEXT)
-    pinned: bool | None = _col(BOOL)
-    trial_wall_s: float | None = _col(FLOAT, 2)
-    start_method: str | None = _col(TEXT)
-    ranks: int | None = _col(INT)
-    wait_ratio_max_rank: float | None = _col(FLOAT, 4)
-    stopped_early: bool | None = _col(BOOL)  # racing stopped it after fewer repeats: clearly behind
-    fetch_ms: float | None = _col(FLOAT, 3)  # wall time per batch fetched in the loading processes
-    fetch_cpu_share: float | None = _col(FLOAT, 3)  # CPU / wall inside those fetches
-    worker_idle_share: float | None = _col(FLOAT, 3)  # share of a window a worker spent not fetching
-    handover_ms: float | None = _col(FLOAT, 3)  # training-thread CPU per batch inside next(), with workers
-    outside_cpu: float | None = _col(FLOAT, 3)  # share of the usable cores other processes used (largest window)
-    asked_by: str | None = _col(TEXT)  # the trial whose verdict's advice asked for this one
-    main_threads: int | None = _col(INT)  # torch intra-op threads of the training process (empty: unchanged)
-    worker_threads: int | None = _col(INT)  # threads in each worker (empty: unchanged)
-    disturbed_repeats: int | None = _col(INT)  # repeats measured again: other processes used the cores
-    data_check: str | None = _col(TEXT)  # same, duplicates, different (DATA_CHECKS); empty: not checked
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What was made of a trial: its standing against the best, the model's prediction before it
+    ran, the verdict and advice with the loading processes' times behind them, and the trial
+    whose advice asked for it."""
+
+    speedup: float | None = _col(FLOAT, 3)
+    tied_with_best: bool | None = _col(BOOL)
+    pct_of_ideal: float | None = _col(FLOAT, 1)
     # What the pipeline model predicted before the trial ran (empty: no model yet); the only
     # figures of a `predicted` row, a config of the space that was never measured.
     predicted_throughput: float | None = _col(FLOAT, 2)
     predicted_wait_ratio: float | None = _col(FLOAT, 4)
-    # samples/s over the counted batches as measured (each epoch start weighed by the windows' own
-    # epochs); throughput is the run's: each start weighed by run_epoch_batches, the run's epoch.
-    window_throughput: float | None = _col(FLOAT, 2)
-    run_epoch_batches: int | None = _col(INT)
-    # A watched row's rank in its job's process group (0 without one); empty on a sweep's rows.
-    dist_rank: int | None = _col(INT)
+    verdict: str | None = _col(TEXT)
+    advice: str | None = _col(TEXT)
+    asked_by: str | None = _col(TEXT)  # the trial whose verdict's advice asked for this one
+    fetch_ms: float | None = _col(FLOAT, 3)  # wall time per batch fetched in the loading processes
+    fetch_cpu_share: float | None = _col(FLOAT, 3)  # CPU / wall inside those fetches
+    worker_idle_share: float | None = _col(FLOAT, 3)  # share of a window a worker spent not fetching
+    handover_ms: float | None = _col(FLOAT, 3)  # training-thread CPU per batch inside next(), with workers
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The machine and software a sweep ran on."""
+
+    host: str | None = _col(TEXT)
+    cpu_model: str | None = _col(TEXT)
+    cpu_count: int | None = _col(INT)
+    cpu_quota: float | None = _col(FLOAT)
+    ram_gb: float | None = _col(FLOAT, 1)
+    shm_free_gb: float | None = _col(FLOAT, 2)
+    gpu: str | None = _col(TEXT)
+    device: str | None = _col(TEXT)
+    start_method: str | None = _col(TEXT)
+    torch_version: str | None = _col(TEXT)
+    python_version: str | None = _col(TEXT)
+    loadtune_version: str | None = _col(TEXT)
+
+
+@dataclass(frozen=True)
+class Run:
+    """The sweep a row came from: its config and data, when and how it ran, on which machine."""
+
+    config_name: str | None = _col(TEXT)
+    config_sha: str | None = _col(TEXT)
+    dataset_len: int | None = _col(INT)
+    scale: float | None = _col(FLOAT)
+    started_at: str | None = _col(TEXT)
+    strategy: str | None = _col(TEXT)
+    round: int | None = _col(INT)
+    pinned: bool | None = _col(BOOL)
     format_version: int | None = _col(INT)
+    machine: Machine = _group(Machine)
+
+
+@dataclass(frozen=True)
+class Record(RecordTable):
+    """One trial of a sweep: its placing and outcome and its two figures at the top; the settings,
+    the other figures, how it was measured, the resources, the assessment and the run in groups."""
+
+    COLUMN_ORDER: ClassVar[tuple[str, ...]] = (
+        "rank", "trial", "changed", "value", "status", "reason", "num_workers", "prefetch_factor",
+        "persistent_workers", "pin_memory", "batch_size", *FIGURES[:-1], "speedup", "tied_with_best",
+        "repeats", "batches", "host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu",
+        "torch_version", "python_version", "loadtune_version", "config_name", "config_sha", "dataset_len",
+        "scale", "started_at",
+        # Beyond the contract's first columns, never before them.
+        "pct_of_ideal", "cpu_util", "main_cpu_util", "workers_cpu_util", "peak_pss_mb", "worker_pss_mb",
+        "pss_growth_mb", "read_mb", "threads_per_worker", "shm_need_mb", "memory_metric", "verdict", "advice",
+        "strategy", "round", "device", "pinned", "trial_wall_s", "start_method", "ranks", "wait_ratio_max_rank",
+        "h2d_gb_per_s", "stopped_early", "fetch_ms", "fetch_cpu_share", "worker_idle_share", "handover_ms",
+        "outside_cpu", "asked_by", "main_threads", "worker_threads", "disturbed_repeats", "data_check",
+        "predicted_throughput", "predicted_wait_ratio", "window_throughput", "run_epoch_batches", "dist_rank",
+        "format_version")
+
+    rank: int | None = _col(INT)  # 1 = best; ties share the lowest rank of their group
+    trial: str | None = _col(TEXT)
+    status: str | None = _col(TEXT)  # a Status
+    reason: str | None = _col(TEXT)
+    settings: Settings = _group(Settings)
+    measuring: Measuring = _group(Measuring)
+    resources: Resources = _group(Resources)
+    assessment: Assessment = _group(Assessment)
+    run: Run = _group(Run)
 
     @property
     def ran(self) -> bool:
@@ -156,7 +213,7 @@ class Record(RecordTable):
     @property
     def data_flagged(self) -> bool:
         """It delivered other samples than the baseline (data_check): never ranked or recommended."""
-        return self.data_check in DATA_FLAGGED
+        return self.measuring.data_check in DATA_FLAGGED
 
     @property
     def measured(self) -> Measured | None:
@@ -172,8 +229,9 @@ class Record(RecordTable):
 class RankRecord(RecordTable):
     """One rank of a trial that ran on several (the NAME.ranks.csv beside a sweep's CSV)."""
 
-    FIGURES_AT: ClassVar[str] = "dist_rank"
-    H2D_AT: ClassVar[str] = "pinned"
+    COLUMN_ORDER: ClassVar[tuple[str, ...]] = (
+        "trial", "dist_rank", *FIGURES[:-1], "pinned", "h2d_gb_per_s", "config_name", "config_sha",
+        "started_at", "format_version")
 
     trial: str | None = _col(TEXT)
     dist_rank: int | None = _col(INT)
@@ -335,7 +393,7 @@ def read_records(path: Path | str, kind: type[RecordTable] = Record, *, required
         if kind is Record or "trial" in columns:
             if not values.get("trial"):
                 raise ResultsError(f"{path}: row {line} has no trial name")
-        records.append(kind(**values))
+        records.append(kind.of(**values))
     return records
 
 
@@ -402,7 +460,7 @@ def to_frame(records: Sequence[RecordTable], kind: type[RecordTable] = Record) -
     import pandas as pd
 
     columns = kind.columns()
-    data = {c.name: [getattr(r, c.name) for r in records] for c in columns}
+    data = {c.name: [r.column(c.name) for r in records] for c in columns}
     frame = pd.DataFrame(data, columns=[c.name for c in columns])
     for c in columns:
         frame[c.name] = frame[c.name].astype(PANDAS_DTYPES[c.kind])

@@ -43,8 +43,8 @@ __all__ = ["BRIEF", "LEGEND", "DataFindings", "Flagged", "OneRank", "Summary", "
 
 
 def _interval(record: Record, key: str, digits: int) -> str:
-    lo, hi = getattr(record, key + "_lo"), getattr(record, key + "_hi")
-    return f"{_fmt(getattr(record, key), digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
+    lo, hi = record.column(key + "_lo"), record.column(key + "_hi")
+    return f"{_fmt(record.column(key), digits)} [{_fmt(lo, digits)}, {_fmt(hi, digits)}]"
 
 
 # Shorter words for settings in trial names, where a narrow table needs them.
@@ -80,25 +80,27 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
     a real run's rows (watched.watched_table shows them). At `width`, the least important
     columns are left out, and trial names shortened, rather than a figure cut."""
     records = [r for r in records if not r.predicted_only and not r.watched]
-    predicted = any(r.predicted_throughput is not None for r in records)  # files before the model have none
+    predicted = any(r.assessment.predicted_throughput is not None for r in records)  # files before the model have none
     cells: dict[str, list[Cell]] = {name: [] for name in RESULT_COLUMNS}
     names, styles = [], []
     for r in records:
-        names.append(f"{r.trial or ''} ({r.data_check})" if r.status == Status.OK and r.data_flagged else r.trial or "")
+        flagged = r.status == Status.OK and r.data_flagged
+        names.append(f"{r.trial or ''} ({r.measuring.data_check})" if flagged else r.trial or "")
         if r.status != Status.OK:
             status = r.status or ""
             row: dict[str, Cell] = {"rank": "-", "samples/s [95%]": Text(status, style=STATUS_STYLE.get(status, ""))}
             styles.append("dim")
         else:
-            mark = "=" if r.tied_with_best else ""
+            mark = "=" if r.assessment.tied_with_best else ""
             row = {
                 "rank": "-" if r.data_flagged else f"{mark}{_fmt(r.rank)}" if r.rank is not None else "ref",
                 "samples/s [95%]": _interval(r, "throughput", 1),
-                "predicted": _fmt(r.predicted_throughput, 1),
+                "predicted": _fmt(r.assessment.predicted_throughput, 1),
                 "wait ratio [95%]": _interval(r, "wait_ratio", 3),
-                "speedup": _fmt(r.speedup), "% of ideal": _fmt(r.pct_of_ideal, 1),
-                "wait ms": _fmt(r.wait_ms, 1), "p95 ms": _fmt(r.wait_p95_ms, 1), "step ms": _fmt(r.step_ms, 1),
-                "1st batch s": _fmt(r.first_batch_s, 2), "epoch start ms": _fmt(r.epoch_start_ms, 1),
+                "speedup": _fmt(r.assessment.speedup), "% of ideal": _fmt(r.assessment.pct_of_ideal, 1),
+                "wait ms": _fmt(r.figures.wait_ms, 1), "p95 ms": _fmt(r.figures.wait_p95_ms, 1),
+                "step ms": _fmt(r.figures.step_ms, 1),
+                "1st batch s": _fmt(r.figures.first_batch_s, 2), "epoch start ms": _fmt(r.figures.epoch_start_ms, 1),
             }
             styles.append("bold" if r.rank == 1 else "yellow" if r.data_flagged else "")
         for name in RESULT_COLUMNS:
@@ -146,18 +148,18 @@ def failure(records: Sequence[Record]) -> str | None:
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:
     """One line on the configs of the space the model predicted and the sweep did not measure."""
-    only = [r for r in records if r.predicted_only and r.predicted_throughput is not None]
+    only = [r for r in records if r.predicted_only and r.assessment.predicted_throughput is not None]
     if not only:
         return []
-    best = max(only, key=lambda r: r.predicted_throughput or 0.0)
+    best = max(only, key=lambda r: r.assessment.predicted_throughput or 0.0)
     what = "1 more config of the space was" if len(only) == 1 else f"{len(only)} more configs of the space were"
     return [f"{what} predicted, not measured (status predicted in the CSV); the best of them: {best.trial}, "
-            f"{best.predicted_throughput:.1f} samples/s predicted."]
+            f"{best.assessment.predicted_throughput:.1f} samples/s predicted."]
 
 
 def flagged_lines(records: Sequence[Record]) -> list[str]:
     """The trials the data check kept out of the ranking, with what is wrong."""
-    return [f"{r.trial}: {r.reason or 'data_check ' + str(r.data_check)}" for r in records
+    return [f"{r.trial}: {r.reason or 'data_check ' + str(r.measuring.data_check)}" for r in records
             if r.status == Status.OK and r.data_flagged]
 
 
@@ -182,25 +184,25 @@ def finding_lines(records: Sequence[Record], every_trial: bool = False) -> list[
     every trial's with `every_trial`), what the data check found, how well the model predicted
     the trials before they ran, and the scale measured at."""
     chosen = recommended(records)
-    ran = [r for r in records if r.status == Status.OK and r.trial != IDEAL and r.verdict]
+    ran = [r for r in records if r.status == Status.OK and r.trial != IDEAL and r.assessment.verdict]
     # The recommendation's own is in the answer (summary_lines: "Bottleneck now").
     shown = ran if every_trial else [r for r in ran if r.trial == BASELINE and r is not chosen]
     lines = []
     for r in shown:
         label = "recommended, " if r is chosen else ""
-        lines.append(f"Bottleneck ({label}{r.trial}): {r.verdict}; {r.advice or ''}".rstrip("; "))
+        lines.append(f"Bottleneck ({label}{r.trial}): {r.assessment.verdict}; {r.assessment.advice or ''}".rstrip("; "))
     checks: dict[str, int] = {}
     for r in records:
         if r.status == Status.OK and r.trial != IDEAL:
-            checks[r.data_check or "not checked"] = checks.get(r.data_check or "not checked", 0) + 1
+            checks[r.measuring.data_check or "not checked"] = checks.get(r.measuring.data_check or "not checked", 0) + 1
     if checks:
         lines.append("Data check: " + ", ".join(f"{n} {what}" for what, n in checks.items()))
     error, checked = prediction_error(records)
     if error is not None:
         lines.append(str(ModelError(error, checked)))
-    first = next((r for r in records if r.scale is not None), None)
+    first = next((r for r in records if r.run.scale is not None), None)
     if first is not None:
-        lines.append(f"Measured at scale x{first.scale:g}: the bottleneck moves with data, ranks and machine; "
+        lines.append(f"Measured at scale x{first.run.scale:g}: the bottleneck moves with data, ranks and machine; "
                      "rerun with --scale, or on the target machine (loadtune predict says what to expect there).")
     return lines
 
@@ -216,18 +218,18 @@ def repeat_lines(csv_path: Path, records: Sequence[Record]) -> list[str]:
     lines = []
     for r in records:
         kept = stored.trials.get(r.trial or "")
-        if kept is None or not r.ran or r.watched or len(kept.measurements) != r.repeats:
+        if kept is None or not r.ran or r.watched or len(kept.measurements) != r.measuring.repeats:
             continue
-        figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept, r.run_epoch_batches))
+        figures = ", ".join(f"{t:.1f}" for t in repeat_throughputs(kept, r.measuring.run_epoch_batches))
         lines.append(f"  {r.trial}: {figures}")
     return [f"Each repeat's samples/s ({samples_file(csv_path).name}):", *lines] if lines else []
 
 
 def report_title(records: Sequence[Record], source: str) -> str:
     first = records[0] if records else Record()
-    parts = [str(v) for v in (first.config_name, first.host, first.device) if v]
-    if first.scale is not None:
-        parts.append(f"scale x{first.scale:g}")
-    if (first.ranks or 1) > 1:
-        parts.append(f"{first.ranks} ranks")
+    parts = [str(v) for v in (first.run.config_name, first.run.machine.host, first.run.machine.device) if v]
+    if first.run.scale is not None:
+        parts.append(f"scale x{first.run.scale:g}")
+    if (first.measuring.ranks or 1) > 1:
+        parts.append(f"{first.measuring.ranks} ranks")
     return f"{source}: " + ", ".join(parts) if parts else source

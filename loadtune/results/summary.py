@@ -44,7 +44,7 @@ BRIEF = ("trial", "rank", "status", "throughput", "throughput_lo", "throughput_h
 
 def brief(record: Record | None) -> dict[str, Any] | None:
     """A record's headline figures and settings, as --json gives them."""
-    return None if record is None else {k: getattr(record, k) for k in BRIEF}
+    return None if record is None else {k: record.column(k) for k in BRIEF}
 
 
 @dataclass(frozen=True)
@@ -192,8 +192,8 @@ def summary_lines(info: Summary) -> list[str]:
         return ["No trial ran successfully: see the reason column of the CSV (loadtune report shows it)."]
     lines = [answer.recommended_line(info.standing, info.pick, info.decision) + answer.behaviour_changed(info.change),
              answer.sure_line(info.standing, info.decision, info.rebuilt), _paste_line(info)]
-    if chosen.verdict:
-        lines.append(f"Bottleneck now: {chosen.verdict}; {chosen.advice or ''}".rstrip("; "))
+    if chosen.assessment.verdict:
+        lines.append(f"Bottleneck now: {chosen.assessment.verdict}; {chosen.assessment.advice or ''}".rstrip("; "))
     if data is not None and data.flagged:
         lines.append(data.short_line())
     lines.extend(answer.ranks_lines(info.on_ranks, chosen))
@@ -274,8 +274,9 @@ def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel
     base = next((r for r in rows if r.trial == BASELINE), None)
     first = rows[0]
     path = Path(output)
-    per_rank = rank_file(path) if (first.ranks or 1) > 1 else None
-    flagged = tuple(Flagged(r.trial or "", r.data_check or "", r.reason or f"data_check {r.data_check}")
+    per_rank = rank_file(path) if (first.measuring.ranks or 1) > 1 else None
+    flagged = tuple(Flagged(r.trial or "", r.measuring.data_check or "",
+                            r.reason or f"data_check {r.measuring.data_check}")
                     for r in rows if r.status == Status.OK and r.data_flagged)
     loaders = loaders or {}
 
@@ -283,13 +284,14 @@ def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel
         return None if record is None else dict(loaders.get(record.trial or "") or recorded_settings(record))
 
     swept_only = chosen is not None and not loaders.get(chosen.trial or "")
-    labels = Labels(output, first.config_name or path.stem, first.scale if first.scale is not None else 1.0, None,
-                    first.device or "", _ranked_by(rows), first.strategy or "")
+    scale = first.run.scale if first.run.scale is not None else 1.0
+    labels = Labels(output, first.run.config_name or path.stem, scale, None,
+                    first.run.machine.device or "", _ranked_by(rows), first.run.strategy or "")
     return Summary(labels, Standing.of(rows, chosen),
                    Pick.of(settings(chosen), settings(base) if base is not None and base.ran else None,
                            swept_only=swept_only),
                    found=Findings((), tuple(noise_warnings(rows)), DataFindings(flagged) if flagged else None),
-                   on_ranks=OnRanks(first.ranks or 1, per_rank_csv=str(per_rank) if per_rank is not None
+                   on_ranks=OnRanks(first.measuring.ranks or 1, per_rank_csv=str(per_rank) if per_rank is not None
                                     and per_rank.exists() else None),
                    elsewhere=Elsewhere(tuple(travel), tuple(travel_same)), rebuilt=True)
 
@@ -312,7 +314,7 @@ def noise_warnings(records: Sequence[Record]) -> list[Finding]:
     unstable = []
     for r in records:
         interval = r.throughput_interval
-        if r.status == Status.OK and record_contends(r) and not r.stopped_early \
+        if r.status == Status.OK and record_contends(r) and not r.measuring.stopped_early \
                 and interval is not None and interval.mean:
             note = unstable_note(r.trial or "", interval)
             if note:

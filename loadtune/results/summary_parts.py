@@ -111,14 +111,14 @@ class Standing:
         by_name = {r.trial: r for r in self.trials}
         out = []
         for r in self.trials:
-            asker = by_name.get(r.asked_by) if r.asked_by else None
+            asker = by_name.get(r.assessment.asked_by) if r.assessment.asked_by else None
             if asker is not None:
                 usable = r.ran and not r.data_flagged  # a flagged trial fed other samples: no gain to speak of
                 gain = None
                 if usable and r.throughput is not None and asker.ran and asker.throughput:
                     gain = r.throughput / asker.throughput
-                out.append({"trial": r.trial, "asked_by": r.asked_by, "status": r.status,
-                            "throughput": r.throughput, "gain": gain, "data_check": r.data_check})
+                out.append({"trial": r.trial, "asked_by": r.assessment.asked_by, "status": r.status,
+                            "throughput": r.throughput, "gain": gain, "data_check": r.measuring.data_check})
         return out
 
     def named(self, names: Sequence[str]) -> list[Record]:

@@ -83,7 +83,7 @@ def applied(settings: Mapping[str, Any]) -> dict[str, Any]:
 
 def settings_of(record: Record) -> dict[str, Any]:
     """A row's DataLoader settings as DataLoader applies them."""
-    return applied({k: getattr(record, k) for k in CONFIG_KEYS})
+    return applied({k: record.column(k) for k in CONFIG_KEYS})
 
 
 def config_text(settings: Mapping[str, Any], keys: Sequence[str] = CONFIG_KEYS) -> str:
@@ -129,14 +129,15 @@ class Names:
 def names_of(records: Sequence[Record]) -> Names:
     """How the records' sweep named its configs (Names); a run's rows: by their settings."""
     rows = [r for r in records
-            if not r.watched and r.trial not in (None, IDEAL, COMBINED) and r.num_workers is not None]
+            if not r.watched and r.trial not in (None, IDEAL, COMBINED) and r.settings.num_workers is not None]
     base = next((r for r in rows if r.trial == BASELINE), None)
     if base is None:
         return Names()
     trials: dict[SettingsKey, str] = {}
     for r in sorted(rows, key=lambda r: r.trial != BASELINE):  # the baseline's name first
         trials.setdefault(settings_key(settings_of(r)), str(r.trial))
-    order = dict.fromkeys(k for r in rows if r.changed and "+" in r.changed for k in r.changed.split("+"))
+    changed = [r.settings.changed for r in rows]
+    order = dict.fromkeys(k for c in changed if c and "+" in c for k in c.split("+"))
     return Names(settings_of(base), trials, tuple(order))
 
 
@@ -175,7 +176,7 @@ def _mode(values: Iterable[int]) -> int:
 
 def _batch_size(rows: Sequence[Record]) -> int:
     """The most common batch size of measured rows (each has one)."""
-    return _mode(int(r.batch_size) for r in rows if r.batch_size)
+    return _mode(int(r.settings.batch_size) for r in rows if r.settings.batch_size)
 
 
 def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
@@ -183,14 +184,15 @@ def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
     settings (what the run ran)."""
     rows = measured_rows(records)
     batch = _batch_size(rows)
-    steps = [float(r.step_ms) for r in rows if r.step_ms is not None and r.batch_size == batch]
+    steps = [float(r.figures.step_ms) for r in rows if r.figures.step_ms is not None and r.settings.batch_size == batch]
     step = model.step_ms_per_sample * batch
     pick = measured_pick(records)
     run = next((r for r in rows if r.watched), None) if pick is None else None
     chosen = pick if pick is not None else run
     return Source(cores=model.cores * model.ranks, ranks=model.ranks, batch_size=batch, step_ms=step,
                   step_ms_range=(min(steps), max(steps)) if steps else (step, step),
-                  scale=float(rows[0].scale or 1.0), ram_gb=rows[0].ram_gb, shm_gb=rows[0].shm_free_gb,
+                  scale=float(rows[0].run.scale or 1.0), ram_gb=rows[0].run.machine.ram_gb,
+                  shm_gb=rows[0].run.machine.shm_free_gb,
                   pick=settings_of(chosen) if chosen is not None else None, run=run.trial if run is not None else None)
 
 

@@ -49,7 +49,8 @@ def machine_of(records: Sequence[Record]) -> Machine:
     rows = measured_rows(records)
     first = evidence_of(rows[0])
     assert first is not None  # a measured row has evidence
-    steps = [float(r.step_ms) / r.batch_size for r in rows if r.step_ms is not None and r.batch_size]
+    steps = [float(r.figures.step_ms) / r.settings.batch_size for r in rows
+             if r.figures.step_ms is not None and r.settings.batch_size]
     return first.cores * first.ranks, first.ranks, statistics.median(steps) if steps else None
 
 
@@ -82,7 +83,7 @@ def transfer_check(a: Sequence[Record], b: Sequence[Record], tolerance: float = 
     against B's measurements; None when the machines are alike or either file cannot say. A watched
     loader's ranks are combined first."""
     a, b = combine_ranks(a), combine_ranks(b)
-    if not any(r.fetch_ms is not None for r in measured_rows(a)) or not measured_rows(b):
+    if not any(r.assessment.fetch_ms is not None for r in measured_rows(a)) or not measured_rows(b):
         return None  # no evidence to fit (a file from before the model), or nothing measured there
     if _alike(machine_of(a), machine_of(b)):
         return None
@@ -142,7 +143,7 @@ def run_checks(sweep: Sequence[Record], run: Sequence[Record], tolerance: float 
         keys = varying([settings, *(settings_of(r) for r in ran)])
         here = machine_of([loader]) if evidence_of(loader) is not None else None
         measured = by_config.get(settings_key(settings))
-        base = RunCheck(str(loader.trial), name(settings, keys), int(loader.ranks or 1),
+        base = RunCheck(str(loader.trial), name(settings, keys), int(loader.measuring.ranks or 1),
                         float(loader.throughput), float(loader.wait_ratio), None, None, None)
         if measured is not None and there is not None and here is not None and _alike(there, here):
             checks.append(replace(base, sweep_throughput=measured.throughput, sweep_wait_ratio=measured.wait_ratio,

@@ -52,24 +52,26 @@ def memory_model(rows: Sequence[Record]) -> MemoryModel:
     growths: list[float] = []
     batch: list[float] = []
     for r in rows:
-        if r.peak_pss_mb is None:
+        if r.resources.peak_pss_mb is None:
             continue
-        ranks = max(int(r.ranks or 1), 1)
-        mains.append(r.peak_pss_mb / ranks - (r.num_workers or 0) * (r.worker_pss_mb or 0.0))
-        if not r.num_workers or r.worker_pss_mb is None:
+        ranks = max(int(r.measuring.ranks or 1), 1)
+        mains.append(r.resources.peak_pss_mb / ranks
+                     - (r.settings.num_workers or 0) * (r.resources.worker_pss_mb or 0.0))
+        if not r.settings.num_workers or r.resources.worker_pss_mb is None:
             continue
-        worker_pss.append(r.worker_pss_mb)
-        if r.pss_growth_mb is not None and r.batches:
-            growths.append(max(0.0, r.pss_growth_mb) / (r.num_workers * ranks) / r.batches)
+        worker_pss.append(r.resources.worker_pss_mb)
+        if r.resources.pss_growth_mb is not None and r.measuring.batches:
+            growths.append(max(0.0, r.resources.pss_growth_mb) / (r.settings.num_workers * ranks) / r.measuring.batches)
         # shm_need_mb counts every rank's workers.
-        if r.shm_need_mb is not None and r.batch_size:
-            batch.append(r.shm_need_mb / (r.num_workers * ranks * ((r.prefetch_factor or 2) + 1) * r.batch_size))
+        if r.resources.shm_need_mb is not None and r.settings.batch_size:
+            queued = r.settings.num_workers * ranks * ((r.settings.prefetch_factor or 2) + 1) * r.settings.batch_size
+            batch.append(r.resources.shm_need_mb / queued)
     worker_mb = statistics.median(worker_pss) if worker_pss else None
     main_mb = max(0.0, statistics.median(mains)) if mains else None
     first = next(iter(rows), None)
     return MemoryModel(main_mb, worker_mb, statistics.median(growths) if growths else 0.0,
-                       statistics.median(batch) if batch else 0.0, first.dataset_len if first else None,
-                       float(first.scale or 1.0) if first else 1.0)
+                       statistics.median(batch) if batch else 0.0, first.run.dataset_len if first else None,
+                       float(first.run.scale or 1.0) if first else 1.0)
 
 
 def memory_there(need: tuple[float | None, float], target: ResolvedTarget) -> Memory:

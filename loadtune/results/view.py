@@ -82,8 +82,8 @@ def trial_line(r: Record, resumed: bool) -> str:
     earlier run), or why it did not run."""
     if r.status != Status.OK:
         return f"  {r.trial}: {r.status}: {r.reason}"
-    how = " (kept)" if resumed else f" ({r.repeats} repeat{'s' if r.repeats != 1 else ''}"
-    how += "" if resumed else (", stopped: clearly behind)" if r.stopped_early else ")")
+    how = " (kept)" if resumed else f" ({r.measuring.repeats} repeat{'s' if r.measuring.repeats != 1 else ''}"
+    how += "" if resumed else (", stopped: clearly behind)" if r.measuring.stopped_early else ")")
     return f"  {r.trial}: {r.throughput:.1f} samples/s, wait ratio {r.wait_ratio:.3f}{how}"
 
 
@@ -134,7 +134,7 @@ def file_summary_of(rows: list[Record], path: Path) -> Summary | None:
 
 def watched_json(record: Record) -> dict[str, Any]:
     """A watched row as `loadtune report --json` gives it."""
-    return {**(brief(record) or {}), "dist_rank": record.dist_rank, "reason": record.reason or None}
+    return {**(brief(record) or {}), "dist_rank": record.measuring.dist_rank, "reason": record.reason or None}
 
 
 def _watched_shown(rows: list[Record], path: Path, width: int | None, legend: _Legends) -> list[Shown]:

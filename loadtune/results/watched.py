@@ -74,7 +74,7 @@ SAMPLER_KEYS = ("sampler", "batch_sampler")
 def loader_name(record: Record) -> str:
     """The watched loader a row belongs to: its trial without " rank <r>" on a run of several ranks."""
     trial = record.trial or ""
-    if record.watched and record.dist_rank is not None and (record.ranks or 1) > 1:
+    if record.watched and record.measuring.dist_rank is not None and (record.measuring.ranks or 1) > 1:
         found = RANK_NAME.match(trial)
         if found:
             return found.group("name")
@@ -157,7 +157,7 @@ def info_for(infos: Mapping[str, LoaderInfo], name: str) -> LoaderInfo | None:
 
 
 def _settings(record: Record) -> tuple[str, ...]:
-    return tuple(format_value(getattr(record, k)) for k in SETTING_KEYS)
+    return tuple(format_value(record.column(k)) for k in SETTING_KEYS)
 
 
 def combine_ranks(records: Sequence[Record]) -> list[Record]:
@@ -169,12 +169,12 @@ def combine_ranks(records: Sequence[Record]) -> list[Record]:
     row is kept as it is, in its place."""
     groups: dict[tuple[str, tuple[str, ...], int], list[Record]] = {}
     for r in records:
-        if r.watched and r.ran and r.dist_rank is not None and (r.ranks or 1) > 1:
-            groups.setdefault((loader_name(r), _settings(r), int(r.ranks or 1)), []).append(r)
+        if r.watched and r.ran and r.measuring.dist_rank is not None and (r.measuring.ranks or 1) > 1:
+            groups.setdefault((loader_name(r), _settings(r), int(r.measuring.ranks or 1)), []).append(r)
     out: list[Record] = []
     done: set[tuple[str, tuple[str, ...], int]] = set()
     for r in records:
-        key = (loader_name(r), _settings(r), int(r.ranks or 1))
+        key = (loader_name(r), _settings(r), int(r.measuring.ranks or 1))
         if key not in groups or not any(r is member for member in groups[key]):
             out.append(r)
         elif key not in done:
@@ -184,16 +184,16 @@ def combine_ranks(records: Sequence[Record]) -> list[Record]:
 
 
 def _cores(record: Record) -> float:
-    cores = float(record.cpu_count or 1)
-    return min(cores, float(record.cpu_quota)) if record.cpu_quota else cores
+    cores = float(record.run.machine.cpu_count or 1)
+    return min(cores, float(record.run.machine.cpu_quota)) if record.run.machine.cpu_quota else cores
 
 
 def _combined(name: str, world: int, rows: Sequence[Record]) -> Record:
-    rows = sorted(rows, key=lambda r: r.dist_rank or 0)
+    rows = sorted(rows, key=lambda r: r.measuring.dist_rank or 0)
     scale = world / len(rows)  # the ranks missing count as the mean of those present
 
     def present(field: str) -> list[float]:
-        return [float(v) for r in rows if (v := getattr(r, field)) is not None]
+        return [float(v) for r in rows if (v := r.column(field)) is not None]
 
     values: dict[str, Any] = {}
     for field in SUMMED:
@@ -206,17 +206,17 @@ def _combined(name: str, world: int, rows: Sequence[Record]) -> Record:
         got = present(field)
         values[field] = max(got) if got else None
     # Utilisations are shares of a host's usable cores: summed as CPU seconds over every host's cores.
-    hosts = {r.host or "": _cores(r) for r in rows}
+    hosts = {r.run.machine.host or "": _cores(r) for r in rows}
     total_cores = sum(hosts.values())
     for field in UTILISATIONS:
-        shares = [(float(v), _cores(r)) for r in rows if (v := getattr(r, field)) is not None]
+        shares = [(float(v), _cores(r)) for r in rows if (v := r.column(field)) is not None]
         values[field] = sum(u * c for u, c in shares) * scale / total_cores if shares else None
     waits = present("wait_ratio")
     values["wait_ratio_max_rank"] = max(waits) if waits else None
     if len(hosts) > 1:  # ranks on several hosts: the cores of them all, shared by every rank
         values.update(cpu_count=int(round(total_cores)), cpu_quota=None, host=",".join(sorted(hosts)))
     reasons = list(dict.fromkeys(r.reason for r in rows if r.reason))
-    repeats = [r.repeats for r in rows if r.repeats is not None]
+    repeats = [r.measuring.repeats for r in rows if r.measuring.repeats is not None]
     return Record.rounded(**{**rows[0].to_dict(), **values, "trial": name, "dist_rank": None, "ranks": world,
                              "reason": "; ".join(reasons) or None, "repeats": min(repeats) if repeats else None})
 
@@ -226,9 +226,9 @@ def _combined(name: str, world: int, rows: Sequence[Record]) -> Record:
 
 def run_seconds(record: Record) -> float:
     """Seconds the run's loop spent on a (combined) watched loader's counted batches, per rank."""
-    if not record.throughput or not record.batches or not record.batch_size:
+    if not record.throughput or not record.measuring.batches or not record.settings.batch_size:
         return 0.0
-    return record.batches * record.batch_size * (record.ranks or 1) / record.throughput
+    return record.measuring.batches * record.settings.batch_size * (record.measuring.ranks or 1) / record.throughput
 
 
 def loaders(records: Sequence[Record]) -> list[Record]:
@@ -256,14 +256,14 @@ def for_prediction(records: Sequence[Record]) -> tuple[list[Record], str | None]
 
 def on_accelerator(record: Record) -> bool:
     """Whether the row was measured feeding an accelerator (its device, else its gpu column)."""
-    if record.device:
-        return not record.device.lower().startswith("cpu")
-    return bool(record.gpu)
+    if record.run.machine.device:
+        return not record.run.machine.device.lower().startswith("cpu")
+    return bool(record.run.machine.gpu)
 
 
 def cores_per_rank(record: Record) -> float:
     """A rank's share of the usable cores (affinity and quota) its row was measured on."""
-    return max(_cores(record) / max(int(record.ranks or 1), 1), 1.0)
+    return max(_cores(record) / max(int(record.measuring.ranks or 1), 1), 1.0)
 
 
 def default_sweep(record: Record) -> dict[str, list[Any]]:
@@ -307,8 +307,8 @@ def kept_settings(info: LoaderInfo | None) -> tuple[dict[str, Any], list[str]]:
 
 
 def _interval(record: Record, key: str, digits: int) -> str:
-    lo, hi = getattr(record, key + "_lo"), getattr(record, key + "_hi")
-    text = fmt(getattr(record, key), digits)
+    lo, hi = record.column(key + "_lo"), record.column(key + "_hi")
+    text = fmt(record.column(key), digits)
     return text + (f" [{fmt(lo, digits)}, {fmt(hi, digits)}]" if lo is not None and hi is not None else "")
 
 
@@ -324,17 +324,18 @@ def watched_table(records: Sequence[Record], title: str = "", width: int | None 
     combined = {r.trial: r for r in combine_ranks(records) if r.watched and r.ran}
     for name in dict.fromkeys(loader_name(r) for r in records if r.watched):
         rows = [r for r in records if r.watched and loader_name(r) == name]
-        ranked = len(rows) > 1 or any((r.ranks or 1) > 1 for r in rows)
-        shown += [(r, str(r.dist_rank) if ranked and r.dist_rank is not None else "") for r in rows]
+        ranked = len(rows) > 1 or any((r.measuring.ranks or 1) > 1 for r in rows)
+        shown += [(r, str(r.measuring.dist_rank) if ranked and r.measuring.dist_rank is not None else "") for r in rows]
         if ranked and name in combined:
             shown.append((combined[name], "all"))
     cells: dict[str, list[Cell]] = {n: [] for n in WATCHED_COLUMNS}
     for r, rank in shown:
         row = {"loader": loader_name(r) if rank else r.trial or "", "rank": rank,
                "samples/s [95%]": _interval(r, "throughput", 1), "wait ratio [95%]": _interval(r, "wait_ratio", 3),
-               "wait ms": fmt(r.wait_ms, 1), "p95 ms": fmt(r.wait_p95_ms, 1), "step ms": fmt(r.step_ms, 1),
-               "1st batch s": fmt(r.first_batch_s, 2), "epoch start ms": fmt(r.epoch_start_ms, 1),
-               "batches": fmt(r.batches)}
+               "wait ms": fmt(r.figures.wait_ms, 1), "p95 ms": fmt(r.figures.wait_p95_ms, 1),
+               "step ms": fmt(r.figures.step_ms, 1),
+               "1st batch s": fmt(r.figures.first_batch_s, 2), "epoch start ms": fmt(r.figures.epoch_start_ms, 1),
+               "batches": fmt(r.measuring.batches)}
         for name in WATCHED_COLUMNS:
             cells[name].append(row[name])
     names = [n for n in WATCHED_COLUMNS if n != "rank" or any(rank for _, rank in shown)]
@@ -369,11 +370,12 @@ def watched_lines(records: Sequence[Record], csv_path: Path | str) -> list[str]:
         rows = [r for r in records if r.watched and loader_name(r) == name]
         verdicts: dict[tuple[str, str], list[int]] = {}
         for r in rows:
-            if r.verdict:
-                verdicts.setdefault((r.verdict, r.advice or ""), []).append(r.dist_rank or 0)
+            if r.assessment.verdict:
+                said = (r.assessment.verdict, r.assessment.advice or "")
+                verdicts.setdefault(said, []).append(r.measuring.dist_rank or 0)
         for (verdict, advice), ranks in verdicts.items():
-            where = f"{name}, {_ranks_words(ranks)}" if (loader.ranks or 1) > 1 and len(verdicts) > 1 else \
-                f"{name}, every rank" if (loader.ranks or 1) > 1 else name
+            where = f"{name}, {_ranks_words(ranks)}" if (loader.measuring.ranks or 1) > 1 and len(verdicts) > 1 else \
+                f"{name}, every rank" if (loader.measuring.ranks or 1) > 1 else name
             lines.append(f"Bottleneck ({where}): {verdict}; {advice}".rstrip("; "))
         if loader.reason:
             lines.append(f"{name}: {loader.reason} (its figures are those of the batches watched until then)")
@@ -388,10 +390,10 @@ def watched_lines(records: Sequence[Record], csv_path: Path | str) -> list[str]:
 def run_line(loader: Record) -> str:
     """What the run measured of one (combined) watched loader, in one sentence."""
     assert loader.throughput is not None and loader.wait_ratio is not None  # a loader that ran
-    ranks = int(loader.ranks or 1)
+    ranks = int(loader.measuring.ranks or 1)
     on = f", {ranks} ranks" if ranks > 1 else ""
     total = " in all" if ranks > 1 else ""
-    batches = f", {loader.batches} batches counted" if loader.batches else ""
+    batches = f", {loader.measuring.batches} batches counted" if loader.measuring.batches else ""
     fed = "fed: little to gain from the loader's settings" if loader.wait_ratio < FED_WAIT_RATIO else \
         f"waiting for data {loader.wait_ratio:.0%} of the time"
     return (f"Watched {loader.trial} ({settings_text(loader)}{on}{batches}): {loader.throughput:.1f} samples/s"

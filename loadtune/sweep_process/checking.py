@@ -92,7 +92,7 @@ class DataCheck:
         flagged = tuple(Flagged(name, check.verdict or "", check.reason, fixes(check, self.iterable))
                         for name, run in runs.items()
                         if (check := run.check) is not None and run.flagged and run.failure is None)
-        flagged += tuple(Flagged(name, record.data_check or "", record.reason or "", ())
+        flagged += tuple(Flagged(name, record.measuring.data_check or "", record.reason or "", ())
                          for name, run in runs.items()
                          if run.check is None and run.flagged and (record := run.record) is not None)
         checks = [run.check for run in runs.values() if run.check is not None]

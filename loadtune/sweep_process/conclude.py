@@ -107,7 +107,7 @@ def conclude(options: SweepOptions, race: Raced) -> SweepResult:
     setup, cfg = race.setup, race.setup.spec.config
     records = tuple(ranked(race.runs, options.rank_by, cfg.measure.tolerance, race.ties)) + race.predicted
     records = tuple(with_checked_advice(records, race.advised, cfg.measure.tolerance))
-    disturbed = tuple((r.trial or "", r.disturbed_repeats) for r in records if r.disturbed_repeats)
+    disturbed = tuple((r.trial or "", r.measuring.disturbed_repeats) for r in records if r.measuring.disturbed_repeats)
     busy = [BusyMachine(disturbed, cfg.measure.max_outside_cpu)] if disturbed else []
     # Warnings ask the user to do something; notes inform (shown with --verbose).
     warnings: tuple[Finding, ...] = (*race.notes, *busy)
@@ -159,7 +159,7 @@ def disagreement(runs: Mapping[str, TrialRun], records: Sequence[Record]) -> lis
     if len(ranked_scores) < 2:
         return []
     lean = order(ranked_scores, RankBy.WAIT_RATIO)[0].name
-    if lean in {r.trial for r in records if r.tied_with_best}:
+    if lean in {r.trial for r in records if r.assessment.tied_with_best}:
         return []
     return [Disagreement(lean)]
 
@@ -168,7 +168,7 @@ def chosen_record(records: Sequence[Record], decision: Decision | None) -> Recor
     """The recommendation: racing's pick when it is tied with the best (it knows every setting's
     cost), else the cheapest record tied with the best."""
     pick = decision.pick if decision is not None else None
-    picked = next((r for r in records if r.trial == pick and r.tied_with_best), None)
+    picked = next((r for r in records if r.trial == pick and r.assessment.tied_with_best), None)
     return picked or recommended(records)
 
 
@@ -238,8 +238,8 @@ def one_rank(spec: RunSpec) -> OneRank:
     `loadtune sweep` writes it: its recommendation, to set beside the ranks' one."""
     path = default_output(dataclasses.replace(spec, ranks=1))
     try:
-        records = [r for r in read_records(path) if r.config_sha == spec.sha and r.scale == spec.scale
-                   and (r.ranks or 1) == 1]
+        records = [r for r in read_records(path) if r.run.config_sha == spec.sha and r.run.scale == spec.scale
+                   and (r.measuring.ranks or 1) == 1]
     except ResultsError:  # unreadable: as if it were not there
         records = []
     chosen = recommended(records)

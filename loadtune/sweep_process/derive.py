@@ -61,8 +61,8 @@ def derive(run: TrialRun, noise: ProcessNoise | None, how: Deriving) -> Derived:
     trial = run.trial
     keep = tuple(run.rank_records)
     if run.resumed and run.record is not None:
-        stopped = run.stopped_early or run.record.stopped_early
-        return Derived(run.score, dataclasses.replace(run.record, stopped_early=stopped), keep)
+        stopped = run.stopped_early or run.record.measuring.stopped_early
+        return Derived(run.score, run.record.with_columns(stopped_early=stopped), keep)
     if trial.skipped:
         return Derived(run.score, trial_record(trial, how.context, round_no=run.round, status=Status.SKIPPED), keep)
     if run.failure is not None or not run.done:
@@ -79,7 +79,7 @@ def derive(run: TrialRun, noise: ProcessNoise | None, how: Deriving) -> Derived:
         found = diagnose(trial.name, trial.loader_kwargs, measurement, stats, how.cores, how.sampled_ranks)
         diagnosis, warnings = found.columns, tuple(found.warnings)
         score = dataclasses.replace(score, suggests=found.suggestions)
-    started = run.record.started_at if run.record is not None else None
+    started = run.record.run.started_at if run.record is not None else None
     record = trial_record(trial, how.context, round_no=run.round, wall_s=run.mean_wall_s, stats=stats,
                           measurement=measurement, diagnosis=diagnosis, stopped_early=run.stopped_early,
                           disturbed_repeats=run.disturbed, **check_columns(run.check),

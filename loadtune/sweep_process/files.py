@@ -75,8 +75,8 @@ class SweepFiles:
         """Measured as asked now: as many batches, no more repeats than allowed, by a loadtune that
         measures the run's figures."""
         m = self.spec.config.measure
-        return row is not None and row.ran and row.batches == m.batches and 1 <= repeats <= m.repeats \
-            and (row.format_version or 1) >= RUN_FIGURES_FORMAT
+        return row is not None and row.ran and row.measuring.batches == m.batches and 1 <= repeats <= m.repeats \
+            and (row.run.format_version or 1) >= RUN_FIGURES_FORMAT
 
     def append(self, record: Record, rank_records: Sequence[RankRecord] = ()) -> None:
         """A trial's first record (and its ranks'), appended and flushed."""
@@ -105,9 +105,10 @@ def resumable_records(records: Iterable[Record], spec: RunSpec, host: str, any_f
     `any_format`)."""
     m = spec.config.measure
     return [r for r in records
-            if r.config_sha == spec.sha and r.host == host and r.scale == spec.scale and (r.ranks or 1) == spec.ranks
-            and r.ran and r.repeats is not None and (m.min_repeats <= r.repeats or r.trial == IDEAL)
-            and r.repeats <= m.repeats
-            and r.batches == m.batches and (any_format or (r.format_version or 1) >= RUN_FIGURES_FORMAT)]
+            if r.run.config_sha == spec.sha and r.run.machine.host == host and r.run.scale == spec.scale
+            and (r.measuring.ranks or 1) == spec.ranks
+            and r.ran and r.measuring.repeats is not None and (m.min_repeats <= r.measuring.repeats or r.trial == IDEAL)
+            and r.measuring.repeats <= m.repeats
+            and r.measuring.batches == m.batches and (any_format or (r.run.format_version or 1) >= RUN_FIGURES_FORMAT)]
 
 

@@ -59,7 +59,7 @@ class Modelling:
     def fit(self) -> PipelineModel | None:
         """The pipeline model fitted to every trial measured so far (None with too few)."""
         records = self._modelled()
-        key = tuple((r.trial, r.repeats, r.throughput) for r in records)
+        key = tuple((r.trial, r.measuring.repeats, r.throughput) for r in records)
         if self._model is None or self._model[0] != key:
             self._model = (key, fit(records, baseline=self.config.loader.model_dump()))
         return self._model[1]

@@ -133,7 +133,7 @@ class Racer:
         their per-rank records, with ranks)."""
         for record in records:
             name = record.trial or ""
-            self.runs[name] = TrialRun(placeholder(name, record), record.round or 1, record=record,
+            self.runs[name] = TrialRun(placeholder(name, record), record.run.round or 1, record=record,
                                        score=scored_from_record(record), origin=Origin.KEPT,
                                        rank_records=[r for r in ranks if r.trial == record.trial])
 
@@ -257,7 +257,7 @@ class Racer:
                 continue
             run.check = check
             if run.record is not None and run.record.status == Status.OK:
-                run.record = dataclasses.replace(run.record, **check_columns(check))
+                run.record = run.record.with_columns(**check_columns(check))
                 changed = True
         if changed:
             self.rewrite()
@@ -297,7 +297,7 @@ class Racer:
                 stopped = self.runs[name]
                 stopped.stopped_early = True
                 if stopped.record is not None:  # only the flag changes: no figure to derive again
-                    stopped.record = dataclasses.replace(stopped.record, stopped_early=True)
+                    stopped.record = stopped.record.with_columns(stopped_early=True)
             if step.stop:
                 self.rewrite()
                 self.store()

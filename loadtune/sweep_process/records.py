@@ -3,7 +3,6 @@ typed results record, and its placing once the sweep is ranked."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping, Sequence
 
 from loadtune.kinds import Status
@@ -73,7 +72,7 @@ def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
                 changes["speedup"] = round(record.throughput / baseline_throughput, 3)
             if ideal_throughput:
                 changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
-        out.append(dataclasses.replace(record, **changes))
+        out.append(record.with_columns(**changes))
     ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
     reference = [r for r in out if r.rank is None and r.status == Status.OK and not r.data_flagged]
     flagged = [r for r in out if r.rank is None and r.status == Status.OK and r.data_flagged]

@@ -150,7 +150,7 @@ def samples_of(run: TrialRun) -> TrialSamples:
 def placeholder(name: str, record: Record | None) -> Trial:
     """A trial kept from an earlier run, as far as its row tells it, until the strategy asks for
     it again (its settings are then known in full)."""
-    return Trial(name, (record.changed or "") if record else "", record.value if record else None, ())
+    return Trial(name, (record.settings.changed or "") if record else "", record.settings.value if record else None, ())
 
 
 def restored(samples: TrialSamples, record: Record | None) -> TrialRun:

@@ -112,9 +112,9 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
                           wall_s=observed.watched_s, stats=stats, measurement=measurement,
                           diagnosis=found.columns, dist_rank=dist_rank)
     # A watched row's batches are every counted batch of the run (a sweep's: those of one window).
-    return dataclasses.replace(record, ranks=ranks, changed="", value=None,
-                               batches=sum(len(w) for w in observed.windows),
-                               run_epoch_batches=observed.traits.epoch_batches)
+    return record.with_columns(ranks=ranks, changed="", value=None,
+                              batches=sum(len(w) for w in observed.windows),
+                              run_epoch_batches=observed.traits.epoch_batches)
 
 
 def watched_samples(name: str, observed: Observed, kept: dict[int, Measurement] | None = None) -> TrialSamples:

@@ -229,16 +229,17 @@ class RunWatch:
             return
         wait_ratio, samples_per_s = window_figures_of(interval.window)
         row = next((r for r in rows if r.trial == self._trial_name(watch.name)), None)
-        verdict = row.verdict if row is not None and row.verdict else "no verdict yet"
+        verdict = row.assessment.verdict if row is not None and row.assessment.verdict else "no verdict yet"
         self._say(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
-        if wait_ratio > WARN_WAIT_RATIO and row is not None and row.verdict:
+        if wait_ratio > WARN_WAIT_RATIO and row is not None and row.assessment.verdict:
             last, at = self._loaders.warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
             n = watch.kept.seen
-            if row.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
-                self._loaders.warned[watch.name] = (row.verdict, n)
+            if row.assessment.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
+                self._loaders.warned[watch.name] = (row.assessment.verdict, n)
                 self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
-                          f"({row.verdict}): {row.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
+                          f"({row.assessment.verdict}): "
+                          f"{row.assessment.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
 
     def _refresh_group(self) -> None:
         """The job's ranks as they are now; a process group once seen is kept (its store outlives
@@ -330,7 +331,7 @@ class RunWatch:
         output.results.replace(rows)
         names = {s.trial for s in samples}
         kept = [s for s in samples if s.trial in names]
-        host = rows[0].host if rows else ""
+        host = rows[0].run.machine.host if rows else ""
         output.samples.write("", host or "", 1.0, self.group.world, kept)
         write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.settings),
                                                                      self.script, tuple(sys.argv[1:]))
@@ -391,7 +392,7 @@ def end_line(rows: Sequence[Record], out: Path, unmeasured: Sequence[str] = ()) 
                 "batches beyond the first ones, which are dropped")
     parts = []
     for r in rows:
-        verdict = f", {r.verdict}" if r.verdict else ""
+        verdict = f", {r.assessment.verdict}" if r.assessment.verdict else ""
         parts.append(f"{r.trial}: wait ratio {r.wait_ratio:.2f}{verdict}, {r.throughput:,.0f} samples/s")
     return (f"loadtune: watched {'; '.join(parts)}. Rows in {out}. Next: loadtune predict {out}; "
             f"or loadtune init --from {out}, then loadtune sweep")
