@@ -442,7 +442,7 @@ def _gathered(group: _Group, out: Path, final: bool,
         except Exception:  # noqa: BLE001 - a rank that never posted
             continue
         try:
-            rows = [Record(**r) for r in payload.get("rows", [])]
+            rows = [Record.of(**r) for r in payload.get("rows", [])]
         except TypeError:  # a rank of another loadtune version
             continue
         samples = []
