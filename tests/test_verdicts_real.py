@@ -18,10 +18,19 @@ from loadtune.sweep_process.verdict import (
     FETCH_CPU_CONTENDED_SHARE,
 )
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
+from tests.quiet_machine import assert_measured_quietly, wait_for_quiet
 
 # Real sweeps, each a few seconds. The verdicts read CPU and time figures that another test's load
-# would move: those tests run alone (serial); the memory verdict and the /dev/shm check do not.
+# would move: those tests run alone (serial), on a quiet machine; the memory verdict and the
+# /dev/shm check do not.
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(request):
+    """Before a serial test: wait for other processes to leave the cores (fails if they never do)."""
+    if request.node.get_closest_marker("serial"):
+        wait_for_quiet()
 
 BASE = {"sweep": {}, "device": "cpu"}
 
@@ -69,14 +78,6 @@ def test_cpu_bound_loader_on_more_workers_than_cores_is_cpu_bound(write_config, 
     assert row.fetch_cpu_share >= FETCH_CPU_CONTENDED_SHARE, row
 
 
-def _quiet(row, most: float = 0.25) -> None:
-    """These figures describe the trial alone only when nothing else used the cores: on a
-    machine other work kept busy through every repeat (redone up to twice), there is nothing
-    to assert about them."""
-    if row.outside_cpu > most:
-        pytest.skip(f"other processes used {row.outside_cpu:.0%} of the cores through every repeat")
-
-
 def _pinned_to(cpus: set[int]):
     def pin() -> None:
         os.sched_setaffinity(0, cpus)
@@ -93,8 +94,8 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
 
     How busy exactly (about 0.9 on a quiet machine, less while other processes take their part)
     is a figure, not a bound to test: it is checked against half the cores, which the workers
-    cannot miss while other processes take a quarter at most (_quiet). A figure that left the
-    workers out would read the training process alone, a few percent."""
+    cannot miss while other processes take a quarter at most (assert_measured_quietly). A figure
+    that left the workers out would read the training process alone, a few percent."""
     two = set(sorted(os.sched_getaffinity(0))[:2])
     config = tiny_config(figures=True, dataset={"factory": "loadtune.synthetic:cpu_cost",
                                                 "kwargs": {"num_samples": 2000, "cost_s": 0.003}},
@@ -107,7 +108,7 @@ def test_a_cpu_saturating_pipeline_reads_its_cores_busy(write_config, tmp_path, 
     assert done.returncode == 0, done.stderr
     row = pd.read_csv(out).set_index("trial").loc["baseline"]
     assert row.cpu_count == 2
-    _quiet(row)  # what the others take, the tree cannot have
+    assert_measured_quietly(row.outside_cpu)  # what the others take, the tree cannot have
     assert row.cpu_util > 0.5, row
     assert row.workers_cpu_util > 2 * row.main_cpu_util, row
     assert row.verdict == DATA_BOUND_CPU, row.advice
@@ -121,7 +122,7 @@ def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, t
                         {"factory": "loadtune.synthetic:many_tensors", "kwargs": {"num_samples": 2000, "parts": 200}},
                         {"batch_size": 8, "num_workers": 2}, 0.001,
                         {"warmup_batches": 3, "batches": 30, "repeats": 1, "timeout_s": 120})
-    _quiet(row)
+    assert_measured_quietly(row.outside_cpu)
     assert row.verdict == DATA_BOUND_HANDOVER, row.advice
     assert row.handover_ms > 0.5 * row.wait_ms, row
 
@@ -135,7 +136,7 @@ def test_uneven_batches_with_a_shallow_prefetch_starve_the_workers(write_config,
                          "kwargs": {"num_samples": 2000, "fast_s": 0.0005, "slow_s": 0.008, "slow_every": 4}},
                         {"batch_size": 8, "num_workers": 2, "prefetch_factor": 1}, 0.002,
                         {"warmup_batches": 3, "batches": 40, "repeats": 1, "timeout_s": 120})
-    _quiet(row)
+    assert_measured_quietly(row.outside_cpu)
     assert row.verdict == DATA_BOUND_STARVED, row.advice
     assert row.worker_idle_share >= 0.3 and row.fetch_cpu_share < 0.5, row
     assert "prefetch_factor=4" in row.advice and "in_order=False" in row.advice
