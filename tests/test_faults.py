@@ -398,9 +398,12 @@ def _sweep_that_hangs_at_two_workers(write_config, tmp_path: Path) -> tuple[Path
 
 
 def _start(config: Path, out: Path, marker: str, *args: str) -> subprocess.Popen:
+    """The sweep as from a terminal: Ctrl-C not ignored, even when these tests run as a background
+    job (where the shell ignores SIGINT, and every process started from it inherits that)."""
     env = {**os.environ, MARKER_VAR: marker, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(config), "--out", str(out), *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _trial_tree(sweep_proc: subprocess.Popen, marker: str) -> list[psutil.Process]:
@@ -427,9 +430,10 @@ def _wait_for_hung_trial(proc: subprocess.Popen, marker: str) -> list[psutil.Pro
     pytest.fail(f"the trial with 2 workers did not start (sweep exit code {proc.poll()})")
 
 
-def _stop_with_sigterm(proc: subprocess.Popen, tree: list[psutil.Process], out: Path) -> None:
-    """SIGTERM during the hung trial: exit 130, saying how to resume, the rows before it kept."""
-    proc.send_signal(signal.SIGTERM)
+def _stop_with(sig: signal.Signals, proc: subprocess.Popen, tree: list[psutil.Process], out: Path) -> None:
+    """SIGTERM or SIGINT (Ctrl-C) during the hung trial: exit 130, saying how to resume, the rows
+    before it kept."""
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
     # Checked at once: the sweep killed them before it exited (the trial's watchdog would be late).
     assert not [p.pid for p in tree if _alive(p.pid)]
@@ -456,12 +460,14 @@ def _stop_with_sigkill(proc: subprocess.Popen, tree: list[psutil.Process], out: 
 
 
 def test_a_stopped_sweep_keeps_its_rows_and_resume_finishes_it(write_config, tmp_path, clean):
-    """Stopped during a trial that hangs, by SIGTERM, then (resumed, hanging again) by SIGKILL;
-    with the hang fixed, --resume measures only what is missing."""
+    """Stopped during a trial that hangs by SIGTERM, then (resumed, hanging again) by Ctrl-C and by
+    SIGKILL; with the hang fixed, --resume measures only what is missing."""
     config, flag = _sweep_that_hangs_at_two_workers(write_config, tmp_path)
     out = tmp_path / "k.csv"
     proc = _start(config, out, clean)
-    _stop_with_sigterm(proc, _wait_for_hung_trial(proc, clean), out)
+    _stop_with(signal.SIGTERM, proc, _wait_for_hung_trial(proc, clean), out)
+    proc = _start(config, out, clean, "--resume")
+    _stop_with(signal.SIGINT, proc, _wait_for_hung_trial(proc, clean), out)
     proc = _start(config, out, clean, "--resume")
     kept_ok = _stop_with_sigkill(proc, _wait_for_hung_trial(proc, clean), out)
 
