@@ -430,23 +430,17 @@ def _wait_for_hung_trial(proc: subprocess.Popen, marker: str) -> list[psutil.Pro
     pytest.fail(f"the trial with 2 workers did not start (sweep exit code {proc.poll()})")
 
 
-def _stop_with(sig: signal.Signals, proc: subprocess.Popen, tree: list[psutil.Process], out: Path) -> None:
-    """SIGTERM or SIGINT (Ctrl-C) during the hung trial: exit 130, saying how to resume, the rows
-    before it kept."""
-    proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=60)
-    # Checked at once: the sweep killed them before it exited (the trial's watchdog would be late).
-    assert not [p.pid for p in tree if _alive(p.pid)]
-    assert proc.returncode == 130, stderr
-    assert "Interrupted" in stderr and "--resume" in stderr
+def _kept(out: Path) -> pd.DataFrame:
+    """The rows of a stopped sweep's CSV (a valid one): only trials that ran, none with 2 workers."""
     df = read_csv(out)
     assert len(df) < 6 and set(df.status) <= {"ok"}
     assert "num_workers=2" not in set(df.trial)
+    return df.set_index("trial")
 
 
 def _stop_with_sigkill(proc: subprocess.Popen, tree: list[psutil.Process], out: Path) -> pd.DataFrame:
     """SIGKILL of the sweep during the hung trial: the trial's tree goes down with it (its
-    watchdog), the CSV stays valid; returns its rows that ran."""
+    watchdog); the rows appended before the kill are in a valid CSV, and returned."""
     proc.kill()  # not reaped yet: to the trial's watchdog the sweep is a zombie, still "there"
     killed = time.monotonic()
     while [p for p in tree if _alive(p.pid)] and time.monotonic() - killed < 3:
@@ -454,22 +448,36 @@ def _stop_with_sigkill(proc: subprocess.Popen, tree: list[psutil.Process], out: 
     left = [p.pid for p in tree if _alive(p.pid)]
     proc.communicate(timeout=30)
     assert not left, f"trial processes still running 3 s after the sweep was killed: {left}"
-    kept = read_csv(out)  # the rows appended before the kill: a valid CSV
-    assert len(kept) < 6 and "num_workers=2" not in set(kept.trial)
-    return kept[kept.status == "ok"].set_index("trial")
+    return _kept(out)
+
+
+def _stop_with(sig: signal.Signals, proc: subprocess.Popen, tree: list[psutil.Process], out: Path,
+               kept: pd.DataFrame) -> None:
+    """SIGTERM or SIGINT (Ctrl-C) during the hung trial: exit 130, saying how to resume, the rows
+    `kept` as they were."""
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    # Checked at once: the sweep killed them before it exited (the trial's watchdog would be late).
+    assert not [p.pid for p in tree if _alive(p.pid)]
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr and "--resume" in stderr
+    now = _kept(out)
+    for trial in kept.index:
+        assert (now.loc[trial, "started_at"], now.loc[trial, "throughput"]) == \
+            (kept.loc[trial, "started_at"], kept.loc[trial, "throughput"])
 
 
 def test_a_stopped_sweep_keeps_its_rows_and_resume_finishes_it(write_config, tmp_path, clean):
-    """Stopped during a trial that hangs by SIGTERM, then (resumed, hanging again) by Ctrl-C and by
-    SIGKILL; with the hang fixed, --resume measures only what is missing."""
+    """Killed (SIGKILL) during a trial that hangs; resumed and hanging again, stopped by SIGTERM,
+    then by Ctrl-C; with the hang fixed, --resume measures only what is missing."""
     config, flag = _sweep_that_hangs_at_two_workers(write_config, tmp_path)
     out = tmp_path / "k.csv"
     proc = _start(config, out, clean)
-    _stop_with(signal.SIGTERM, proc, _wait_for_hung_trial(proc, clean), out)
-    proc = _start(config, out, clean, "--resume")
-    _stop_with(signal.SIGINT, proc, _wait_for_hung_trial(proc, clean), out)
-    proc = _start(config, out, clean, "--resume")
-    kept_ok = _stop_with_sigkill(proc, _wait_for_hung_trial(proc, clean), out)
+    kept = _stop_with_sigkill(proc, _wait_for_hung_trial(proc, clean), out)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = _start(config, out, clean, "--resume")
+        _stop_with(sig, proc, _wait_for_hung_trial(proc, clean), out, kept)
+    kept_ok = _kept(out)
 
     flag.unlink()  # the hang is fixed; resume measures only what is missing
     result = run_cli("sweep", str(config), "--out", str(out), "--resume", marker=clean)
