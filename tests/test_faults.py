@@ -152,7 +152,8 @@ def clean(marker):
 
 def test_a_sample_that_raises_names_its_type_message_and_index(write_config, tmp_path, clean):
     """One sweep: in a worker of the platform's default context (baseline), in a worker started
-    with spawn, and in the trial process itself (num_workers=0)."""
+    with spawn, and in the trial process itself (num_workers=0). No trial ran: exit 1, naming
+    the first failure."""
     config = fault_config(kwargs={"fault": "raise", "at": 13},
                           sweep={"num_workers": [0], "multiprocessing_context": ["spawn"]})
     result, rows = sweep(write_config(config), tmp_path / "f.csv", clean)
@@ -164,6 +165,8 @@ def test_a_sample_that_raises_names_its_type_message_and_index(write_config, tmp
     assert rows.loc["num_workers=0", "status"] == "failed"
     assert rows.loc["num_workers=0", "reason"] == "ValueError: corrupt record 13 (at dataset index 13)"
     assert rows.loc["ideal", "status"] == "ok", "its one batch (indices 0-3) loads"
+    assert user_error(result).startswith("Error: no trial ran successfully; the first, baseline, failed: "
+                                         "ValueError: corrupt record 13")
 
 
 @pytest.mark.parametrize(
