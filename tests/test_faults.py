@@ -203,8 +203,7 @@ def test_batches_that_cannot_be_made_fail_with_the_reason(write_config, tmp_path
     ],
     ids=["SIGSEGV", "SIGKILL"],
 )
-def test_a_process_killed_by_a_signal_is_a_failed_row_naming_it(write_config, tmp_path, clean, sig, where,
-                                                                 expected):
+def test_a_process_killed_by_a_signal_is_a_failed_row_naming_it(write_config, tmp_path, clean, sig, where, expected):
     sweep_axes = {"num_workers": [0]} if "num_workers=0" in expected else {}
     config = fault_config(kwargs={"fault": "signal", "sig": sig, "where": where, "at": 6}, sweep=sweep_axes)
     _, rows = sweep(write_config(config), tmp_path / "s.csv", clean)
@@ -436,8 +435,7 @@ def _wait_for_hung_trial(proc: subprocess.Popen, marker: str) -> list[psutil.Pro
 def _kept(out: Path) -> pd.DataFrame:
     """The rows of a stopped sweep's CSV (a valid one): only trials that ran, none with 2 workers."""
     df = read_csv(out)
-    assert len(df) < 6 and set(df.status) <= {"ok"}
-    assert "num_workers=2" not in set(df.trial)
+    assert len(df) < 6 and set(df.status) <= {"ok"} and "num_workers=2" not in set(df.trial)
     return df.set_index("trial")
 
 
@@ -454,8 +452,7 @@ def _stop_with_sigkill(proc: subprocess.Popen, tree: list[psutil.Process], out: 
     return _kept(out)
 
 
-def _stop_with(sig: signal.Signals, proc: subprocess.Popen, tree: list[psutil.Process], out: Path,
-               kept: pd.DataFrame) -> None:
+def _stop_with(sig: int, proc: subprocess.Popen, tree: list[psutil.Process], out: Path, kept: pd.DataFrame) -> None:
     """SIGTERM or SIGINT (Ctrl-C) during the hung trial: exit 130, saying how to resume, the rows
     `kept` as they were."""
     proc.send_signal(sig)
@@ -464,10 +461,7 @@ def _stop_with(sig: signal.Signals, proc: subprocess.Popen, tree: list[psutil.Pr
     assert not [p.pid for p in tree if _alive(p.pid)]
     assert proc.returncode == 130, stderr
     assert "Interrupted" in stderr and "--resume" in stderr
-    now = _kept(out)
-    for trial in kept.index:
-        assert (now.loc[trial, "started_at"], now.loc[trial, "throughput"]) == \
-            (kept.loc[trial, "started_at"], kept.loc[trial, "throughput"])
+    assert _kept(out).loc[kept.index, ["started_at", "throughput"]].equals(kept[["started_at", "throughput"]])
 
 
 def test_a_stopped_sweep_keeps_its_rows_and_resume_finishes_it(write_config, tmp_path, clean):
