@@ -163,7 +163,7 @@ def breakdown(config: Path, out: Path) -> Breakdown:
 
     start = time.perf_counter()
     with Timed(b, "model fits", Modelling, MODEL_METHODS), Timed(b, "file writes", SweepFiles, FILE_METHODS):
-        run_sweep_here(SweepOptions(config, out=out), on_event=on_event)
+        run_sweep_here(SweepOptions.of(config, out=out), on_event=on_event)
     b.wall_s = time.perf_counter() - start
     b.trials = len(seen)
     b.parts["preflight"] = marks.get("first_run", start) - start

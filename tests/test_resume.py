@@ -51,7 +51,7 @@ CONFIG = tiny_config(sweep={"num_workers": [0, 2, 3, 4], "prefetch_factor": [4]}
 
 def sweep(config_path, out, execute, **options):
     """A whole sweep of fake trials; preflight and the machine stand in (fake_setup)."""
-    asked = SweepOptions(config_path, out=out, **options)
+    asked = SweepOptions.of(config_path, out=out, **options)
     spec = asked.spec()
     setup = fake_setup(spec, {"config_sha": spec.sha, "scale": spec.scale, "ranks": 1, "started_at": "then"},
                        dataset_len=400)

@@ -26,7 +26,6 @@ REPEAT_LINES = 6
 KNOWN: dict[str, int] = {
     "class loadtune/config.py:LoaderSpec": 14,
     "class loadtune/measurement.py:Measurement": 13,
-    "class loadtune/options.py:SweepOptions": 17,
     "class loadtune/results/columns.py:Figures": 13,
     "class loadtune/results/record.py:Record": 68,
 }

@@ -190,7 +190,7 @@ def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write
     config = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost",
                                   "kwargs": {"num_samples": 200, "cost_s": 0.0005, "sample_shape": [256]}},
                          sweep={"num_workers": [0, 2]}, measure={"warmup_batches": 1, "batches": 4, "repeats": 1})
-    result = run_sweep(SweepOptions(write_config(config), out=tmp_path / "shm.csv"), shm_free_mb=0.01)
+    result = run_sweep(SweepOptions.of(write_config(config), out=tmp_path / "shm.csv"), shm_free_mb=0.01)
     rows = {r.trial: r for r in result.records}
     for trial in ("baseline", "num_workers=2"):
         assert rows[trial].status == "skipped"
