@@ -322,7 +322,7 @@ def _batch_times(measurement: Measurement) -> BatchTimes:
         wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
         h2d_ms=float(h2d.mean() * 1e3),
         step_ms=float(step.mean() * 1e3),
-        first_batch_s=measurement.first_batch_s,
+        first_batch_s=measurement.start.first_batch_s,
         epoch_start_ms=epoch_start_ms,
         copy_gb_per_s=copy_gb_per_s,
     )

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from loadtune.kinds import Status
 from loadtune.machine import cpu_quota, fingerprint, usable_cores
-from loadtune.measurement import Measurement, ResourceSamples, Window
+from loadtune.measurement import LoaderEpochs, Measurement, ResourceSamples, TrialStart, Window
 from loadtune.results.record import Record
 from loadtune.results.samples import TrialSamples
 from loadtune.run_epochs import AS_MEASURED
@@ -59,10 +59,11 @@ class Observed:
 
     def measurement(self) -> Measurement:
         warm_up, traits = self.warm_up, self.traits
-        return Measurement(first_batch_s=warm_up.first_batch_s, windows=self.windows, pinned=traits.pinned,
-                           batch_bytes=traits.batch_bytes, resources=self.resources, warmup_s=warm_up.warmup_s,
-                           warmup_batches=warm_up.warmup_batches, dataset_batches=traits.epoch_batches,
-                           window_epoch_batches=traits.epoch_batches, restarts_workers=traits.restarts_workers)
+        epochs = LoaderEpochs(dataset_batches=traits.epoch_batches, window_epoch_batches=traits.epoch_batches,
+                              restarts_workers=traits.restarts_workers)
+        return Measurement(TrialStart(warm_up.first_batch_s, warm_up.warmup_s, warm_up.warmup_batches),
+                           windows=self.windows, pinned=traits.pinned, batch_bytes=traits.batch_bytes,
+                           resources=self.resources, epochs=epochs)
 
     @property
     def trial(self) -> Trial:
@@ -139,4 +140,3 @@ def _seed(name: str) -> int:
     import zlib
 
     return zlib.crc32(name.encode())
-
