@@ -18,7 +18,7 @@ from loadtune.results.samples import TrialSamples
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.records import trial_record
-from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.stats import seed_of, summarize
 from loadtune.trials import Trial
 
 STRATEGY = "watch"  # the strategy column of a watched row
@@ -104,7 +104,7 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
     measurement = observed.measurement()
     # The intervals are the run itself: its figures are its counted batches as they came (each epoch
     # start where it was), not a window's weighed for another epoch length, as a sweep's are.
-    stats = summarize(measurement, seed=_seed(observed.name), run_epoch_batches=AS_MEASURED, batch_floor=False)
+    stats = summarize(measurement, seed=seed_of(observed.name), run_epoch_batches=AS_MEASURED, batch_floor=False)
     trial = observed.trial
     if trial_name is not None:
         trial = dataclasses.replace(trial, name=trial_name)
@@ -134,9 +134,3 @@ def watched_samples(name: str, observed: Observed, kept: dict[int, Measurement] 
     for stale in set(kept) - {id(w) for w in observed.windows}:
         del kept[stale]
     return TrialSamples(name, 0, tuple(parts), (observed.watched_s,))
-
-
-def _seed(name: str) -> int:
-    import zlib
-
-    return zlib.crc32(name.encode())
