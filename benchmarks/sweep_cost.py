@@ -153,10 +153,10 @@ def breakdown(config: Path, out: Path) -> Breakdown:
                 starts = sum(s for w in m.windows for s, first in zip(w.wait_s, w.epoch_start) if first)
                 b.parts["counted"] += counted
                 b.parts["  epoch starts"] += starts
-                b.parts["factory and build"] += m.setup_s
-                b.parts["first batch"] += m.first_batch_s
-                b.parts["warm-up"] += m.warmup_s
-                inside = counted + m.setup_s + m.first_batch_s + m.warmup_s
+                b.parts["factory and build"] += m.start.setup_s
+                b.parts["first batch"] += m.start.first_batch_s
+                b.parts["warm-up"] += m.start.warmup_s
+                inside = counted + m.start.setup_s + m.start.first_batch_s + m.start.warmup_s
             b.parts["process start/exit"] += max(outcome.wall_s - inside, 0.0)
         elif isinstance(event, events.SweepFinished):
             marks["finished"] = now
