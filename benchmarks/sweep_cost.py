@@ -153,17 +153,17 @@ def breakdown(config: Path, out: Path) -> Breakdown:
                 starts = sum(s for w in m.windows for s, first in zip(w.wait_s, w.epoch_start) if first)
                 b.parts["counted"] += counted
                 b.parts["  epoch starts"] += starts
-                b.parts["factory and build"] += m.setup_s
-                b.parts["first batch"] += m.first_batch_s
-                b.parts["warm-up"] += m.warmup_s
-                inside = counted + m.setup_s + m.first_batch_s + m.warmup_s
+                b.parts["factory and build"] += m.start.setup_s
+                b.parts["first batch"] += m.start.first_batch_s
+                b.parts["warm-up"] += m.start.warmup_s
+                inside = counted + m.start.setup_s + m.start.first_batch_s + m.start.warmup_s
             b.parts["process start/exit"] += max(outcome.wall_s - inside, 0.0)
         elif isinstance(event, events.SweepFinished):
             marks["finished"] = now
 
     start = time.perf_counter()
     with Timed(b, "model fits", Modelling, MODEL_METHODS), Timed(b, "file writes", SweepFiles, FILE_METHODS):
-        run_sweep_here(SweepOptions(config, out=out), on_event=on_event)
+        run_sweep_here(SweepOptions.of(config, out=out), on_event=on_event)
     b.wall_s = time.perf_counter() - start
     b.trials = len(seen)
     b.parts["preflight"] = marks.get("first_run", start) - start

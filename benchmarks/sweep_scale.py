@@ -33,7 +33,7 @@ def timed(sizes_items: int, workers: list[int]) -> tuple[float, int]:
                       "device": "cpu"}, name=f"scale-{sizes_items}-{len(workers)}")
     runs = []
     start = time.perf_counter()
-    run_sweep(SweepOptions(spec.path, out=WORK / f"scale-{sizes_items}-{len(workers)}.csv"), spec=spec,
+    run_sweep(SweepOptions.of(spec.path, out=WORK / f"scale-{sizes_items}-{len(workers)}.csv"), spec=spec,
               on_event=lambda e: runs.append(e) if isinstance(e, events.RunFinished) else None)
     return time.perf_counter() - start, len(runs)
 

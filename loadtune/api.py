@@ -108,8 +108,8 @@ def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Ove
     `loader_kwargs` DataLoader's keywords only, the thread settings in `thread_settings`).
 
     `config` is a YAML path or a mapping of the same keys. `overrides` are `--set` assignments
-    ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options` are the fields of
-    loadtune.options.SweepOptions: repeats, batches, warmup, tolerance, budget, device (config
+    ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options` are the keywords of
+    loadtune.options.SweepOptions.of: repeats, batches, warmup, tolerance, budget, device (config
     shorthands, as the CLI's), scale, strategy ("model"), rank_by ("throughput"), ranks (1),
     resume (False: an existing `out` is refused unless resumed or, with overwrite=True, replaced),
     overwrite (False), seed. `on_event` is given each sweep event. Raises LoadtuneError for

@@ -202,13 +202,16 @@ def sweep(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
-    from loadtune.options import SweepOptions
+    from loadtune.options import MeasureShorthands, OutputOptions, SweepOptions
 
     if resume and overwrite:
         raise typer.BadParameter("--resume keeps the output's rows and --overwrite replaces them: give one",
                                  param_hint="--overwrite")
-    options = SweepOptions(config, tuple(sets), scale, repeats, batches, warmup, tolerance, budget, device,
-                           strategy, rank_by, ranks, resume, out=out, overwrite=overwrite)
+    options = SweepOptions(config, tuple(sets), scale=scale,
+                           measure=MeasureShorthands(repeats=repeats, batches=batches, warmup=warmup,
+                                                     tolerance=tolerance, budget=budget, device=device),
+                           strategy=strategy, rank_by=rank_by, ranks=ranks,
+                           output=OutputOptions(out=out, resume=resume, overwrite=overwrite))
     result = _run_sweep(options, debug)
     if result is not None:  # None: a torchrun follower, which prints nothing
         _print_sweep(result, plot, as_json, verbose, debug)
@@ -224,7 +227,7 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
 
     err = _err()
     view = _ProgressView(err)
-    out_path = options.out
+    out_path = options.output.out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
     cluster = None
@@ -424,11 +427,11 @@ def profile(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Run the baseline under torch.profiler with the loop's regions named, and show where time goes."""
-    from loadtune.options import SweepOptions
+    from loadtune.options import MeasureShorthands, SweepOptions
     from loadtune.profile import profile_run
 
     try:
-        spec = SweepOptions(config, tuple(sets), device=device).spec()
+        spec = SweepOptions(config, tuple(sets), measure=MeasureShorthands(device=device)).spec()
         result = profile_run(spec, batches or spec.config.measure.batches, trace, spec.config.device)
     except LoadtuneError as exc:
         _fail(str(exc), debug)

@@ -4,6 +4,7 @@ trial process, sent to the sweep process, and never written to disk as such."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -151,20 +152,19 @@ class ResourceSamples:
 
 
 @dataclass(frozen=True)
-class Measurement:
-    """What one trial observed: time to its first batch and its counted windows."""
+class TrialStart:
+    """A trial until its counted windows: building it, its first batch, and the warm-up."""
 
     first_batch_s: float
-    windows: tuple[Window, ...]
-    pinned: bool | None = None
-    batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
-    resources: tuple[ResourceSamples, ...] = ()  # the sampled process tree over the counted windows
     warmup_s: float = 0.0  # after the first batch, until the counted windows start
     warmup_batches: int = 0  # batches not counted, the first one included
     setup_s: float = 0.0  # building the dataset, loader and step before the first batch
-    # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
-    # holds their combination (see combine_ranks).
-    ranks: tuple["Measurement", ...] = ()
+
+
+@dataclass(frozen=True)
+class LoaderEpochs:
+    """The epochs of a trial's DataLoader: what its sampler handed out, and their lengths."""
+
     # A map-style dataset's sampler, each epoch this process started (warm-up included); empty
     # for an IterableDataset and in a combination of ranks (each rank's stay in its own).
     sampled: tuple[SamplerEpoch, ...] = ()
@@ -175,6 +175,21 @@ class Measurement:
     # Its DataLoader starts its workers again at each epoch (workers, not persistent): an epoch's
     # start then costs what the trial's first batch did.
     restarts_workers: bool = False
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one trial observed: its start (the first batch and warm-up) and its counted windows."""
+
+    start: TrialStart
+    windows: tuple[Window, ...]
+    pinned: bool | None = None
+    batch_bytes: int | None = None  # bytes of tensors in the first batch (what workers pass on)
+    resources: tuple[ResourceSamples, ...] = ()  # the sampled process tree over the counted windows
+    # With data-parallel ranks: each rank's own Measurement, in rank order; `windows` then
+    # holds their combination (see combine_ranks).
+    ranks: tuple["Measurement", ...] = ()
+    epochs: LoaderEpochs = LoaderEpochs()
 
 
 def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:
@@ -215,15 +230,15 @@ def combine_ranks(per_rank: Sequence[Measurement]) -> Measurement:
         ))
     pinned = [m.pinned for m in per_rank]
     return Measurement(
-        first_batch_s=max(m.first_batch_s for m in per_rank),
+        start=TrialStart(
+            first_batch_s=max(m.start.first_batch_s for m in per_rank),
+            warmup_s=max(m.start.warmup_s for m in per_rank),
+            warmup_batches=max(m.start.warmup_batches for m in per_rank),
+            setup_s=max(m.start.setup_s for m in per_rank),
+        ),
         windows=tuple(windows),
         pinned=None if None in pinned else all(pinned),
         batch_bytes=per_rank[0].batch_bytes,
-        warmup_s=max(m.warmup_s for m in per_rank),
-        warmup_batches=max(m.warmup_batches for m in per_rank),
-        setup_s=max(m.setup_s for m in per_rank),
         ranks=tuple(per_rank),
-        dataset_batches=per_rank[0].dataset_batches,
-        window_epoch_batches=per_rank[0].window_epoch_batches,
-        restarts_workers=per_rank[0].restarts_workers,
+        epochs=dataclasses.replace(per_rank[0].epochs, sampled=()),
     )

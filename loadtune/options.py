@@ -43,7 +43,7 @@ class MeasureKeywords(TypedDict, total=False):
 
 
 class SweepKeywords(MeasureKeywords, total=False):
-    """The keywords of loadtune.sweep(): SweepOptions' fields that say how to run (None: the default)."""
+    """The keywords of loadtune.sweep(): what SweepOptions.of takes that says how to run (None: the default)."""
 
     scale: float | None
     strategy: Strategy | str | None
@@ -54,6 +54,12 @@ class SweepKeywords(MeasureKeywords, total=False):
     seed: int | None
 
 
+# The keywords of SweepOptions.of that set OutputOptions.
+OUTPUT_KEYS = ("out", "resume", "overwrite")
+# The keywords of SweepOptions.of that set SweepOptions' own fields.
+RUN_KEYS = ("scale", "strategy", "rank_by", "ranks", "seed")
+
+
 def _member(kind: type[W], value: object, option: str) -> W:
     try:
         return kind(value)
@@ -62,34 +68,61 @@ def _member(kind: type[W], value: object, option: str) -> W:
 
 
 @dataclass(frozen=True)
-class SweepOptions:
-    """A sweep as asked: the config (a YAML path, or a mapping of the same keys), `--set`
-    assignments, the shorthands for measure keys (None: as the config says), and how to run."""
+class MeasureShorthands:
+    """The shorthands for measure keys, as MEASURE_KEYS names them; None: as the config says."""
 
-    config: ConfigSource
-    sets: tuple[str, ...] = ()
-    scale: float = 1.0
     repeats: int | None = None
     batches: int | None = None
     warmup: int | None = None
     tolerance: float | None = None
     budget: float | None = None
     device: str | None = None
+
+    def assignments(self) -> list[str]:
+        """One `--set` assignment per shorthand given."""
+        out = []
+        for option, key in MEASURE_KEYS.items():
+            value = getattr(self, option)
+            if value is not None:
+                out.append(f"{key}={json.dumps(value)}")
+        return out
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where the result goes and what becomes of an existing one: `out` (None: default_output),
+    `resume` keeps its rows and measures the rest, `overwrite` replaces it (without either, it is
+    refused)."""
+
+    out: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.out is not None:
+            object.__setattr__(self, "out", Path(self.out))
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    """A sweep as asked: the config (a YAML path, or a mapping of the same keys), `--set`
+    assignments, the shorthands for measure keys, how to run, and the output."""
+
+    config: ConfigSource
+    sets: tuple[str, ...] = ()
+    scale: float = 1.0
+    measure: MeasureShorthands = MeasureShorthands()
     strategy: Strategy = Strategy.MODEL
     rank_by: RankBy = RankBy.THROUGHPUT
     ranks: int = 1
-    resume: bool = False
     seed: int = 0
-    out: Path | None = None
+    output: OutputOptions = OutputOptions()
     torchrun: bool = False  # run under torchrun, as its rank 0 (ranks is then its world size)
-    overwrite: bool = False  # replace an existing output (without this or resume, it is refused)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "strategy", _member(Strategy, self.strategy, "strategy"))
         object.__setattr__(self, "rank_by", _member(RankBy, self.rank_by, "rank by"))
         object.__setattr__(self, "sets", tuple(self.sets))
-        if self.out is not None:
-            object.__setattr__(self, "out", Path(self.out))
         if isinstance(self.ranks, bool) or not isinstance(self.ranks, int) or self.ranks < 1:
             raise ConfigError(f"ranks {self.ranks!r}: expected a whole number, 1 or more")
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
@@ -97,23 +130,21 @@ class SweepOptions:
 
     @classmethod
     def of(cls, config: ConfigSource, overrides: Overrides = None, **options: Any) -> "SweepOptions":
-        """Options from the Python API's keywords: `overrides` as "KEY=VALUE" strings or a mapping
-        of dotted keys to values; an unknown keyword is a TypeError, as for any function."""
-        known = {f.name for f in dataclasses.fields(cls)} - {"config", "sets", "torchrun"}
-        unknown = sorted(set(options) - known)
+        """Options from the Python API's keywords (SweepKeywords, and `out`): `overrides` as
+        "KEY=VALUE" strings or a mapping of dotted keys to values; an unknown keyword is a
+        TypeError, as for any function."""
+        unknown = sorted(set(options) - set(MEASURE_KEYS) - set(OUTPUT_KEYS) - set(RUN_KEYS))
         if unknown:
             raise TypeError(f"sweep() got an unexpected option {unknown[0]!r}")
-        given = {k: v for k, v in options.items() if v is not None or k in MEASURE_KEYS}
-        return cls(config=config, sets=tuple(_assignments(overrides)), **given)
+        given = {k: v for k, v in options.items() if v is not None}
+        measure = MeasureShorthands(**{k: v for k, v in options.items() if k in MEASURE_KEYS})
+        output = OutputOptions(**{k: v for k, v in given.items() if k in OUTPUT_KEYS})
+        run = {k: v for k, v in given.items() if k in RUN_KEYS}
+        return cls(config=config, sets=tuple(_assignments(overrides)), measure=measure, output=output, **run)
 
     def assignments(self) -> list[str]:
         """The `--set` assignments, then one per shorthand given."""
-        out = list(self.sets)
-        for option, key in MEASURE_KEYS.items():
-            value = getattr(self, option)
-            if value is not None:
-                out.append(f"{key}={json.dumps(value)}")
-        return out
+        return [*self.sets, *self.measure.assignments()]
 
     def spec(self) -> RunSpec:
         """The validated config these options ask for."""
@@ -126,7 +157,8 @@ class SweepOptions:
         return dataclasses.replace(spec, ranks=self.ranks, torchrun=self.torchrun)
 
     def out_path(self, spec: RunSpec) -> Path:
-        return self.out if self.out is not None else default_output(spec)
+        out = self.output.out
+        return out if out is not None else default_output(spec)
 
 
 def default_output(spec: RunSpec) -> Path:

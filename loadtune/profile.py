@@ -256,7 +256,7 @@ def _result(device: str, trial: Trial, measurement: Measurement, batches: int, t
     return ProfileResult(
         device=device,
         dataloader=dataloader_line(trial.loader_kwargs),
-        warmup_batches=measurement.warmup_batches,
+        warmup_batches=measurement.start.warmup_batches,
         batches=batches,
         samples=sum(counted.samples),
         epochs_started=sum(counted.epoch_start),

@@ -52,13 +52,13 @@ def run_epochs(measurement: Measurement, stated: int | None = None) -> RunEpochs
     own batches, as they came."""
     if stated == AS_MEASURED:
         return RunEpochs(math.inf, 0)
-    batches = float(stated or measurement.dataset_batches or math.inf)
+    batches = float(stated or measurement.epochs.dataset_batches or math.inf)
     if not any(any(w.epoch_start) for w in measurement.windows):
-        if not measurement.restarts_workers or not measurement.windows:
+        if not measurement.epochs.restarts_workers or not measurement.windows:
             return RunEpochs(batches, 0)
         waits = np.concatenate([_parts(w)[:, 1] for w in measurement.windows])
-        return RunEpochs(batches, 0, max(0.0, measurement.first_batch_s - float(waits.mean())))
-    seen = measurement.window_epoch_batches
+        return RunEpochs(batches, 0, max(0.0, measurement.start.first_batch_s - float(waits.mean())))
+    seen = measurement.epochs.window_epoch_batches
     return RunEpochs(batches, max(1, seen // 2) if seen else 1)
 
 

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import socket
-import subprocess
-import sys
 import textwrap
 import time
 
@@ -17,7 +13,7 @@ import pytest
 
 from loadtune.machine import usable_cores
 from loadtune.results.record import COLUMNS
-from tests.conftest import MARKER_VAR, run_cli, tiny_config
+from tests.conftest import run_cli, tiny_config
 from tests.test_one_voice import items
 
 pytestmark = pytest.mark.slow
@@ -218,31 +214,6 @@ def test_scale_and_default_output_name(write_config, tmp_path, marker):
     out = tmp_path / "results" / f"tiny-{host}-x2.csv"
     df = pd.read_csv(out)
     assert df.dataset_len.iloc[0] == 800 and df.scale.iloc[0] == 2 and df.batch_size.iloc[0] == 4
-
-
-def test_interrupt_keeps_measured_rows_and_exits_130(write_config, tmp_path, marker):
-    config = tiny_config(sweep={"num_workers": [0, 2, 3], "prefetch_factor": [1, 4]},
-                         measure={"warmup_batches": 1, "batches": 30, "repeats": 1, "timeout_s": 60})
-    out = tmp_path / "i.csv"
-    env = {**os.environ, MARKER_VAR: marker}
-    # As from a terminal: Ctrl-C not ignored, even when these tests run as a background job (where
-    # the shell ignores SIGINT, and every process started from it inherits that).
-    proc = subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(write_config(config)), "--out",
-                             str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if out.exists() and len(out.read_text().splitlines()) >= 3:
-            break
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stderr
-    assert "Interrupted" in stderr
-    df = pd.read_csv(out)
-    assert 2 <= len(df) < 7, "7 trials with the ideal: interrupted before the last"
-    assert list(df.columns[: len(SPEC_COLUMNS)]) == SPEC_COLUMNS
-    assert set(df.status) <= {"ok", "skipped"}
 
 
 def test_resume_keeps_finished_rows_and_runs_only_the_rest(write_config, tmp_path, marker):

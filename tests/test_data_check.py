@@ -21,7 +21,7 @@ import torch
 from loadtune import synthetic
 from loadtune.config import load_config
 from loadtune.kinds import RankBy
-from loadtune.measurement import Measurement, SamplerEpoch, Window, combine_ranks
+from loadtune.measurement import LoaderEpochs, Measurement, SamplerEpoch, TrialStart, Window, combine_ranks
 from loadtune.results.findings import RepeatingSampler
 from loadtune.results.record import read_records
 from loadtune.sweep_process.conclude import decision, ranked
@@ -196,7 +196,8 @@ def test_a_trial_without_keys_is_not_checked():
 
 
 def test_combined_ranks_keep_each_ranks_keys():
-    per_rank = [Measurement(0.1, (window([[0, 2], [4, 6]]),)), Measurement(0.1, (window([[1, 3], [5, 7]]),))]
+    per_rank = [Measurement(TrialStart(0.1), (window([[0, 2], [4, 6]]),)),
+                Measurement(TrialStart(0.1), (window([[1, 3], [5, 7]]),))]
     combined = combine_ranks(per_rank)
     assert combined.windows[0].keys == (), "the combination is no one stream"
     assert [w[0].keys for w in streams(combined)] == [(0, 2, 4, 6), (1, 3, 5, 7)]
@@ -424,7 +425,7 @@ def keyed(throughput: float, batches: list[list[int]], starts: set[int]) -> Meas
     per_batch = len(batches[0]) / throughput
     w = Window((0.2 * per_batch,) * n, (0.0,) * n, (0.8 * per_batch,) * n, tuple(len(b) for b in batches),
                tuple(i in starts for i in range(n)), keys=tuple(k for b in batches for k in b))
-    return Measurement(0.1, (w,))
+    return Measurement(TrialStart(0.1), (w,))
 
 
 def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it(tmp_path, write_config):
@@ -461,7 +462,7 @@ def test_the_runner_flags_a_faster_trial_that_repeats_samples_and_never_picks_it
 def by_indices(epochs: list[SamplerEpoch]) -> Measurement:
     """A trial whose batches carry nothing to key (augmented bytes, no labels): only its sampler's indices."""
     w = Window((0.02,) * 4, (0.0,) * 4, (0.08,) * 4, (4,) * 4, (True, False, False, False))
-    return Measurement(0.1, (w,), sampled=tuple(epochs))
+    return Measurement(TrialStart(0.1), (w,), epochs=LoaderEpochs(tuple(epochs)))
 
 
 @pytest.mark.parametrize("repeating", [False, True])
@@ -500,7 +501,8 @@ def test_the_runner_compares_keys_when_a_trials_sampler_gave_no_indices(tmp_path
         measurement = keyed(100.0, *epochs(DATASET, 2))
         if job.trial.loader_kwargs["num_workers"] == 2:  # a sampler of (index, size) pairs: nothing recorded
             return Outcome("ok", "", measurement, 0.5)
-        return Outcome("ok", "", dataclasses.replace(measurement, sampled=(handed_out(DATASET, complete=True),)), 0.5)
+        recorded = LoaderEpochs((handed_out(DATASET, complete=True),))
+        return Outcome("ok", "", dataclasses.replace(measurement, epochs=recorded), 0.5)
 
     runner = fake_runner(spec, tmp_path / "out.csv", execute, iterable=False)
     runner.measure([trial_for(spec.config, {}, False), trial_for(spec.config, {"num_workers": 2}, False)], 1)
@@ -510,9 +512,11 @@ def test_the_runner_compares_keys_when_a_trials_sampler_gave_no_indices(tmp_path
 
 def test_repeats_keep_each_ranks_sampler_epochs_in_order():
     a, b, c, d = (handed_out([k]) for k in range(4))
-    both = merged([combine_ranks([Measurement(0.1, (), sampled=(a,)), Measurement(0.1, (), sampled=(b,))]),
-                   combine_ranks([Measurement(0.1, (), sampled=(c,)), Measurement(0.1, (), sampled=(d,))])])
-    assert both.sampled == () and sampled(both) == [(a, c), (b, d)]
+    def rank(epoch: SamplerEpoch) -> Measurement:
+        return Measurement(TrialStart(0.1), (), epochs=LoaderEpochs((epoch,)))
+
+    both = merged([combine_ranks([rank(a), rank(b)]), combine_ranks([rank(c), rank(d)])])
+    assert both.epochs.sampled == () and sampled(both) == [(a, c), (b, d)]
 
 
 # --- real sweeps through the CLI -----------------------------------------------------------------

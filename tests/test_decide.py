@@ -11,7 +11,7 @@ import pytest
 
 from loadtune.config import load_config
 from loadtune.kinds import RankBy
-from loadtune.measurement import Measurement, Window
+from loadtune.measurement import Measurement, TrialStart, Window
 from loadtune.results.interval import Interval
 from loadtune.results.record import read_records
 from loadtune.sweep_process.conclude import decision as decision_of
@@ -194,7 +194,7 @@ def fake_measurement(throughput: float, repeat: int) -> Measurement:
     wobble = [per_batch * (1 + 0.01 * ((i + repeat) % 3 - 1)) for i in range(20)]
     window = Window(tuple(0.2 * t for t in wobble), (0.0,) * 20, tuple(0.8 * t for t in wobble), (8,) * 20,
                     (False,) * 20)
-    return Measurement(0.1, (window,))
+    return Measurement(TrialStart(0.1), (window,))
 
 
 class FakeTrials:

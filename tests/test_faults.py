@@ -150,18 +150,23 @@ def clean(marker):
 
 # --- A dataset that fails while loading: the row says what, where, and in which process ---------
 
-@pytest.mark.parametrize("context", [None, "spawn"])
-def test_a_sample_that_raises_names_its_type_message_and_index(write_config, tmp_path, clean, context):
-    loader = {"multiprocessing_context": context} if context else {}
-    config = fault_config(kwargs={"fault": "raise", "at": 13}, loader=loader, sweep={"num_workers": [0]})
+def test_a_sample_that_raises_names_its_type_message_and_index(write_config, tmp_path, clean):
+    """One sweep: in a worker of the platform's default context (baseline), in a worker started
+    with spawn, and in the trial process itself (num_workers=0). No trial ran: exit 1, naming
+    the first failure."""
+    config = fault_config(kwargs={"fault": "raise", "at": 13},
+                          sweep={"num_workers": [0], "multiprocessing_context": ["spawn"]})
     result, rows = sweep(write_config(config), tmp_path / "f.csv", clean)
-    assert rows.loc["baseline", "status"] == "failed"
-    assert rows.loc["baseline", "reason"] == ("ValueError: corrupt record 13 "
-                                              "(at dataset index 13, in DataLoader worker process 0)")
+    in_worker = "ValueError: corrupt record 13 (at dataset index 13, in DataLoader worker process 0)"
+    for trial in ("baseline", "multiprocessing_context=spawn"):
+        assert rows.loc[trial, "status"] == "failed"
+        assert rows.loc[trial, "reason"] == in_worker
+        assert f"{trial}: failed: ValueError: corrupt record 13" in result.stderr
     assert rows.loc["num_workers=0", "status"] == "failed"
     assert rows.loc["num_workers=0", "reason"] == "ValueError: corrupt record 13 (at dataset index 13)"
     assert rows.loc["ideal", "status"] == "ok", "its one batch (indices 0-3) loads"
-    assert "baseline: failed: ValueError: corrupt record 13" in result.stderr
+    assert user_error(result).startswith("Error: no trial ran successfully; the first, baseline, failed: "
+                                         "ValueError: corrupt record 13")
 
 
 @pytest.mark.parametrize(
@@ -189,22 +194,23 @@ def test_batches_that_cannot_be_made_fail_with_the_reason(write_config, tmp_path
 
 
 @pytest.mark.parametrize(
-    ("where", "sig", "expected"),
+    ("sig", "where", "expected"),
     [
-        ("worker", "SIGSEGV", "killed by SIGSEGV (Segmentation fault)"),
-        ("worker", "SIGKILL", "killed by SIGKILL (Killed); out of memory?"),
-        ("main", "SIGSEGV", "trial process killed by SIGSEGV (Segmentation fault)"),
+        # One sweep: the baseline's worker killed, then the trial process itself (num_workers=0).
+        ("SIGSEGV", "any", {"baseline": "killed by SIGSEGV (Segmentation fault)",
+                            "num_workers=0": "trial process killed by SIGSEGV (Segmentation fault)"}),
+        ("SIGKILL", "worker", {"baseline": "killed by SIGKILL (Killed); out of memory?"}),
     ],
+    ids=["SIGSEGV", "SIGKILL"],
 )
-def test_a_process_killed_by_a_signal_is_a_failed_row_naming_it(write_config, tmp_path, clean, where, sig,
-                                                                 expected):
-    loader = {"num_workers": 0} if where == "main" else {}
-    config = fault_config(kwargs={"fault": "signal", "sig": sig, "where": where, "at": 6}, loader=loader)
+def test_a_process_killed_by_a_signal_is_a_failed_row_naming_it(write_config, tmp_path, clean, sig, where, expected):
+    sweep_axes = {"num_workers": [0]} if "num_workers=0" in expected else {}
+    config = fault_config(kwargs={"fault": "signal", "sig": sig, "where": where, "at": 6}, sweep=sweep_axes)
     _, rows = sweep(write_config(config), tmp_path / "s.csv", clean)
-    assert rows.loc["baseline", "status"] == "failed"
-    assert expected in rows.loc["baseline", "reason"], rows.loc["baseline", "reason"]
-    if where == "worker":
-        assert rows.loc["baseline", "reason"].startswith("DataLoader worker (pid ")
+    for trial, reason in expected.items():
+        assert rows.loc[trial, "status"] == "failed"
+        assert reason in rows.loc[trial, "reason"], rows.loc[trial, "reason"]
+    assert rows.loc["baseline", "reason"].startswith("DataLoader worker (pid ")
     assert rows.loc["ideal", "status"] == "ok"
 
 
@@ -222,26 +228,29 @@ def test_out_of_memory_under_a_limit_is_a_failed_row_naming_memoryerror(write_co
 
 # --- Hangs: a timeout row after measure.timeout_s, and the whole tree killed ------------------------
 
-@pytest.mark.parametrize("where", ["main", "worker"])
-def test_a_hang_times_out_and_its_process_tree_is_killed(write_config, tmp_path, clean, where):
-    loader = {"num_workers": 0} if where == "main" else {"num_workers": 2}
-    config = fault_config(kwargs={"fault": "hang", "where": where, "at": 8}, loader=loader, timeout_s=3)
+@pytest.mark.serial  # the bounds on the walls are measured figures
+def test_a_hang_times_out_and_its_process_tree_is_killed(write_config, tmp_path, clean):
+    """One sweep: the baseline hangs in one of its 2 workers, num_workers=0 in the trial process."""
+    config = fault_config(kwargs={"fault": "hang", "where": "any", "at": 8}, loader={"num_workers": 2},
+                          sweep={"num_workers": [0]}, timeout_s=3)
     start = time.monotonic()
     _, rows = sweep(write_config(config), tmp_path / "h.csv", clean)
     assert time.monotonic() - start < 30
-    assert rows.loc["baseline", "status"] == "timeout"
-    assert "measure.timeout_s=3s" in rows.loc["baseline", "reason"]
-    assert 3 <= rows.loc["baseline", "trial_wall_s"] < 6
+    for trial in ("baseline", "num_workers=0"):
+        assert rows.loc[trial, "status"] == "timeout"
+        assert "measure.timeout_s=3s" in rows.loc[trial, "reason"]
+        assert 3 <= rows.loc[trial, "trial_wall_s"] < 6
     assert rows.loc["ideal", "status"] == "ok"
 
 
-@pytest.mark.parametrize("escape", [False, True], ids=["group", "new-session-child"])
-def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp_path, escape):
-    """In this process, which stays alive: the trial's own watchdog cannot be what kills them."""
+def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp_path):
+    """In this process, which stays alive: the trial's own watchdog cannot be what kills them. The
+    tree: the trial process and its worker in their process group, and a child of the worker that
+    left the group for a session of its own."""
     record = tmp_path / "pids"
     record.mkdir()
     config = fault_config(kwargs={"fault": "hang", "where": "worker", "at": 4, "record": str(record),
-                                  "escape": escape}, loader={"num_workers": 2})
+                                  "escape": True}, loader={"num_workers": 2})
     spec = load_config(write_config(config))
     cfg = spec.config
     job = TrialJob(baseline_trial(cfg), cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir),
@@ -253,7 +262,7 @@ def test_run_in_trial_process_kills_the_tree_before_it_returns(write_config, tmp
     outcome = run_in_trial_process(job, timeout_s=8)
     assert outcome.status == "timeout"
     pids = [int(p.name) for p in record.iterdir()]
-    assert len(pids) >= (3 if escape else 2), "a worker, the trial process (and the escaped child)"
+    assert len(pids) >= 3, "a worker, the trial process and the escaped child"
     deadline = time.monotonic() + 1
     while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -391,9 +400,12 @@ def _sweep_that_hangs_at_two_workers(write_config, tmp_path: Path) -> tuple[Path
 
 
 def _start(config: Path, out: Path, marker: str, *args: str) -> subprocess.Popen:
+    """The sweep as from a terminal: Ctrl-C not ignored, even when these tests run as a background
+    job (where the shell ignores SIGINT, and every process started from it inherits that)."""
     env = {**os.environ, MARKER_VAR: marker, "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "loadtune", "sweep", str(config), "--out", str(out), *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _trial_tree(sweep_proc: subprocess.Popen, marker: str) -> list[psutil.Process]:
@@ -420,27 +432,16 @@ def _wait_for_hung_trial(proc: subprocess.Popen, marker: str) -> list[psutil.Pro
     pytest.fail(f"the trial with 2 workers did not start (sweep exit code {proc.poll()})")
 
 
-def test_sigterm_stops_the_sweep_with_130_keeping_rows(write_config, tmp_path, clean):
-    config, _ = _sweep_that_hangs_at_two_workers(write_config, tmp_path)
-    out = tmp_path / "t.csv"
-    proc = _start(config, out, clean)
-    tree = _wait_for_hung_trial(proc, clean)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    # Checked at once: the sweep killed them before it exited (the trial's watchdog would be late).
-    assert not [p.pid for p in tree if _alive(p.pid)]
-    assert proc.returncode == 130, stderr
-    assert "Interrupted" in stderr and "--resume" in stderr
+def _kept(out: Path) -> pd.DataFrame:
+    """The rows of a stopped sweep's CSV (a valid one): only trials that ran, none with 2 workers."""
     df = read_csv(out)
-    assert len(df) < 6 and set(df.status) <= {"ok"}
-    assert "num_workers=2" not in set(df.trial)
+    assert len(df) < 6 and set(df.status) <= {"ok"} and "num_workers=2" not in set(df.trial)
+    return df.set_index("trial")
 
 
-def test_sigkill_of_the_sweep_takes_its_trial_down_and_resume_finishes(write_config, tmp_path, clean):
-    config, flag = _sweep_that_hangs_at_two_workers(write_config, tmp_path)
-    out = tmp_path / "k.csv"
-    proc = _start(config, out, clean)
-    tree = _wait_for_hung_trial(proc, clean)
+def _stop_with_sigkill(proc: subprocess.Popen, tree: list[psutil.Process], out: Path) -> pd.DataFrame:
+    """SIGKILL of the sweep during the hung trial: the trial's tree goes down with it (its
+    watchdog); the rows appended before the kill are in a valid CSV, and returned."""
     proc.kill()  # not reaped yet: to the trial's watchdog the sweep is a zombie, still "there"
     killed = time.monotonic()
     while [p for p in tree if _alive(p.pid)] and time.monotonic() - killed < 3:
@@ -448,9 +449,32 @@ def test_sigkill_of_the_sweep_takes_its_trial_down_and_resume_finishes(write_con
     left = [p.pid for p in tree if _alive(p.pid)]
     proc.communicate(timeout=30)
     assert not left, f"trial processes still running 3 s after the sweep was killed: {left}"
-    kept = read_csv(out)  # the rows appended before the kill: a valid CSV
-    kept_ok = kept[kept.status == "ok"].set_index("trial")
-    assert len(kept) < 6 and "num_workers=2" not in set(kept.trial)
+    return _kept(out)
+
+
+def _stop_with(sig: int, proc: subprocess.Popen, tree: list[psutil.Process], out: Path, kept: pd.DataFrame) -> None:
+    """SIGTERM or SIGINT (Ctrl-C) during the hung trial: exit 130, saying how to resume, the rows
+    `kept` as they were."""
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=60)
+    # Checked at once: the sweep killed them before it exited (the trial's watchdog would be late).
+    assert not [p.pid for p in tree if _alive(p.pid)]
+    assert proc.returncode == 130, stderr
+    assert "Interrupted" in stderr and "--resume" in stderr
+    assert _kept(out).loc[kept.index, ["started_at", "throughput"]].equals(kept[["started_at", "throughput"]])
+
+
+def test_a_stopped_sweep_keeps_its_rows_and_resume_finishes_it(write_config, tmp_path, clean):
+    """Killed (SIGKILL) during a trial that hangs; resumed and hanging again, stopped by SIGTERM,
+    then by Ctrl-C; with the hang fixed, --resume measures only what is missing."""
+    config, flag = _sweep_that_hangs_at_two_workers(write_config, tmp_path)
+    out = tmp_path / "k.csv"
+    proc = _start(config, out, clean)
+    kept = _stop_with_sigkill(proc, _wait_for_hung_trial(proc, clean), out)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        proc = _start(config, out, clean, "--resume")
+        _stop_with(sig, proc, _wait_for_hung_trial(proc, clean), out, kept)
+    kept_ok = _kept(out)
 
     flag.unlink()  # the hang is fixed; resume measures only what is missing
     result = run_cli("sweep", str(config), "--out", str(out), "--resume", marker=clean)
@@ -469,4 +493,6 @@ def test_sigkill_of_the_sweep_takes_its_trial_down_and_resume_finishes(write_con
     for trial in kept_ok.index:  # kept as measured, not run again
         assert final.loc[trial, "started_at"] == kept_ok.loc[trial, "started_at"]
         assert final.loc[trial, "throughput"] == kept_ok.loc[trial, "throughput"]
-    assert final.started_at.nunique() == (2 if len(kept_ok) else 1)
+    new = final[~final.index.isin(kept_ok.index)]
+    assert new.started_at.nunique() == 1, "the rest measured by the last sweep"
+    assert not set(new.started_at) & set(kept_ok.started_at)

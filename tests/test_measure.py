@@ -45,7 +45,7 @@ def test_exact_wait_step_and_first_batch():
     clock = FakeClock()
     loader = FakeLoader(clock, length=1000, fetch_s=0.010, start_s=0.5)
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=5, repeats=2, clock=clock)
-    assert m.first_batch_s == pytest.approx(0.510)
+    assert m.start.first_batch_s == pytest.approx(0.510)
     assert len(m.windows) == 2
     for window in m.windows:
         assert window.wait_s == pytest.approx((0.010,) * 5)
@@ -119,7 +119,7 @@ def test_warmup_zero_still_sets_first_batch_apart():
     clock = FakeClock()
     loader = FakeLoader(clock, length=100, fetch_s=0.010, start_s=1.0)
     m = measure_loop(loader, stepper(clock, 0.01), warmup_batches=0, batches=2, repeats=1, clock=clock)
-    assert m.first_batch_s == pytest.approx(1.010)
+    assert m.start.first_batch_s == pytest.approx(1.010)
     assert m.windows[0].wait_s == pytest.approx((0.010, 0.010))
 
 
@@ -154,8 +154,8 @@ def test_warmup_runs_on_until_sampling_is_ready_and_order_of_hooks():
     assert events == ["start", "asked", "asked", "asked", "asked", "end"]
     # 5 warm-up batches in all (2 asked for, 3 more until ready), the first set apart.
     assert loader.iterators == 1
-    assert m.first_batch_s == pytest.approx(0.010)
-    assert m.warmup_s == pytest.approx(0.030 + 4 * 0.040)
+    assert m.start.first_batch_s == pytest.approx(0.010)
+    assert m.start.warmup_s == pytest.approx(0.030 + 4 * 0.040)
     assert m.windows[0].wait_s == pytest.approx((0.010,) * 5)
 
 
@@ -170,7 +170,7 @@ def test_warmup_ends_at_warmup_batches_when_sampling_is_ready_at_once():
 
     m = measure_loop(loader, stepper(clock, 0.030), warmup_batches=3, batches=2, repeats=1, clock=clock,
                      sampling=Ready())
-    assert m.warmup_s == pytest.approx(0.030 + 2 * 0.040)
+    assert m.start.warmup_s == pytest.approx(0.030 + 2 * 0.040)
 
 
 def test_ranks_whose_clocks_end_the_extra_warmup_at_different_batches_still_ask_together():
@@ -226,4 +226,4 @@ def test_ranks_whose_clocks_end_the_extra_warmup_at_different_batches_still_ask_
     # for rank 0.
     assert votes[1] == [False, False, False, True, True] and votes[0] == [False, False, False, False, True]
     assert asked[0] == [2, 3, 4, 5, 6]
-    assert [r.warmup_batches for r in results] == [6, 6]  # type: ignore[attr-defined]
+    assert [r.start.warmup_batches for r in results] == [6, 6]  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from loadtune.results.record import Record
 from loadtune.results.simulation import simulate
 from loadtune.sweep_process.decide import Scored, pick
 from loadtune.sweep_process.plan import grid_plan
-from loadtune.sweep_process.strategy import config_key, model_targets, run_model, run_ofat
+from loadtune.sweep_process.strategy import Search, config_key, model_targets, search_model, search_ofat
 from loadtune.trials import cost_of, effective_settings
 
 BATCH = 16
@@ -270,9 +270,9 @@ class ModelMeasurer:
 def test_model_strategy_measures_fewer_trials_than_ofat_and_finds_the_optimum():
     cfg = config()
     modelled = ModelMeasurer(TRUE_PIPELINE)
-    run_model(cfg, False, modelled, modeler=modelled)
+    search_model(Search(cfg, False, modelled, modeler=modelled))
     ofat = ModelMeasurer(TRUE_PIPELINE)
-    run_ofat(cfg, False, ofat)
+    search_ofat(Search(cfg, False, ofat))
     assert modelled.fell is None
     assert len(modelled.measured) < len(ofat.measured)
     space = [t for t in grid_plan(cfg, False) if not t.skipped]
@@ -305,9 +305,9 @@ def test_model_strategy_falls_back_to_ofat_when_the_model_does_not_fit():
             return 0.5
 
     misfit = Misfit(TRUE_PIPELINE)
-    run_model(cfg, False, misfit, modeler=misfit)
+    search_model(Search(cfg, False, misfit, modeler=misfit))
     ofat = ModelMeasurer(TRUE_PIPELINE)
-    run_ofat(cfg, False, ofat)
+    search_ofat(Search(cfg, False, ofat))
     assert misfit.fell == 0.5
     assert set(misfit.measured) == set(ofat.measured)
 
@@ -457,7 +457,7 @@ def test_pruning_measures_the_true_best_the_model_mispredicts():
     prediction rules it out, the model's own error (several percent here) does not."""
     cfg = config()
     found = Mispredicted(TRUE_PIPELINE)
-    run_model(cfg, False, found, modeler=found)
+    search_model(Search(cfg, False, found, modeler=found))
     assert found.error() > 0.01
     assert Mispredicted.BOOSTED in found.measured
     scores = {n: found._scored(n) for n in found.records}
@@ -468,5 +468,5 @@ def test_pruning_measures_the_true_best_the_model_mispredicts():
             return 0.0
 
     blind = PointPredictions(TRUE_PIPELINE)
-    run_model(cfg, False, blind, modeler=blind)
+    search_model(Search(cfg, False, blind, modeler=blind))
     assert Mispredicted.BOOSTED not in blind.measured, "the case this guards: ruled out on a point prediction"

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 SWEEP = {"num_workers": [0, 1, 2, 4], "prefetch_factor": [1, 2], "persistent_workers": [False, True]}
 
 
+@pytest.mark.serial  # a measured throughput against the model's prediction
 def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     """The sweep measures the first round, then only what the model cannot rule out; every other
     config of the space is a predicted row. One of those, measured on its own afterwards, runs

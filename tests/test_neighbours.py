@@ -49,7 +49,7 @@ def test_a_repeat_disturbed_by_a_cpu_hog_is_measured_again(write_config, tmp_pat
     config = write_config(tiny_config(figures=True, **CLEAR_WINNER))
     hog = HogDuring("num_workers=4")
     try:
-        noisy = run_sweep(SweepOptions(config, out=tmp_path / "noisy.csv"), on_event=hog)
+        noisy = run_sweep(SweepOptions.of(config, out=tmp_path / "noisy.csv"), on_event=hog)
     finally:
         hog(events.RunFinished(None, None))  # never leave a hog behind
     rows = {r.trial: r for r in noisy.records}

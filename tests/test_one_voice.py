@@ -30,7 +30,7 @@ from loadtune.results.report import (
 from loadtune.results.sweep import SweepResult
 from loadtune.text import HANGING_INDENT, wrap
 from loadtune.version import __version__
-from tests.conftest import run_cli, tiny_config
+from tests.conftest import tiny_config
 from tests.test_model import TRUTH, made_up
 from tests.test_watched_readers import ranked_sweep, watched, write
 
@@ -308,24 +308,6 @@ def test_failed_trials_are_listed_as_failed_and_only_those_not_run_as_not_run(tm
     report = items(invoke(["report", REPORT_CSV], WIDE).stdout)
     assert any(line.startswith("  failed: num_workers=8: ") for line in report)
     assert any(line.startswith("  not run: pin_memory=true: ") for line in report)
-
-
-@pytest.mark.slow
-def test_a_real_sweep_whose_trials_all_fail_exits_1_with_its_rows_in_the_csv(write_config, tmp_path, marker):
-    faults = str(Path(__file__).with_name("fault_datasets.py"))
-    config = tiny_config(dataset={"factory": f"{faults}:make_faulty", "kwargs": {"fault": "raise", "at": 13}},
-                         loader={"batch_size": 4, "num_workers": 1}, sweep={"num_workers": [0]},
-                         step={"sleep_s": 0.001},
-                         measure={"warmup_batches": 1, "batches": 4, "repeats": 1, "timeout_s": 30})
-    out = tmp_path / "f.csv"
-    done = run_cli("sweep", str(write_config(config)), "--out", str(out), marker=marker, timeout=180)
-    assert done.returncode == 1, done.stderr
-    last = done.stderr.rstrip().splitlines()[-1]
-    assert last.startswith("Error: no trial ran successfully; the first, baseline, failed: ValueError: corrupt "
-                           "record 13"), done.stderr
-    assert "Traceback" not in done.stderr
-    statuses = {r.trial: r.status for r in load_records(out)}
-    assert statuses["baseline"] == "failed" and statuses["num_workers=0"] == "failed"
 
 
 # --- 4: no result overwritten unasked ----------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from loadtune.errors import ConfigError
-from loadtune.measurement import Measurement, Window, combine_ranks
+from loadtune.measurement import Measurement, TrialStart, Window, combine_ranks
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
 from loadtune.sweep_process.stats import summarize
 from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
@@ -36,12 +36,13 @@ def window(wait, step, samples=8, starts=None) -> Window:
 
 
 def test_combined_ranks_sum_throughput_and_keep_the_slowest_rank():
-    fed = Measurement(0.1, (window([0.01] * 4, [0.03] * 4),))  # wait ratio 0.25
-    starved = Measurement(0.3, (window([0.03] * 4, [0.01] * 4, starts=(True, False, False, False)),))  # 0.75
+    fed = Measurement(TrialStart(0.1), (window([0.01] * 4, [0.03] * 4),))  # wait ratio 0.25
+    starved = Measurement(TrialStart(0.3),
+                          (window([0.03] * 4, [0.01] * 4, starts=(True, False, False, False)),))  # 0.75
     combined = combine_ranks([fed, starved])
     assert combined.windows[0].samples == (16,) * 4
     assert combined.windows[0].epoch_start == (True, False, False, False)
-    assert combined.first_batch_s == pytest.approx(0.3)
+    assert combined.start.first_batch_s == pytest.approx(0.3)
     stats = summarize(combined)
     assert stats.ranks == 2
     assert stats.throughput.mean == pytest.approx(16 / 0.04)  # 200 + 200 samples/s
@@ -51,12 +52,12 @@ def test_combined_ranks_sum_throughput_and_keep_the_slowest_rank():
 
 def test_ranks_must_count_the_same_batches():
     with pytest.raises(ValueError):
-        combine_ranks([Measurement(0.1, (window([0.01] * 4, [0.03] * 4),)),
-                       Measurement(0.1, (window([0.01] * 3, [0.03] * 3),))])
+        combine_ranks([Measurement(TrialStart(0.1), (window([0.01] * 4, [0.03] * 4),)),
+                       Measurement(TrialStart(0.1), (window([0.01] * 3, [0.03] * 3),))])
 
 
 def test_a_failed_rank_fails_the_run_and_is_named_over_the_ranks_it_stopped():
-    m = Measurement(0.1, (window([0.01] * 2, [0.03] * 2),))
+    m = Measurement(TrialStart(0.1), (window([0.01] * 2, [0.03] * 2),))
     outcomes = [Outcome("failed", STOPPED_BY_PEER, None, 2.0),
                 Outcome("failed", "RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:1", None, 1.0),
                 Outcome("failed", "RuntimeError: boom (at dataset index 7)", None, 1.5)]

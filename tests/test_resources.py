@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from loadtune.machine import usable_cores
-from loadtune.measurement import CpuWindow, Measurement, Window
+from loadtune.measurement import CpuWindow, Measurement, TrialStart, Window
 from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.resource_figures import ResourceFigures, summarize_resources
 from loadtune.sweep_process.resources import (
@@ -90,11 +90,11 @@ def test_the_cpu_columns_are_the_windows_not_the_samplers_span():
     n = 4
     window = Window(wait_s=(0.2,) * n, h2d_s=(0.0,) * n, step_s=(0.05,) * n, samples=(8,) * n,
                     epoch_start=(False,) * n, cpu=CpuWindow(wall_s=1.0, main_cpu_s=0.05, workers_cpu_s=1.8))
-    measured = Measurement(0.1, (window,), resources=(span,))
+    measured = Measurement(TrialStart(0.1), (window,), resources=(span,))
     columns = diagnose("baseline", {"num_workers": 2}, measured, summarize(measured), usable_cores=2).columns
     assert columns["cpu_util"] == pytest.approx(0.925)
     assert (columns["main_cpu_util"], columns["workers_cpu_util"]) == (pytest.approx(0.025), pytest.approx(0.9))
-    alone = Measurement(0.1, (dataclasses.replace(window, cpu=None),), resources=(span,))
+    alone = Measurement(TrialStart(0.1), (dataclasses.replace(window, cpu=None),), resources=(span,))
     assert diagnose("baseline", {"num_workers": 2}, alone, summarize(alone), 2).columns["cpu_util"] == \
         pytest.approx(0.475), "without the window's readings: the sampler's"
 

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from loadtune.measurement import Measurement, Window
+from loadtune.measurement import LoaderEpochs, Measurement, TrialStart, Window
 from loadtune.run_epochs import RunEpochs, run_epochs, run_figures
 from loadtune.sweep_process.stats import ProcessNoise, summarize
 
@@ -29,8 +29,8 @@ def test_places_in_the_epoch_follow_the_starts():
 def test_whole_epochs_of_the_runs_length_give_the_windows_own_figures():
     # Epochs of 4 batches, the first 0.5 s, the rest 0.1 s; the window holds two whole epochs.
     periods = [0.5, 0.1, 0.1, 0.1] * 2
-    m = Measurement(0.1, (window(periods, [True, False, False, False] * 2),), dataset_batches=4,
-                    window_epoch_batches=4)
+    m = Measurement(TrialStart(0.1), (window(periods, [True, False, False, False] * 2),),
+                    epochs=LoaderEpochs(dataset_batches=4, window_epoch_batches=4))
     assert run_epochs(m) == RunEpochs(4.0, 2)
     (figures,) = run_figures(m)
     assert figures.throughput == pytest.approx(8 * 8 / sum(periods))
@@ -40,8 +40,8 @@ def test_whole_epochs_of_the_runs_length_give_the_windows_own_figures():
 def test_a_cut_epochs_start_is_weighed_by_the_runs_epoch():
     # Cut at 8 batches; the run's epoch is 32. Early places 0-3: 0.9, 0.3, 0.1, 0.1 s; steady 0.1 s.
     epoch = [0.9, 0.3, 0.1, 0.1] + [0.1] * 4
-    m = Measurement(0.1, (window(epoch * 2, ([True] + [False] * 7) * 2),), dataset_batches=32,
-                    window_epoch_batches=8)
+    m = Measurement(TrialStart(0.1), (window(epoch * 2, ([True] + [False] * 7) * 2),),
+                    epochs=LoaderEpochs(dataset_batches=32, window_epoch_batches=8))
     (figures,) = run_figures(m)
     period = (0.9 + 0.3 + 0.1 + 0.1 + (32 - 4) * 0.1) / 32
     assert figures.period_s == pytest.approx(period)
@@ -58,7 +58,8 @@ def test_a_window_that_misses_an_early_place_takes_it_from_the_others():
     first = window([0.9, 0.3, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1], [True] + [False] * 7)
     second = window([0.1] * 6 + [0.7, 0.5], [False] * 6 + [True, False], epoch_pos=2)
     third = window([0.1] * 3, [False] * 3, epoch_pos=5)
-    m = Measurement(0.1, (first, second, third), dataset_batches=16, window_epoch_batches=8)
+    m = Measurement(TrialStart(0.1), (first, second, third),
+                    epochs=LoaderEpochs(dataset_batches=16, window_epoch_batches=8))
     one, two, three = run_figures(m)
     assert one.period_s == pytest.approx((0.9 + 0.3 + 0.1 + 0.1 + 12 * 0.1) / 16)
     assert two.period_s == pytest.approx((0.7 + 0.5 + 0.1 + 0.1 + 12 * 0.1) / 16)
@@ -70,24 +71,26 @@ def test_an_epoch_longer_than_the_windows_costs_its_first_batch_where_workers_st
     # No start in the window (epochs of 500 batches); the trial's first batch waited 2.1 s, a
     # steady batch 0.1 s: workers started again every epoch cost 2.0 s an epoch.
     steady = window([0.2] * 10, [False] * 10, epoch_pos=3)
-    restarting = Measurement(2.1, (steady,), dataset_batches=500, window_epoch_batches=500, restarts_workers=True)
+    restarting = Measurement(TrialStart(2.1), (steady,),
+                             epochs=LoaderEpochs(dataset_batches=500, window_epoch_batches=500, restarts_workers=True))
     assert run_epochs(restarting) == RunEpochs(500.0, 0, pytest.approx(2.0))
     assert run_figures(restarting)[0].period_s == pytest.approx(0.2 + 2.0 / 500)
     assert run_figures(restarting)[0].wait_ratio == pytest.approx((0.1 + 2.0 / 500) / (0.2 + 2.0 / 500))
-    persistent = Measurement(2.1, (steady,), dataset_batches=500, window_epoch_batches=500)
+    persistent = Measurement(TrialStart(2.1), (steady,),
+                             epochs=LoaderEpochs(dataset_batches=500, window_epoch_batches=500))
     assert run_figures(persistent)[0].throughput == pytest.approx(8 / 0.2), "a resume adds nothing measurable"
 
 
 def test_without_a_length_known_the_steady_state_alone():
-    stream = Measurement(0.1, (window([0.6, 0.2, 0.2, 0.2], [True, False, False, False]),))
+    stream = Measurement(TrialStart(0.1), (window([0.6, 0.2, 0.2, 0.2], [True, False, False, False]),))
     assert run_epochs(stream) == RunEpochs(math.inf, 1)
     assert run_figures(stream)[0].throughput == pytest.approx(8 / 0.2), "no length: no start weighed in"
 
 
 def test_the_trials_throughput_is_the_runs_and_the_windows_is_kept_beside_it():
     epoch = [0.9, 0.3, 0.1, 0.1] + [0.1] * 4
-    m = Measurement(0.1, tuple(window(epoch, [True] + [False] * 7) for _ in range(3)), dataset_batches=32,
-                    window_epoch_batches=8)
+    m = Measurement(TrialStart(0.1), tuple(window(epoch, [True] + [False] * 7) for _ in range(3)),
+                    epochs=LoaderEpochs(dataset_batches=32, window_epoch_batches=8))
     stats = summarize(m, noise=ProcessNoise(0.0, 0.0, 10), drift=None)  # processes that never differ
     assert stats.throughput.mean == pytest.approx(8 / ((1.4 + 28 * 0.1) / 32))
     assert stats.window_throughput == pytest.approx(8 * 8 / sum(epoch))

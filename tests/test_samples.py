@@ -21,7 +21,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadtune.errors import ResultsError
-from loadtune.measurement import CpuWindow, LoaderUse, Measurement, SamplerEpoch, Window, combine_ranks
+from loadtune.measurement import (
+    CpuWindow,
+    LoaderEpochs,
+    LoaderUse,
+    Measurement,
+    SamplerEpoch,
+    TrialStart,
+    Window,
+    combine_ranks,
+)
 from loadtune.results import samples
 from loadtune.results.samples import (
     SAMPLES_FORMAT_VERSION,
@@ -90,8 +99,9 @@ def sampled() -> tuple[SamplerEpoch, ...]:
 
 
 def rank_measurement(seed: int) -> Measurement:
-    return Measurement(first_batch_s=0.5 + seed, windows=(window(seed), window(seed + 1)), pinned=True,
-                       batch_bytes=1 << 20, warmup_s=0.25, warmup_batches=3, setup_s=1.5, sampled=sampled())
+    return Measurement(start=TrialStart(first_batch_s=0.5 + seed, warmup_s=0.25, warmup_batches=3, setup_s=1.5),
+                       windows=(window(seed), window(seed + 1)), pinned=True, batch_bytes=1 << 20,
+                       epochs=LoaderEpochs(sampled=sampled()))
 
 
 def rich_measurement() -> Measurement:
@@ -102,7 +112,8 @@ def rich_measurement() -> Measurement:
 
 
 def rich_trial() -> TrialSamples:
-    plain = Measurement(first_batch_s=math.inf, windows=(window(0, keys=False),), sampled=sampled())
+    plain = Measurement(start=TrialStart(first_batch_s=math.inf), windows=(window(0, keys=False),),
+                        epochs=LoaderEpochs(sampled=sampled()))
     return TrialSamples("workers=4", 2, (rich_measurement(), plain), (3.25, math.nan), disturbed=1,
                         failure=("timeout", "no result after measure.timeout_s=60s", 61.5),
                         predicted=(1234.5, 0.125), stopped_early=True)
@@ -140,7 +151,7 @@ def test_every_kind_of_value_comes_back_as_measured(tmp_path):
     assert_same(trials[0], stored.trials["workers=4"])
     assert_same(trials[1], stored.trials["baseline"])
     back = stored.trials["workers=4"].measurements[0]
-    assert len(back.ranks) == 2 and back.ranks[1].sampled[1].indices.dtype == np.int64
+    assert len(back.ranks) == 2 and back.ranks[1].epochs.sampled[1].indices.dtype == np.int64
     assert back.ranks[0].windows[0].keys[3] == 2**64 - 1
 
 
@@ -165,7 +176,7 @@ def test_the_file_is_plain_json_in_gzip(tmp_path):
 def test_any_floats_and_ints_come_back(tmp_path_factory, floats, ints, busy):
     path = tmp_path_factory.mktemp("any") / "s.samples.json.gz"
     n = len(floats)
-    measured = Measurement(first_batch_s=0.0, windows=(Window(
+    measured = Measurement(start=TrialStart(first_batch_s=0.0), windows=(Window(
         wait_s=tuple(floats), h2d_s=tuple(floats), step_s=tuple(floats), samples=(1,) * n,
         epoch_start=(False,) * n, cpu=CpuWindow(1.0, 0.5, 0.5, busy, 4), keys=tuple(ints)),))
     trial = TrialSamples("t", 1, (measured,), tuple(floats))
@@ -210,7 +221,8 @@ def test_a_measurement_from_the_real_loop_comes_back(tmp_path):
                                 repeats=2, clock=clock, default_batch_size=8, probe=Probe())
         epochs = tuple(SamplerEpoch(np.concatenate(e).astype(np.int64), i < len(loader.epochs) - 1, 64, 8)
                        for i, e in enumerate(loader.epochs))
-        return dataclasses.replace(measured, sampled=epochs, setup_s=0.1)
+        return dataclasses.replace(measured, epochs=LoaderEpochs(sampled=epochs),
+                                   start=dataclasses.replace(measured.start, setup_s=0.1))
 
     with TreeSampler(os.getpid(), interval_s=0.05) as sampler:
         per_rank = [one_rank(0), one_rank(1)]
@@ -252,7 +264,7 @@ def test_the_write_is_atomic_and_leaves_no_temporary_file(tmp_path):
     write_samples(path, trials=[rich_trial()], **HEAD)
     assert os.listdir(path.parent) == [path.name]
     before = path.read_bytes()
-    broken = Measurement(first_batch_s=0.0, windows=(), resources=(object(),))
+    broken = Measurement(start=TrialStart(first_batch_s=0.0), windows=(), resources=(object(),))
     with pytest.raises(TypeError, match="cannot store a object"):
         write_samples(path, trials=[TrialSamples("x", 1, (broken,), (1.0,))], **HEAD)
     assert path.read_bytes() == before
@@ -269,8 +281,9 @@ def test_arrays_keep_their_dtype_and_shape_and_object_arrays_are_refused(tmp_pat
         samples._dumps(np.array([object()]))
     epoch = SamplerEpoch(np.arange(6, dtype=np.int32).reshape(2, 3), True, 6, 3)
     path = tmp_path / "s.samples.json.gz"
-    write_samples(path, trials=[TrialSamples("t", 1, (Measurement(0.0, (), sampled=(epoch,)),), (1.0,))], **HEAD)
-    assert_same(epoch.indices, read_samples(path).trials["t"].measurements[0].sampled[0].indices)
+    measured = Measurement(TrialStart(0.0), (), epochs=LoaderEpochs((epoch,)))
+    write_samples(path, trials=[TrialSamples("t", 1, (measured,), (1.0,))], **HEAD)
+    assert_same(epoch.indices, read_samples(path).trials["t"].measurements[0].epochs.sampled[0].indices)
 
 
 # --- reading: missing, bad, older and newer files ------------------------------------------------
@@ -329,7 +342,30 @@ def test_a_field_from_a_newer_version_is_dropped(tmp_path):
     write_raw(path, stored_top([{"type": "TrialSamples", "trial": "t", "round": 1, "measurements": [measurement],
                                  "walls_s": [1.0], "energy_j": 12.5}]))
     trial = read_samples(path).trials["t"]
-    assert trial == TrialSamples("t", 1, (Measurement(0.5, (), resources=(LoaderUse(0, 3, 0.5, 0.25),)),), (1.0,))
+    assert trial == TrialSamples("t", 1, (Measurement(TrialStart(0.5), (), resources=(LoaderUse(0, 3, 0.5, 0.25),)),),
+                                 (1.0,))
+
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "samples" / "v1.samples.json.gz"
+
+
+def fixture_trials() -> list[TrialSamples]:
+    """What tests/fixtures/samples/v1.samples.json.gz holds (written with HEAD): every stored
+    Measurement field set, its start's and its epochs' included."""
+    measured = rank_measurement(2)
+    epochs = LoaderEpochs(measured.epochs.sampled, dataset_batches=40, window_epoch_batches=20, restarts_workers=True)
+    return [rich_trial(), TrialSamples("epochs", 1, (dataclasses.replace(measured, epochs=epochs),), (2.5,))]
+
+
+def test_a_file_written_before_reads_and_is_written_the_same_again(tmp_path):
+    """Measurement's grouped fields are stored flat, as when they were its own: a file from then
+    reads into the groups, and the same trials are written to the same bytes."""
+    stored = read_samples(FIXTURE)
+    for trial in fixture_trials():
+        assert_same(trial, stored.trials[trial.trial])
+    path = tmp_path / "s.samples.json.gz"
+    write_samples(path, trials=fixture_trials(), **HEAD)
+    assert gzip.decompress(path.read_bytes()) == gzip.decompress(FIXTURE.read_bytes())
 
 
 def test_a_field_an_older_version_lacked_takes_its_default(tmp_path):
@@ -340,8 +376,8 @@ def test_a_field_an_older_version_lacked_takes_its_default(tmp_path):
                                  "measurements": [{"type": "Measurement", "first_batch_s": 1.0,
                                                    "windows": [old_window]}]}]))
     trial = read_samples(path).trials["t"]
-    assert trial == TrialSamples("t", 1, (Measurement(1.0, (Window((0.5,), (0.0,), (0.25,), (4,), (True,)),)),),
-                                 (2.0,))
+    old = Measurement(TrialStart(1.0), (Window((0.5,), (0.0,), (0.25,), (4,), (True,)),))
+    assert trial == TrialSamples("t", 1, (old,), (2.0,))
     assert trial.measurements[0].windows[0].keys == () and trial.measurements[0].ranks == ()
     assert trial.disturbed == 0 and trial.failure is None and not trial.stopped_early
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtune.measurement import Measurement, Window
+from loadtune.measurement import Measurement, TrialStart, Window
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.ranking import rank
@@ -16,7 +16,7 @@ def window(wait, step, samples=8, starts=None):
 
 
 def test_single_window_single_batch_has_a_point_interval():
-    stats = summarize(Measurement(0.1, (window([0.01], [0.03]),)))
+    stats = summarize(Measurement(TrialStart(0.1), (window([0.01], [0.03]),)))
     assert stats.wait_ratio == Interval(0.25, 0.25, 0.25)
     assert stats.throughput.mean == pytest.approx(200.0)
     assert stats.repeats == 1 and stats.batches == 1
@@ -27,7 +27,7 @@ QUIET = ProcessNoise(throughput_log_sd=0.0, wait_ratio_sd=0.0, dof=10)  # proces
 
 def test_zero_spread_gives_zero_width():
     windows = tuple(window([0.02] * 10, [0.02] * 10) for _ in range(6))
-    stats = summarize(Measurement(0.1, windows), noise=QUIET, drift=None)
+    stats = summarize(Measurement(TrialStart(0.1), windows), noise=QUIET, drift=None)
     assert stats.wait_ratio.lo == pytest.approx(0.5) == stats.wait_ratio.hi
     assert not stats.noisy
 
@@ -35,7 +35,7 @@ def test_zero_spread_gives_zero_width():
 def test_mean_over_repeats_and_a_covering_interval():
     rng = np.random.default_rng(1)
     windows = tuple(window(rng.uniform(0.005, 0.015, 20), [0.03] * 20) for _ in range(8))
-    stats = summarize(Measurement(0.1, windows))
+    stats = summarize(Measurement(TrialStart(0.1), windows))
     per_repeat = [sum(w.wait_s) / (sum(w.wait_s) + sum(w.step_s)) for w in windows]
     assert stats.wait_ratio.mean == pytest.approx(np.mean(per_repeat))
     assert stats.wait_ratio.lo < stats.wait_ratio.mean < stats.wait_ratio.hi
@@ -47,7 +47,7 @@ def test_p95_of_wait():
     # ones (whatever the interpolation); a per-window figure would differ (1 ms and 50 ms).
     first = window([0.001] * 50, [0.01] * 50)
     second = window([0.001] * 40 + [0.050] * 10, [0.01] * 50)
-    stats = summarize(Measurement(0.1, (first, second)))
+    stats = summarize(Measurement(TrialStart(0.1), (first, second)))
     assert stats.wait_p95_ms == pytest.approx(50.0)
     assert stats.wait_ms == pytest.approx((90 * 1 + 10 * 50) / 100)
 
@@ -56,7 +56,7 @@ def test_p95_of_wait_leaves_out_the_few_longest():
     # 3 waits of 200 ms in 100: fewer than 5%, so the 95th percentile is the 1 ms of the rest,
     # while the mean is pulled up to 6.97 ms.
     waits = [0.001] * 60 + [0.200] * 3 + [0.001] * 37
-    stats = summarize(Measurement(0.1, (window(waits, [0.01] * 100),)))
+    stats = summarize(Measurement(TrialStart(0.1), (window(waits, [0.01] * 100),)))
     assert stats.wait_p95_ms == pytest.approx(1.0)
     assert stats.wait_ms == pytest.approx(6.97)
 
@@ -102,7 +102,7 @@ def test_epoch_starts_are_resampled_apart_from_steady_batches():
     identical starts and identical steady batches the interval has no width."""
     starts = [True] + [False] * 15
     windows = tuple(window([0.3] + [0.01] * 15, [0.05] * 16, starts=starts) for _ in range(3))
-    stats = summarize(Measurement(0.1, windows), noise=QUIET, drift=None)
+    stats = summarize(Measurement(TrialStart(0.1), windows), noise=QUIET, drift=None)
     assert stats.throughput.lo == pytest.approx(stats.throughput.mean)
     assert stats.throughput.hi == pytest.approx(stats.throughput.mean)
     assert stats.epoch_start_ms == pytest.approx(300.0)
@@ -115,9 +115,9 @@ def steady(throughput: float, batches: int = 20) -> Window:
 
 
 def test_the_spread_between_processes_is_pooled_over_the_trials_with_two_repeats():
-    a = Measurement(0.1, (steady(100.0), steady(120.0)))
-    b = Measurement(0.1, (steady(300.0), steady(300.0), steady(330.0)))
-    lone = Measurement(0.1, (steady(50.0),))
+    a = Measurement(TrialStart(0.1), (steady(100.0), steady(120.0)))
+    b = Measurement(TrialStart(0.1), (steady(300.0), steady(300.0), steady(330.0)))
+    lone = Measurement(TrialStart(0.1), (steady(50.0),))
     noise = pooled_noise([a, b, lone])
     logs_a, logs_b = np.log([100.0, 120.0]), np.log([300.0, 300.0, 330.0])
     ss = ((logs_a - logs_a.mean()) ** 2).sum() + ((logs_b - logs_b.mean()) ** 2).sum()
@@ -137,7 +137,7 @@ def rerun_half(sd: float, t: float, repeats: int) -> float:
 
 
 def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
-    one = Measurement(0.1, (steady(200.0),))
+    one = Measurement(TrialStart(0.1), (steady(200.0),))
     alone = summarize(one)
     assert alone.throughput.relative_spread < 0.001, "its own batches show no spread"
     noise = ProcessNoise(throughput_log_sd=0.05, wait_ratio_sd=0.02, dof=6)
@@ -156,7 +156,7 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
         "a spread pooled from two repeats' differences is barely known: t with 2 degrees of freedom"
     assert 0.0 <= widened.wait_ratio.lo < 0.2 < widened.wait_ratio.hi <= 1.0
     assert widened.wait_ratio.hi - 0.2 == pytest.approx(rerun_half(0.02, 2.447, 1), rel=0.06)
-    four = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(4))), noise=noise, drift=None)
+    four = summarize(Measurement(TrialStart(0.1), tuple(steady(200.0) for _ in range(4))), noise=noise, drift=None)
     assert four.throughput.relative_spread == pytest.approx(widened.throughput.relative_spread / 2, rel=0.1), \
         "the spread of a mean of 4 repeats is half that of one"
     drifting = summarize(one, noise=noise)  # the machine's drift between sweeps (MACHINE_DRIFT) added
@@ -164,8 +164,8 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
         np.hypot(rerun_half(0.05, 2.447, 1), 1.96 * np.sqrt(2) * MACHINE_DRIFT.throughput_log_sd), rel=0.06)
     assert drifting.throughput_draws is not None and np.log(drifting.throughput_draws / 200).std() == \
         pytest.approx(np.log(widened.throughput_draws / 200).std()), "decisions inside a sweep need no drift"
-    same = summarize(Measurement(0.1, tuple(steady(200.0) for _ in range(20))), drift=None)
-    alone_noise = pooled_noise([Measurement(0.1, tuple(steady(200.0) for _ in range(20)))])
+    same = summarize(Measurement(TrialStart(0.1), tuple(steady(200.0) for _ in range(20))), drift=None)
+    alone_noise = pooled_noise([Measurement(TrialStart(0.1), tuple(steady(200.0) for _ in range(20)))])
     assert alone_noise.throughput_log_sd == pytest.approx(0.05 * np.sqrt(4 / 23))
     assert same.throughput.relative_spread < 0.03, "twenty processes that agree outweigh the prior"
 
@@ -177,11 +177,12 @@ def test_the_interval_holds_a_reruns_estimate_as_often_as_its_level_says():
     rng = np.random.default_rng(7)
     held = pairs = 0
     for _ in range(300):
-        noise_trials = [Measurement(0.1, tuple(steady(200.0 * np.exp(rng.normal(0, 0.08))) for _ in range(3)))
+        noise_trials = [Measurement(TrialStart(0.1),
+                                    tuple(steady(200.0 * np.exp(rng.normal(0, 0.08))) for _ in range(3)))
                         for _ in range(6)]
         noise = pooled_noise(noise_trials)
         repeats = int(rng.integers(1, 4))
-        runs = [summarize(Measurement(0.1, tuple(steady(200.0 * np.exp(rng.normal(0, 0.08)))
+        runs = [summarize(Measurement(TrialStart(0.1), tuple(steady(200.0 * np.exp(rng.normal(0, 0.08)))
                                                  for _ in range(repeats))), noise=noise) for _ in range(2)]
         held += runs[0].throughput.lo <= runs[1].throughput.mean <= runs[0].throughput.hi
         pairs += 1

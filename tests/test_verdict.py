@@ -7,7 +7,7 @@ from dataclasses import fields, is_dataclass, replace
 
 import pytest
 
-from loadtune.measurement import Measurement, Window
+from loadtune.measurement import Measurement, TrialStart, Window
 from loadtune.sweep_process.stats import summarize
 from loadtune.sweep_process.verdict import (
     BASE_WORKER_THREADS,
@@ -200,7 +200,7 @@ def test_epoch_wait_share_from_a_measurement_is_exact():
     # Two windows of 4 batches; epoch starts on batches 0 and 2 of the first, 1 of the second.
     w1 = Window((0.30, 0.01, 0.20, 0.01), (0.0,) * 4, (0.05,) * 4, (8,) * 4, (True, False, True, False))
     w2 = Window((0.01, 0.25, 0.01, 0.01), (0.0,) * 4, (0.05,) * 4, (8,) * 4, (False, True, False, False))
-    m = Measurement(first_batch_s=1.0, windows=(w1, w2))
+    m = Measurement(TrialStart(first_batch_s=1.0), windows=(w1, w2))
     stats = summarize(m)
     per_batch = epoch_starts_per_batch(m)
     assert per_batch == pytest.approx(3 / 8)

@@ -62,8 +62,8 @@ def _warmed(extra: int, max_s: float, fetch_s: float = 0.01) -> int:
                      batches=3, repeats=1, clock=clock, extra_warmup_batches=extra, extra_warmup_max_s=max_s,
                      fingerprint=False)
     # After the first batch's fetch (timed apart): its step, then a fetch and a step per batch.
-    assert round((m.warmup_s / fetch_s + 1) / 2) == m.warmup_batches
-    return m.warmup_batches
+    assert round((m.start.warmup_s / fetch_s + 1) / 2) == m.start.warmup_batches
+    return m.start.warmup_batches
 
 
 def test_the_extra_warm_up_stops_at_its_batches_or_its_time():
@@ -119,5 +119,5 @@ def test_a_trial_with_an_epoch_of_one_window_warms_up_persistent_workers_only(wr
     job = TrialJob(trial, cfg.dataset, cfg.step, cfg.measure, "cpu", str(spec.base_dir), os.getpid(),
                    multiprocessing.get_all_start_methods()[0])
     measurement = measure_here(job, None, SweepChannel())
-    assert measurement.warmup_batches == warmup
+    assert measurement.start.warmup_batches == warmup
     assert measurement.windows[0].labels == tuple((warmup + i) % 6 for i in range(6))

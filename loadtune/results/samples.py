@@ -13,6 +13,9 @@ loadtune.measurement, so reading the file imports neither the process machinery 
 - a NaN or infinite float: {"float": "nan" | "inf" | "-inf"} (JSON has none);
 - None, bool, int, str: as they are (the stored types hold no dicts).
 
+A type listed in FLAT is stored with its nested dataclass fields spelled out in it, in the order
+FLAT gives: its stored fields stay as they were when those fields were the type's own.
+
 A type is named by its short name, never by where its class lives: a class may move (its entry in
 TYPES moves with it) and older files still read, and a file can only build the classes listed
 there. Each class is imported when a file being read first holds one. A field a stored object
@@ -32,6 +35,7 @@ import importlib
 import json
 import math
 import os
+import typing
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +63,14 @@ TYPES: dict[str, str] = {
     "ResourceSamples": "loadtune.measurement:ResourceSamples",
     "Sample": "loadtune.measurement:Sample",
     "ProcessSample": "loadtune.measurement:ProcessSample",
+}
+# Short name -> its stored fields, in order, for a type whose fields group others: each stored
+# field is a field of the type ("windows") or of one of its dataclass fields ("start.setup_s"),
+# stored under its own name. Stored names stay as they are, whatever the grouping.
+FLAT: dict[str, tuple[str, ...]] = {
+    "Measurement": ("start.first_batch_s", "windows", "pinned", "batch_bytes", "resources", "start.warmup_s",
+                    "start.warmup_batches", "start.setup_s", "ranks", "epochs.sampled", "epochs.dataset_batches",
+                    "epochs.window_epoch_batches", "epochs.restarts_workers"),
 }
 # Array dtypes stored: booleans, integers and floats, whose tolist() JSON writes.
 _ARRAY_KINDS = "biuf"
@@ -105,23 +117,53 @@ def samples_file(csv_path: Path | str) -> Path:
 
 @dataclass(frozen=True)
 class _Kind:
-    """A registered dataclass: its short name, how to build one, and its fields."""
+    """A registered dataclass: its short name, how to build one from its stored fields, and
+    those fields with where each is read from."""
 
     name: str
     build: Callable[..., object]
-    fields: tuple[str, ...]  # those __init__ takes, in order
+    fields: tuple[str, ...]  # the stored fields, in order
     required: frozenset[str]  # those without a default
+    paths: tuple[tuple[str, ...], ...]  # each stored field's attribute, or a field's and its own
+
+
+def _init_fields(cls: type) -> tuple[dataclasses.Field[object], ...]:
+    return tuple(f for f in dataclasses.fields(cls) if f.init)
+
+
+def _required(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in _init_fields(cls) if f.default is dataclasses.MISSING
+                     and f.default_factory is dataclasses.MISSING)
 
 
 def _kind(name: str, cls: object) -> _Kind:
     if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
         raise TypeError(f"samples.TYPES[{name!r}] is not a dataclass: {cls!r}")
-    fields = tuple(f for f in dataclasses.fields(cls) if f.init)
-    if any(f.name == "type" for f in fields):
+    fields = tuple(f.name for f in _init_fields(cls))
+    if "type" in fields:
         raise TypeError(f"{cls.__qualname__} has a field named 'type', which a stored object uses for its type")
-    required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)
-    return _Kind(name, cls, tuple(f.name for f in fields), required)
+    flat = FLAT.get(name)
+    if flat is not None:
+        return _flat_kind(name, cls, tuple(tuple(path.split(".")) for path in flat))
+    return _Kind(name, cls, fields, _required(cls), tuple((f,) for f in fields))
+
+
+def _flat_kind(name: str, cls: type, paths: tuple[tuple[str, ...], ...]) -> _Kind:
+    """A type stored with its grouped fields spelled out: built by building each group first."""
+    hints = typing.get_type_hints(cls)
+    groups: dict[str, type] = {path[0]: hints[path[0]] for path in paths if len(path) == 2}
+    required = frozenset(path[-1] for path in paths
+                         if path[-1] in _required(groups[path[0]] if len(path) == 2 else cls))
+
+    def build(**values: object) -> object:
+        own = {path[0]: values[path[0]] for path in paths if len(path) == 1 and path[0] in values}
+        grouped: dict[str, dict[str, object]] = {group: {} for group in groups}
+        for path in paths:
+            if len(path) == 2 and path[1] in values:
+                grouped[path[0]][path[1]] = values[path[1]]
+        return cls(**own, **{group: groups[group](**kw) for group, kw in grouped.items()})
+
+    return _Kind(name, build, tuple(path[-1] for path in paths), required, paths)
 
 
 _BY_NAME: dict[str, _Kind] = {}
@@ -175,8 +217,11 @@ def _object(value: object) -> dict[str, object]:
     if kind is None:
         raise TypeError(f"cannot store a {type(value).__qualname__} in a samples file (not in samples.TYPES)")
     stored: dict[str, object] = {"type": kind.name}
-    for name in kind.fields:
-        stored[name] = getattr(value, name)
+    for name, path in zip(kind.fields, kind.paths):
+        got = value
+        for attr in path:
+            got = getattr(got, attr)
+        stored[name] = got
     return stored
 
 

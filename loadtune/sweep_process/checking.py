@@ -55,7 +55,7 @@ class DataCheck:
     def _cut(self, measurement: Measurement) -> int | None:
         """The length epochs were cut at in the windows (an epoch that long may have been cut
         short): the trial's own, where it says so, else measure.epoch_batches."""
-        window, whole = measurement.window_epoch_batches, measurement.dataset_batches
+        window, whole = measurement.epochs.window_epoch_batches, measurement.epochs.dataset_batches
         if window is None:
             return self.epoch_batches
         return window if whole is None or window < whole else None

@@ -195,7 +195,7 @@ def on_ranks(options: SweepOptions, spec: RunSpec, out_path: Path) -> OnRanks:
     """With ranks, the one-rank sweep of the same config beside it, and the per-rank file."""
     if spec.ranks <= 1:
         return OnRanks(spec.ranks)
-    return OnRanks(spec.ranks, one_rank(spec), str(rank_file(out_path)), options.out is not None, spec.torchrun)
+    return OnRanks(spec.ranks, one_rank(spec), str(rank_file(out_path)), options.output.out is not None, spec.torchrun)
 
 
 def summarize(options: SweepOptions, spec: RunSpec, chosen_from: Chosen, about: Labels, found: Findings) -> Summary:

@@ -229,7 +229,7 @@ def streams(measurement: Measurement) -> list[tuple[Window, ...]]:
 
 def sampled(measurement: Measurement) -> list[tuple[SamplerEpoch, ...]]:
     """Each rank's sampler epochs (the trial's own with one rank)."""
-    return [m.sampled for m in measurement.ranks] if measurement.ranks else [measurement.sampled]
+    return [m.epochs.sampled for m in measurement.ranks] if measurement.ranks else [measurement.epochs.sampled]
 
 
 def repeat_limit(floor: float, exact: bool = False) -> float:

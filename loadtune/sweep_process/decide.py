@@ -103,52 +103,51 @@ def _wait_ratio_excesses(a: Scored, b: Scored) -> Draws | None:
     return diff if diff.size else None
 
 
+def _one_sided(draws: Draws | None, point: float | None, without: float, upper: bool) -> float:
+    """A one-sided 95% bound from the draws (a lower one never above the point estimate, an upper
+    one never below it, where there is one); `without` where there are no draws."""
+    if draws is None:
+        return without
+    bound = float(np.percentile(draws, 100 - ONE_SIDED_TAIL_PCT if upper else ONE_SIDED_TAIL_PCT))
+    if point is None:
+        return bound
+    return max(bound, point) if upper else min(bound, point)
+
+
 def throughput_ratio_lower(a: Scored, b: Scored) -> float:
     """The one-sided 95% lower bound of throughput(a) / throughput(b). From the two trials'
     bootstrap draws where both have them; else, more cautiously, a's lower bound over b's upper
     bound."""
     if a.name == b.name:
         return 1.0
-    ratios = throughput_ratios(a, b)
     at, bt = a.measured_throughput, b.measured_throughput
-    if ratios is not None:
-        bound = float(np.percentile(ratios, ONE_SIDED_TAIL_PCT))
-        return min(bound, at.mean / bt.mean) if bt.mean else bound
-    return at.lo / bt.hi if bt.hi > 0 else 0.0
+    return _one_sided(throughput_ratios(a, b), at.mean / bt.mean if bt.mean else None,
+                      at.lo / bt.hi if bt.hi > 0 else 0.0, upper=False)
 
 
 def throughput_ratio_upper(a: Scored, b: Scored) -> float:
     """The one-sided 95% upper bound of throughput(a) / throughput(b), as throughput_ratio_lower."""
     if a.name == b.name:
         return 1.0
-    ratios = throughput_ratios(a, b)
     at, bt = a.measured_throughput, b.measured_throughput
-    if ratios is not None:
-        bound = float(np.percentile(ratios, 100 - ONE_SIDED_TAIL_PCT))
-        return max(bound, at.mean / bt.mean) if bt.mean else bound
-    return at.hi / bt.lo if bt.lo > 0 else math.inf
+    return _one_sided(throughput_ratios(a, b), at.mean / bt.mean if bt.mean else None,
+                      at.hi / bt.lo if bt.lo > 0 else math.inf, upper=True)
 
 
 def wait_ratio_excess_upper(a: Scored, b: Scored) -> float:
     """The one-sided 95% upper bound of wait_ratio(a) - wait_ratio(b) (lower is better)."""
     if a.name == b.name:
         return 0.0
-    diff = _wait_ratio_excesses(a, b)
     aw, bw = a.measured_wait_ratio, b.measured_wait_ratio
-    if diff is not None:
-        return max(float(np.percentile(diff, 100 - ONE_SIDED_TAIL_PCT)), aw.mean - bw.mean)
-    return aw.hi - bw.lo
+    return _one_sided(_wait_ratio_excesses(a, b), aw.mean - bw.mean, aw.hi - bw.lo, upper=True)
 
 
 def wait_ratio_excess_lower(a: Scored, b: Scored) -> float:
     """The one-sided 95% lower bound of wait_ratio(a) - wait_ratio(b), as wait_ratio_excess_upper."""
     if a.name == b.name:
         return 0.0
-    diff = _wait_ratio_excesses(a, b)
     aw, bw = a.measured_wait_ratio, b.measured_wait_ratio
-    if diff is not None:
-        return min(float(np.percentile(diff, ONE_SIDED_TAIL_PCT)), aw.mean - bw.mean)
-    return aw.lo - bw.hi
+    return _one_sided(_wait_ratio_excesses(a, b), aw.mean - bw.mean, aw.lo - bw.hi, upper=False)
 
 
 @dataclass(frozen=True)

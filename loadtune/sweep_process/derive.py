@@ -5,7 +5,6 @@ to its score (what racing and ranking see), its record and, with ranks, each ran
 from __future__ import annotations
 
 import dataclasses
-import zlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -17,7 +16,7 @@ from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.records import rank_records, stats_columns, trial_record
-from loadtune.sweep_process.stats import ProcessNoise, TrialStats, summarize
+from loadtune.sweep_process.stats import ProcessNoise, TrialStats, seed_of, summarize
 from loadtune.sweep_process.trial_run import TrialRun, check_columns, merged, predicted_columns
 from loadtune.trials import FEED_MEMORY, cost_of
 
@@ -45,12 +44,6 @@ class Derived:
     record: Record
     rank_records: tuple[RankRecord, ...] = ()
     warnings: tuple[Finding, ...] = ()
-
-
-def seed_of(name: str) -> int:
-    """Each trial's bootstrap draws its own resamples (the same each time for the same trial):
-    two trials' draws must be independent for the ratio of their draws to mean anything."""
-    return zlib.crc32(name.encode())
 
 
 def derive(run: TrialRun, noise: ProcessNoise | None, how: Deriving) -> Derived:

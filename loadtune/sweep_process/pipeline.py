@@ -41,7 +41,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
     check_writable(out_path)
     with OutputLock(out_path):
         setup = setup if setup is not None else prepare(options, spec, on_event, shm_free_mb)
-        files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.resume)
+        files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.output.resume)
         # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
         with _scratch(setup.spec.ranks) as scratch:
             settings = RaceSettings(options.seed, options.rank_by, options.strategy == Strategy.MODEL, scratch)
@@ -59,7 +59,7 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
 
 def refuse_existing(options: SweepOptions, out_path: Path) -> None:
     """An earlier result is never replaced unasked: OutputExists unless resumed or overwritten."""
-    if out_path.exists() and not options.resume and not options.overwrite:
+    if out_path.exists() and not options.output.resume and not options.output.overwrite:
         raise OutputExists(f"{out_path} already exists: add --resume to keep its rows and measure the rest, or "
                            "--overwrite to replace it")
 

@@ -19,6 +19,7 @@ from typing import Callable
 import psutil  # type: ignore[import-untyped]
 
 from loadtune.measurement import MEMORY_CPU_BUDGET, ProcessSample, ResourceSamples, Sample
+from loadtune.procfs import descendant_pids
 from loadtune.sweep_process.resource_figures import BYTES_PER_MB
 from loadtune.trials import DEFAULT_PREFETCH
 
@@ -60,23 +61,6 @@ def _smaps_rollup(pid: int) -> tuple[int, int | None] | None:
 
 def _children_file_works(pid: int) -> bool:
     return os.path.exists(f"{_PROC}/{pid}/task/{pid}/children")
-
-
-def _child_pids_procfs(pid: int) -> list[int]:
-    """Children of `pid` from /proc/PID/task/TID/children: reads a few small files instead of
-    every process's stat file, which is what psutil's children() does."""
-    try:
-        tids = os.listdir(f"{_PROC}/{pid}/task")
-    except OSError:
-        return []
-    found: list[int] = []
-    for tid in tids:
-        try:
-            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as f:
-                found.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue  # the thread ended meanwhile
-    return found
 
 
 @dataclass(frozen=True)
@@ -272,13 +256,7 @@ class TreeSampler:
                 return [p.pid for p in self._root.children(recursive=True)]
             except psutil.Error:
                 return []
-        found: list[int] = []
-        frontier = [self.root_pid]
-        while frontier:
-            kids = [kid for pid in frontier for kid in _child_pids_procfs(pid)]
-            found.extend(kids)
-            frontier = kids
-        return found
+        return descendant_pids(self.root_pid)
 
     def _read(self, proc: psutil.Process, memory: bool) -> ProcessSample | None:
         try:

@@ -10,6 +10,7 @@ sweep's trials measured in several processes (ProcessNoise).
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -28,6 +29,12 @@ SEED = 0
 RERUN_WIDTH = math.sqrt(2)
 # Draws of a log figure beyond this many e-folds say nothing more (and would overflow exp).
 MAX_LOG_DRAW = 20.0
+
+
+def seed_of(name: str) -> int:
+    """Each trial's bootstrap draws its own resamples (the same each time for the same trial):
+    two trials' draws must be independent for the ratio of their draws to mean anything."""
+    return zlib.crc32(name.encode())
 
 
 @dataclass(frozen=True)
@@ -322,7 +329,7 @@ def _batch_times(measurement: Measurement) -> BatchTimes:
         wait_p95_ms=float(np.percentile(wait, 95) * 1e3),
         h2d_ms=float(h2d.mean() * 1e3),
         step_ms=float(step.mean() * 1e3),
-        first_batch_s=measurement.first_batch_s,
+        first_batch_s=measurement.start.first_batch_s,
         epoch_start_ms=epoch_start_ms,
         copy_gb_per_s=copy_gb_per_s,
     )

@@ -31,8 +31,8 @@ from loadtune.trials import IDEAL, Trial, cost_of
 
 # config_key and Settings (plan) are also found here, beside the strategies that compare configs by them.
 __all__ = ["MAX_GREEDY_ROUNDS", "MAX_MODEL_ROUNDS", "Measure", "Modeler", "Search", "Settings", "TARGETS_PER_ROUND",
-           "config_key", "follow_advice", "model_targets", "run_model", "run_ofat", "run_strategy", "search_greedy",
-           "search_grid", "search_model", "search_ofat"]
+           "config_key", "follow_advice", "model_targets", "run_strategy", "search_greedy", "search_grid",
+           "search_model", "search_ofat"]
 
 if TYPE_CHECKING:
     from loadtune.results.model import PipelineModel
@@ -425,14 +425,3 @@ def run_strategy(name: Strategy | str, search: Search) -> None:
     """Measure what the named strategy asks for (a ValueError for a name it does not know)."""
     STRATEGIES[Strategy(name)](search)
 
-
-def run_ofat(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-             tolerance: float = TOLERANCE) -> None:
-    """search_ofat on a Search made of these."""
-    search_ofat(Search(config, accelerator, measure, by, tolerance))
-
-
-def run_model(config: Config, accelerator: bool, measure: Measure, by: RankBy = RankBy.THROUGHPUT,
-              tolerance: float = TOLERANCE, modeler: Modeler | None = None) -> None:
-    """search_model on a Search made of these."""
-    search_model(Search(config, accelerator, measure, by, tolerance, modeler))

@@ -3,11 +3,12 @@ measured, and what was derived from them), and its repeats merged into one Measu
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Sequence
 
-from loadtune.measurement import Measurement
+from loadtune.measurement import Measurement, TrialStart
 from loadtune.results.model import Prediction
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
 from loadtune.results.samples import TrialSamples
@@ -21,19 +22,19 @@ def merged(measurements: Sequence[Measurement]) -> Measurement:
     """One trial's repeats, each from a process (or set of ranks) of its own, as one Measurement."""
     n = len(measurements)
     return Measurement(
-        first_batch_s=sum(m.first_batch_s for m in measurements) / n,
+        start=TrialStart(
+            first_batch_s=sum(m.start.first_batch_s for m in measurements) / n,
+            warmup_s=sum(m.start.warmup_s for m in measurements) / n,
+            warmup_batches=max(m.start.warmup_batches for m in measurements),
+            setup_s=sum(m.start.setup_s for m in measurements) / n,
+        ),
         windows=tuple(w for m in measurements for w in m.windows),
         pinned=measurements[0].pinned,
         batch_bytes=measurements[0].batch_bytes,
         resources=tuple(r for m in measurements for r in m.resources),
-        warmup_s=sum(m.warmup_s for m in measurements) / n,
-        warmup_batches=max(m.warmup_batches for m in measurements),
-        setup_s=sum(m.setup_s for m in measurements) / n,
         ranks=tuple(merged(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
-        sampled=tuple(epoch for m in measurements for epoch in m.sampled),
-        dataset_batches=measurements[0].dataset_batches,
-        window_epoch_batches=measurements[0].window_epoch_batches,
-        restarts_workers=measurements[0].restarts_workers,
+        epochs=dataclasses.replace(measurements[0].epochs,
+                                   sampled=tuple(epoch for m in measurements for epoch in m.epochs.sampled)),
     )
 
 

@@ -12,13 +12,13 @@ from typing import Any, Mapping
 
 from loadtune.kinds import Status
 from loadtune.machine import cpu_quota, fingerprint, usable_cores
-from loadtune.measurement import Measurement, ResourceSamples, Window
+from loadtune.measurement import LoaderEpochs, Measurement, ResourceSamples, TrialStart, Window
 from loadtune.results.record import Record
 from loadtune.results.samples import TrialSamples
 from loadtune.run_epochs import AS_MEASURED
 from loadtune.sweep_process.diagnose import diagnose
 from loadtune.sweep_process.records import trial_record
-from loadtune.sweep_process.stats import summarize
+from loadtune.sweep_process.stats import seed_of, summarize
 from loadtune.trials import Trial
 
 STRATEGY = "watch"  # the strategy column of a watched row
@@ -59,10 +59,11 @@ class Observed:
 
     def measurement(self) -> Measurement:
         warm_up, traits = self.warm_up, self.traits
-        return Measurement(first_batch_s=warm_up.first_batch_s, windows=self.windows, pinned=traits.pinned,
-                           batch_bytes=traits.batch_bytes, resources=self.resources, warmup_s=warm_up.warmup_s,
-                           warmup_batches=warm_up.warmup_batches, dataset_batches=traits.epoch_batches,
-                           window_epoch_batches=traits.epoch_batches, restarts_workers=traits.restarts_workers)
+        epochs = LoaderEpochs(dataset_batches=traits.epoch_batches, window_epoch_batches=traits.epoch_batches,
+                              restarts_workers=traits.restarts_workers)
+        return Measurement(TrialStart(warm_up.first_batch_s, warm_up.warmup_s, warm_up.warmup_batches),
+                           windows=self.windows, pinned=traits.pinned, batch_bytes=traits.batch_bytes,
+                           resources=self.resources, epochs=epochs)
 
     @property
     def trial(self) -> Trial:
@@ -103,7 +104,7 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
     measurement = observed.measurement()
     # The intervals are the run itself: its figures are its counted batches as they came (each epoch
     # start where it was), not a window's weighed for another epoch length, as a sweep's are.
-    stats = summarize(measurement, seed=_seed(observed.name), run_epoch_batches=AS_MEASURED, batch_floor=False)
+    stats = summarize(measurement, seed=seed_of(observed.name), run_epoch_batches=AS_MEASURED, batch_floor=False)
     trial = observed.trial
     if trial_name is not None:
         trial = dataclasses.replace(trial, name=trial_name)
@@ -133,10 +134,3 @@ def watched_samples(name: str, observed: Observed, kept: dict[int, Measurement] 
     for stale in set(kept) - {id(w) for w in observed.windows}:
         del kept[stale]
     return TrialSamples(name, 0, tuple(parts), (observed.watched_s,))
-
-
-def _seed(name: str) -> int:
-    import zlib
-
-    return zlib.crc32(name.encode())
-

@@ -375,9 +375,9 @@ class RunWatch:
 
 def window_figures_of(window: Any) -> tuple[float, float]:
     """One interval's wait ratio and samples/s."""
-    from loadtune.measurement import Measurement
+    from loadtune.measurement import Measurement, TrialStart
 
-    return window_figures(Measurement(first_batch_s=0.0, windows=(window,)), AS_MEASURED)[0]
+    return window_figures(Measurement(TrialStart(first_batch_s=0.0), windows=(window,)), AS_MEASURED)[0]
 
 
 def _seconds(s: float) -> str:

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from loadtune.measurement import CpuWindow
+from loadtune.procfs import descendant_pids
 
 _PROC = "/proc"
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
@@ -38,29 +39,6 @@ def _tasks_cpu_s(pid: int) -> float | None:
         except (OSError, ValueError, IndexError):
             continue  # the thread ended meanwhile: the process's own counters still hold it
     return total / 1e9
-
-
-def _children(pid: int) -> list[int]:
-    found: list[int] = []
-    try:
-        tids = os.listdir(f"{_PROC}/{pid}/task")
-    except OSError:
-        return found
-    for tid in tids:
-        try:
-            with open(f"{_PROC}/{pid}/task/{tid}/children", "rb") as f:
-                found.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
-    return found
-
-
-def _descendants(pid: int) -> list[int]:
-    found, frontier = [], [pid]
-    while frontier:
-        frontier = [kid for p in frontier for kid in _children(p)]
-        found.extend(frontier)
-    return found
 
 
 def _usable_cpus() -> frozenset[int] | None:
@@ -110,7 +88,7 @@ def read_cpu() -> CpuReading:
     main = time.process_time()
     reaped = os.times()
     workers = reaped.children_user + reaped.children_system
-    for pid in _descendants(me):
+    for pid in descendant_pids(me):
         used = _tasks_cpu_s(pid)
         workers += used or 0.0
     busy, cpus = machine_busy()

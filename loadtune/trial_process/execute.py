@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loadtune.config import WORKER_ONLY
-from loadtune.measurement import Measurement, combine_ranks
+from loadtune.measurement import LoaderEpochs, Measurement, combine_ranks
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.trial_process.factory import build_source
@@ -81,9 +81,10 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
     parts.close()  # shut persistent workers down cleanly before the process ends
     sampled = parts.recorder.epochs() if parts.recorder is not None else ()
-    return dataclasses.replace(measurement, setup_s=setup_s, pinned=pinned, sampled=sampled,
-                               dataset_batches=plan.dataset_batches, window_epoch_batches=plan.window_batches,
-                               restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
+    epochs = LoaderEpochs(sampled, dataset_batches=plan.dataset_batches, window_epoch_batches=plan.window_batches,
+                          restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
+    return dataclasses.replace(measurement, start=dataclasses.replace(measurement.start, setup_s=setup_s),
+                               pinned=pinned, epochs=epochs)
 
 
 class _PinProbe:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 from loadtune.errors import LoadtuneError
-from loadtune.measurement import Measurement, Window
+from loadtune.measurement import Measurement, TrialStart, Window
 from loadtune.trial_process.fingerprint import Taken, sample_slice, window_keys
 
 Clock = Callable[[], float]
@@ -273,8 +273,8 @@ def _run(feed: Feed, counted: _Counted, region: Region | None, plan: _Plan, samp
     phase("teardown")
     if sampling is not None:
         sampling.end()
-    return Measurement(first_batch_s=first_batch_s, windows=tuple(windows), batch_bytes=first_batch_bytes,
-                       warmup_s=warmup_s, warmup_batches=done)
+    return Measurement(TrialStart(first_batch_s, warmup_s=warmup_s, warmup_batches=done), windows=tuple(windows),
+                       batch_bytes=first_batch_bytes)
 
 
 def _no_phase(name: str) -> None:
