@@ -1,9 +1,12 @@
 """The results record (docs/reference.md, "The CSV"): one typed record per CSV row, one column table that
 drives the writer, the single reader, the required-column checks and the pandas dtypes.
 
-`Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Their
-fields, in order, are the columns; each field's metadata gives its kind and, for floats, the
-digits it is rounded to when a record is built (`rounded`), as results/columns defines them.
+`Record` is a row of a sweep's CSV, `RankRecord` a row of the per-rank file beside it. Each
+lists its columns in CSV order (COLUMN_ORDER) and holds them in its fields or in named groups of
+fields (Settings, Figures, Measuring, Resources, Assessment, Run with its Machine); each field's
+metadata gives its kind and, for floats, the digits it is rounded to when a record is built
+(`rounded`), as results/columns defines them. A record is built from flat column values (`of`,
+`rounded`) and gives them back flat (`to_dict`, `column`).
 Every file carries the format version it was written with; files written before the version
 column (version 1) still load.
 """
