@@ -264,7 +264,7 @@ class RunWatch:
         job = self._job
         if job.context is None:
             first = self.loaders[0] if self.loaders else None
-            settings = first.settings if first is not None else {}
+            settings = first.facts.settings if first is not None else {}
             length = first.facts.dataset_len if first is not None else None
             context = settings.get("multiprocessing_context")
             job.context = run_context(self.script, _device(), context, self.group.world, length, job.started_at)
@@ -333,7 +333,7 @@ class RunWatch:
         kept = [s for s in samples if s.trial in names]
         host = rows[0].run.machine.host if rows else ""
         output.samples.write("", host or "", 1.0, self.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.settings),
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.facts.settings),
                                                                      self.script, tuple(sys.argv[1:]))
                                 for w in self.loaders})
 

@@ -148,10 +148,6 @@ class LoaderWatch:
         self.pinned: bool | None = None
 
     @property
-    def settings(self) -> dict[str, Any]:
-        return self.facts.settings
-
-    @property
     def closed(self) -> bool:
         return self.ended is not None
 
@@ -160,7 +156,7 @@ class LoaderWatch:
         object, the same settings."""
         dataset = getattr(loader, "dataset", None)
         return dataset is not None and self._dataset is not None and dataset is self._dataset() \
-            and loader_settings(loader) == self.settings
+            and loader_settings(loader) == self.facts.settings
 
     def adopt(self, loader: Any) -> None:
         """Watch `loader` from now on as this one (same_loader)."""
@@ -199,7 +195,7 @@ class LoaderWatch:
             if counting is not None:
                 counting.after_fetch()
         first = tally.first_batch_s is None
-        default = self.settings.get("batch_size") or 1
+        default = self.facts.settings.get("batch_size") or 1
         try:
             samples, size = batch_len(batch, default), batch_bytes(batch) if first else None
         except Exception:  # noqa: BLE001 - a batch of a shape not foreseen: counted as a batch
