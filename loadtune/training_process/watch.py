@@ -194,7 +194,7 @@ class LoaderWatch:
         finally:
             if counting is not None:
                 counting.after_fetch()
-        first = tally.first_batch_s is None
+        first = tally.start.first_batch_s is None
         default = self.facts.settings.get("batch_size") or 1
         try:
             samples, size = batch_len(batch, default), batch_bytes(batch) if first else None
@@ -253,11 +253,12 @@ class LoaderWatch:
 
     def observed(self) -> Observed:
         tally, facts, kept = self.tally, self.facts, self.kept
+        start = tally.start
         return Observed(
             name=self.name, settings=facts.settings, windows=tuple(kept.windows),
             resources=tuple(kept.resources) if len(kept.resources) == len(kept.windows) else (),
-            warm_up=WarmUpFigures(tally.first_batch_s or 0.0, tally.warmup_s, tally.warmup.done),
-            traits=LoaderTraits(tally.batch_bytes, facts.epoch_batches, bool(facts.workers) and not facts.persistent,
+            warm_up=WarmUpFigures(start.first_batch_s or 0.0, start.warmup_s, tally.warmup.done),
+            traits=LoaderTraits(start.batch_bytes, facts.epoch_batches, bool(facts.workers) and not facts.persistent,
                                 self.pinned),
             watched_s=tally.clocks.wall() - self.started, reason=self.ended or "")
 
