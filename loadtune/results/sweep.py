@@ -42,7 +42,7 @@ class SweepResult:
 
     @property
     def loader_kwargs(self) -> dict[str, Any] | None:
-        """The recommended trial's DataLoader settings (threads: see summary.dataloader)."""
+        """The recommended trial's DataLoader settings (threads: see summary.pick.dataloader)."""
         return self.summary.pick.loader_kwargs
 
     @property
