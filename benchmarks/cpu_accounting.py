@@ -64,7 +64,7 @@ def main() -> int:
             inside = window_evidence(outcome.result, cores, loader["num_workers"])
             ours.append(inside.cpu_util)
             kernel.append(inside.machine_busy)
-            sampler.extend(f.cpu_util for f in resource_figures(outcome.result, cores))
+            sampler.extend(f.cpu.cpu_util for f in resource_figures(outcome.result, cores))
         a, k = statistics.fmean(ours), statistics.fmean(kernel)
         worst = max(worst, abs(a - k))
         sampled = statistics.fmean(sampler) if sampler else float("nan")

@@ -61,13 +61,13 @@ class Swept(SweepResult):
     @property
     def loader_kwargs(self) -> dict[str, Any] | None:
         """The recommended trial's DataLoader keyword arguments (thread settings: thread_settings)."""
-        settings = self.summary.loader_kwargs
+        settings = self.summary.pick.loader_kwargs
         return None if settings is None else self._keywords(settings)
 
     @property
     def change(self) -> dict[str, Any] | None:
         """The recommended DataLoader keyword arguments that differ from the baseline's."""
-        settings = self.summary.change
+        settings = self.summary.pick.change
         return None if settings is None else self._keywords(settings)
 
     @property
@@ -75,7 +75,7 @@ class Swept(SweepResult):
         """The recommended trial's thread settings where set: `main_threads` (torch's threads in the
         training process: torch.set_num_threads) and `worker_threads` (in each worker, from
         worker_init_fn); {} when it leaves both as they are."""
-        settings = self.summary.loader_kwargs
+        settings = self.summary.pick.loader_kwargs
         return None if settings is None else thread_settings(settings)
 
     def _keywords(self, settings: dict[str, Any]) -> dict[str, Any]:

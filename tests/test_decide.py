@@ -218,7 +218,7 @@ def runner_for(tmp_path: Path, write_config, **measure) -> tuple[Racer, FakeTria
 
 def test_racing_gives_repeats_only_where_the_decision_is(tmp_path, write_config):
     runner, fake = runner_for(tmp_path, write_config, min_repeats=1, repeats=4, tolerance=0.03)
-    spec = runner.spec.config
+    spec = runner.setup.spec.config
     trials = [trial_for(spec, {}, False), trial_for(spec, {"num_workers": 0}, False),
               trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)]
     runner.measure(trials, 1)
@@ -257,7 +257,7 @@ class ProcessNoisy(FakeTrials):
 def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_config):
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=3, tolerance=0.03)
     runner.execute = noisy = ProcessNoisy(0.08)
-    spec = runner.spec.config
+    spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
     assert noisy.runs == {"num_workers=2": 3, "num_workers=3": 3}
@@ -272,7 +272,7 @@ def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_co
 
 def test_the_budget_ends_racing_and_the_decision_says_so(tmp_path, write_config):
     runner, fake = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, budget_s=0.001)
-    spec = runner.spec.config
+    spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
     assert fake.runs == {"num_workers=2": 1, "num_workers=3": 1}
@@ -284,7 +284,7 @@ def test_racing_names_two_configs_a_percent_apart_equal_within_the_noise(tmp_pat
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=5, tolerance=0.03)
     # num_workers=2 runs 1% behind num_workers=3; each trial's processes 2% fast, then 2% slow.
     runner.execute = close = ProcessNoisy(0.02, {"num_workers=2": 396.0, "num_workers=3": 400.0})
-    spec = runner.spec.config
+    spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
     assert close.runs == {"num_workers=2": 3, "num_workers=3": 3}
@@ -305,14 +305,14 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
 
     monkeypatch.setitem(TRUE, "num_workers=2, persistent_workers=true", 300.0)
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)
-    spec = runner.spec.config
+    spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {}, False), trial_for(spec, {"num_workers": 2}, False),
                     trial_for(spec, {"num_workers": 2, "persistent_workers": True}, False)], 1)
     run = runner.runs["num_workers=2"]
     run.score = dataclasses.replace(run.score, suggests=((("persistent_workers", True),),))
     run.record = run.record.with_columns(advice="62% of the wait is at epoch starts: set "
                                                  "persistent_workers=True.")
-    advised = advised_by(runner.runs, runner.spec.config, False)
+    advised = advised_by(runner.runs, runner.setup.spec.config, False)
     assert [(a.setting, a.exact, a.alone) for a in advised["num_workers=2"]] == \
         [("persistent_workers=True", "num_workers=2, persistent_workers=true", "persistent_workers=true")]
     placed = ranked(runner.runs, RankBy.THROUGHPUT, 0.03, runner.model.ties)

@@ -280,14 +280,14 @@ def test_only_the_accepted_loader_is_watched_and_an_outer_watch_comes_back(tmp_p
         for _ in range(2):
             assert sum(len(b) for b in train) == 64
             assert sum(len(b) for b in other) == 8
-        assert [w.loader for w in run.loaders] == [train]  # the other loader: no watch of this run
+        assert [w.loader for w in run.loaders.watches] == [train]  # the other loader: no watch of this run
         rows = watch.stop()
         counted = 2 * 16 - _MEASURE.warmup_batches  # each epoch run to its end: every step seen
         assert [(r.trial, r.status, r.measuring.batches) for r in rows] == [("fit", Status.WATCHED, counted)]
         assert watch.run is None and run.closed and "watched fit" in lines[-1]
         assert hook._run is outer  # the script's own watch again
         list(other)
-        assert [w.loader for w in outer.loaders] == [other]
+        assert [w.loader for w in outer.loaders.watches] == [other]
         assert watch.stop() == []  # twice: nothing more
     finally:
         hook.stop_watching()

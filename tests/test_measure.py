@@ -57,9 +57,9 @@ def test_exact_wait_step_and_first_batch():
     assert stats.wait_ratio.mean == pytest.approx(0.25)
     assert stats.throughput.mean == pytest.approx(4 / 0.040)
     assert stats.wait_ratio.lo == pytest.approx(0.25) and stats.wait_ratio.hi == pytest.approx(0.25)
-    assert stats.first_batch_s == pytest.approx(0.510)
-    assert stats.wait_ms == pytest.approx(10.0)
-    assert stats.step_ms == pytest.approx(30.0)
+    assert stats.times.first_batch_s == pytest.approx(0.510)
+    assert stats.times.wait_ms == pytest.approx(10.0)
+    assert stats.times.step_ms == pytest.approx(30.0)
 
 
 def test_transfer_time_is_h2d_and_counts_as_waiting():
@@ -75,7 +75,7 @@ def test_transfer_time_is_h2d_and_counts_as_waiting():
     assert m.windows[0].h2d_s == pytest.approx((0.005,) * 4)
     stats = summarize(m)
     assert stats.wait_ratio.mean == pytest.approx(0.015 / 0.050)
-    assert stats.h2d_ms == pytest.approx(5.0)
+    assert stats.times.h2d_ms == pytest.approx(5.0)
 
 
 def test_epoch_batches_starts_new_iterators_and_counts_their_start():
@@ -89,8 +89,8 @@ def test_epoch_batches_starts_new_iterators_and_counts_their_start():
     assert window.wait_s[2] == pytest.approx(0.210)
     assert loader.iterators == 2
     stats = summarize(m)
-    assert stats.epoch_start_ms == pytest.approx(210.0)
-    assert stats.wait_p95_ms > stats.wait_ms
+    assert stats.times.epoch_start_ms == pytest.approx(210.0)
+    assert stats.times.wait_p95_ms > stats.times.wait_ms
 
 
 def test_dataset_end_starts_a_new_epoch():
@@ -105,7 +105,7 @@ def test_no_epoch_start_in_window_gives_nan():
     clock = FakeClock()
     stats = summarize(measure_loop(FakeLoader(clock, 100, 0.01), stepper(clock, 0.01), warmup_batches=1,
                                    batches=3, repeats=1, clock=clock))
-    assert stats.epoch_start_ms != stats.epoch_start_ms  # NaN
+    assert stats.times.epoch_start_ms != stats.times.epoch_start_ms  # NaN
 
 
 def test_empty_loader_is_an_error():

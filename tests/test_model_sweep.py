@@ -38,7 +38,7 @@ def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     grid = 1 + 3 * 2 * 2  # num_workers=0 collapses prefetch and persistence
     in_space = [r for r in measured if not r.assessment.asked_by]  # the rest: advice the model expected to gain
     assert len(in_space) + len(predicted) == grid
-    assert result.summary.model is not None
+    assert result.summary.found.model is not None
     info = result.summary.to_json()
     assert info["model"]["fetch_wait_ms_per_sample"] > 0 and "error" in info["model"]
     json.dumps(info, default=str)

@@ -265,9 +265,9 @@ def test_report_pastes_the_sweeps_line_from_the_loader_settings_beside_the_csv(t
 def test_a_rebuilt_summary_names_what_the_file_does_not_hold(files):
     rows = load_records(files["sweep"])
     info = file_summary(rows, str(files["sweep"]))
-    assert info is not None and info.recommended is not None and info.rebuilt
+    assert info is not None and info.standing.recommended is not None and info.rebuilt
     lines = summary_lines(info)
-    assert lines[0].startswith(f"Recommended: {info.recommended.trial}: ")
+    assert lines[0].startswith(f"Recommended: {info.standing.recommended.trial}: ")
     assert lines[1].startswith("How sure: the CSV does not keep how sure the sweep was; ")
     assert "keep the loader's other keywords as they are" in lines[2]
     assert file_summary(load_records(files["run"]), str(files["run"])) is None

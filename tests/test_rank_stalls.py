@@ -114,7 +114,7 @@ def test_the_reason_is_one_line_naming_rank_phase_time_and_stack():
     assert stall.reason() == ("rank 1 stalled in window 2 for 20.4 s (limit 20 s): at step (my_step.py:12) "
                               "<- run (loop.py:3); stacks in /tmp/s.txt")
     first = Stall(Found((state(0, "first batch"),), 3.26, 3.0, False), {0: "at g (b.py:2)"}, None)
-    assert first.before_first_batch and first.reason(retried=True) == (
+    assert first.found.before_first_batch and first.reason(retried=True) == (
         "rank 0 stalled in first batch for 3.3 s (limit 3 s), again after a retry on a fresh rendezvous: at g (b.py:2)")
     both = Found((state(0, "warm-up", waiting=True), state(1, "window 1", waiting=True)), 31.0, 30.0, True)
     assert Stall(both, {0: "at agree (ranks.py:9)", 1: "at step_and_reduce (ranks.py:7)"}, None).reason() == (

@@ -109,7 +109,7 @@ def test_predict_pastes_the_loader_settings_the_sweeps_own_answer_pastes(tmp_pat
     # The sweep's own paste line for its pick (Summary.dataloader), from the trial's loader settings.
     sweep_line = summarize_sweep(records, pick, trial_kwargs(pick), LOADER, output="o.csv", config="demo", scale=1.0,
                                  scaled=None, device="cpu", ranks=1, rank_by="throughput", strategy="model",
-                                 warnings=()).dataloader
+                                 warnings=()).pick.dataloader
     f = forecast_file(path)
     assert f.recommended is not None and f.recommended.settings == settings_of(pick)
     paste = paste_of(forecast_lines(f))
@@ -177,8 +177,8 @@ def test_the_apis_loader_kwargs_build_a_real_dataloader_and_threads_are_apart(mo
     assert sorted(int(x) for batch in serial for x in batch) == list(range(48))
     assert not {"main_threads", "worker_threads"} & set(result.change)
     # The CLI's summary keeps every setting; the paste line says the threads as calls.
-    assert result.summary.loader_kwargs["main_threads"] == 2
-    assert "torch.set_num_threads(2) in the training process" in result.summary.dataloader
+    assert result.summary.pick.loader_kwargs["main_threads"] == 2
+    assert "torch.set_num_threads(2) in the training process" in result.summary.pick.dataloader
 
 
 def test_thread_settings_and_loader_keywords_split_a_trials_settings():

@@ -64,20 +64,20 @@ def test_steady_tree_exact_figures():
                      proc(101, 1.6, 30, threads=3, read_mb=9), proc(102, 1.7, 20, threads=4, read_mb=3))),
     )
     f = summarize_resources(r, usable_cores=2)
-    assert f.wall_s == 2.0
-    assert f.main_cpu_s == pytest.approx(0.4)
-    assert f.workers_cpu_s == pytest.approx(3.2)
-    assert f.cpu_util == pytest.approx(3.6 / 2 / 2)
-    assert f.main_cpu_util == pytest.approx(0.1)
-    assert f.workers_cpu_util == pytest.approx(0.8)
-    assert f.peak_pss_mb == pytest.approx(150)
-    assert f.pss_growth_mb == pytest.approx(30)
-    assert f.worker_pss_mb == pytest.approx(25)
-    assert f.worker_pss_growth_mb == pytest.approx(15)
+    assert f.cpu.wall_s == 2.0
+    assert f.cpu.main_cpu_s == pytest.approx(0.4)
+    assert f.cpu.workers_cpu_s == pytest.approx(3.2)
+    assert f.cpu.cpu_util == pytest.approx(3.6 / 2 / 2)
+    assert f.cpu.main_cpu_util == pytest.approx(0.1)
+    assert f.cpu.workers_cpu_util == pytest.approx(0.8)
+    assert f.memory.peak_pss_mb == pytest.approx(150)
+    assert f.memory.pss_growth_mb == pytest.approx(30)
+    assert f.memory.worker_pss_mb == pytest.approx(25)
+    assert f.memory.worker_pss_growth_mb == pytest.approx(15)
     assert f.read_mb == pytest.approx(1 + 9 + 3)
     assert f.threads_per_worker == pytest.approx(3.5)
     assert f.workers == 2 and f.peak_workers == 2
-    assert f.memory_metric == "pss" and f.io_metric == "read_bytes"
+    assert f.memory.memory_metric == "pss" and f.io_metric == "read_bytes"
     assert f.sampler_load == 0.0
 
 
@@ -109,11 +109,11 @@ def test_worker_reaped_between_samples_adds_only_its_unseen_cpu_and_reads():
         Sample(2.0, (root(1.0, children=1.3, read_mb=10 + 7), proc(103, 0.2, 10, read_mb=1))),
     )
     f = summarize_resources(r, usable_cores=1)
-    assert f.main_cpu_s == pytest.approx(0.0)
-    assert f.workers_cpu_s == pytest.approx((1.0 - 0.5) + 0.3 + 0.2)
+    assert f.cpu.main_cpu_s == pytest.approx(0.0)
+    assert f.cpu.workers_cpu_s == pytest.approx((1.0 - 0.5) + 0.3 + 0.2)
     assert f.read_mb == pytest.approx((6 - 2) + 1 + 1)  # 7 MB in all for 101, 2 of them before the window
     assert f.workers == 2 and f.peak_workers == 1
-    assert f.worker_pss_growth_mb == pytest.approx(0.0)  # 103, seen once, has no growth to report
+    assert f.memory.worker_pss_growth_mb == pytest.approx(0.0)  # 103, seen once, has no growth to report
 
 
 def test_exited_worker_not_yet_reaped_keeps_its_last_cpu_until_reaped():
@@ -121,8 +121,8 @@ def test_exited_worker_not_yet_reaped_keeps_its_last_cpu_until_reaped():
     seen = Sample(1.0, (root(1.0), proc(101, 1.0, 10)))
     gone = Sample(2.0, (root(1.0),))
     reaped = Sample(3.0, (root(1.0, children=1.3),))
-    assert summarize_resources(samples(first, seen, gone), 1).workers_cpu_s == pytest.approx(0.5)
-    assert summarize_resources(samples(first, seen, gone, reaped), 1).workers_cpu_s == pytest.approx(0.8)
+    assert summarize_resources(samples(first, seen, gone), 1).cpu.workers_cpu_s == pytest.approx(0.5)
+    assert summarize_resources(samples(first, seen, gone, reaped), 1).cpu.workers_cpu_s == pytest.approx(0.8)
 
 
 def test_a_zombie_counter_read_lower_changes_nothing():
@@ -133,7 +133,7 @@ def test_a_zombie_counter_read_lower_changes_nothing():
         Sample(3.0, (root(1.0, children=1.1),)),
     )
     f = summarize_resources(r, 1)
-    assert f.workers_cpu_s == pytest.approx(0.5 + 0.1)
+    assert f.cpu.workers_cpu_s == pytest.approx(0.5 + 0.1)
     assert f.threads_per_worker == pytest.approx(3.0)
     assert f.peak_workers == 1
 
@@ -144,7 +144,7 @@ def test_grandchild_reaped_by_a_worker():
         Sample(1.0, (root(1.0), proc(101, 0.2, 10), proc(201, 0.4, 5, ppid=101))),
         Sample(2.0, (root(1.0), proc(101, 0.3, 10, children=0.5))),
     )
-    assert summarize_resources(r, 1).workers_cpu_s == pytest.approx(0.3 + 0.5)
+    assert summarize_resources(r, 1).cpu.workers_cpu_s == pytest.approx(0.3 + 0.5)
 
 
 def test_worker_and_its_child_both_reaped_in_one_interval():
@@ -154,7 +154,7 @@ def test_worker_and_its_child_both_reaped_in_one_interval():
         # 201 exits with 0.5 s, 101 reaps it and exits with 0.3 s of its own; the root reaps 101.
         Sample(2.0, (root(1.0, children=0.3 + 0.5),)),
     )
-    assert summarize_resources(r, 1).workers_cpu_s == pytest.approx(0.8)
+    assert summarize_resources(r, 1).cpu.workers_cpu_s == pytest.approx(0.8)
 
 
 def test_reused_pid_is_another_process():
@@ -163,17 +163,17 @@ def test_reused_pid_is_another_process():
         Sample(1.0, (root(1.0, children=2.0), proc(101, 0.4, 10, started=5.0))),
     )
     f = summarize_resources(r, 1)
-    assert f.workers_cpu_s == pytest.approx(0.4)
+    assert f.cpu.workers_cpu_s == pytest.approx(0.4)
     assert f.workers == 2
 
 
 def test_sampler_cpu_is_taken_off_the_main_process():
     r = samples(Sample(0.0, (root(1.0),)), Sample(2.0, (root(1.5),)), sampler_cpu_s=0.1)
     f = summarize_resources(r, 2)
-    assert f.main_cpu_s == pytest.approx(0.4)
-    assert f.main_cpu_util == pytest.approx(0.4 / 2 / 2)
+    assert f.cpu.main_cpu_s == pytest.approx(0.4)
+    assert f.cpu.main_cpu_util == pytest.approx(0.4 / 2 / 2)
     assert f.sampler_load == pytest.approx(0.05)
-    assert f.worker_pss_mb is None and f.worker_pss_growth_mb is None and f.threads_per_worker is None
+    assert f.memory.worker_pss_mb is None and f.memory.worker_pss_growth_mb is None and f.threads_per_worker is None
     assert f.workers == 0
 
 
@@ -187,11 +187,11 @@ def test_memory_only_from_samples_that_read_it():
         memory_metric=MEMORY_USS,
     )
     f = summarize_resources(r, 1)
-    assert f.peak_pss_mb == pytest.approx(150)
-    assert f.pss_growth_mb == pytest.approx(20)
-    assert f.worker_pss_mb == pytest.approx(30)
-    assert f.worker_pss_growth_mb == pytest.approx(20)
-    assert f.memory_metric == "uss"
+    assert f.memory.peak_pss_mb == pytest.approx(150)
+    assert f.memory.pss_growth_mb == pytest.approx(20)
+    assert f.memory.worker_pss_mb == pytest.approx(30)
+    assert f.memory.worker_pss_growth_mb == pytest.approx(20)
+    assert f.memory.memory_metric == "uss"
 
 
 def test_growth_leaves_out_file_backed_pages():
@@ -204,10 +204,10 @@ def test_growth_leaves_out_file_backed_pages():
         Sample(1.0, (with_file(root(1.0, pss_mb=210), 100), with_file(proc(101, 0.0, 90), 20))),
     )
     f = summarize_resources(r, 1)
-    assert f.peak_pss_mb == pytest.approx(350)  # totals
-    assert f.worker_pss_mb == pytest.approx(90)
-    assert f.pss_growth_mb == pytest.approx((110 + 70) - (100 + 30))  # without file-backed pages
-    assert f.worker_pss_growth_mb == pytest.approx(40)
+    assert f.memory.peak_pss_mb == pytest.approx(350)  # totals
+    assert f.memory.worker_pss_mb == pytest.approx(90)
+    assert f.memory.pss_growth_mb == pytest.approx((110 + 70) - (100 + 30))  # without file-backed pages
+    assert f.memory.worker_pss_growth_mb == pytest.approx(40)
 
 
 def test_reads_unavailable():
@@ -374,12 +374,12 @@ def _burners_that_exit() -> tuple[ResourceSamples, ResourceFigures]:
 @isolated
 def test_workers_that_burn_cpu_and_exit_are_counted():
     r, f = _burners_that_exit()
-    assert f.cpu_util > 0
-    assert f.workers_cpu_util > f.main_cpu_util
+    assert f.cpu.cpu_util > 0
+    assert f.cpu.workers_cpu_util > f.cpu.main_cpu_util
     assert f.workers == 2
     assert pids_in(r.samples[-1]) == {os.getpid()}  # reaped before the last sample
     # All of each burner's CPU counts: what was seen while it ran, and the rest when it was reaped.
-    assert f.workers_cpu_s >= 2 * 0.4 - 0.05
+    assert f.cpu.workers_cpu_s >= 2 * 0.4 - 0.05
 
 
 @pytest.mark.slow  # two processes burning CPU
@@ -387,7 +387,7 @@ def test_workers_that_burn_cpu_and_exit_are_counted():
 @isolated
 def test_exited_workers_cpu_is_not_overcounted_and_the_sampler_is_light():
     _, f = _burners_that_exit()
-    assert f.workers_cpu_s < 2 * 0.4 + 0.3
+    assert f.cpu.workers_cpu_s < 2 * 0.4 + 0.3
     assert f.sampler_load < 0.25
 
 
@@ -405,10 +405,10 @@ def test_workers_alive_at_stop():
         burners.finish()
     assert burners.pids <= pids_in(r.samples[-1])  # alive (waiting) at the last sample
     assert f.workers == 2 and f.peak_workers == 2
-    assert f.workers_cpu_s >= 2 * 0.3 - 0.05
-    assert f.workers_cpu_util > f.main_cpu_util
+    assert f.cpu.workers_cpu_s >= 2 * 0.3 - 0.05
+    assert f.cpu.workers_cpu_util > f.cpu.main_cpu_util
     assert f.threads_per_worker is not None and f.threads_per_worker >= 1
-    assert f.worker_pss_mb is not None and f.worker_pss_mb > 0
+    assert f.memory.worker_pss_mb is not None and f.memory.worker_pss_mb > 0
 
 
 class _Cpu(torch.utils.data.Dataset):
@@ -432,7 +432,7 @@ def test_dataloader_workers_restarted_each_epoch_keep_their_cpu():
                 pass
     f = summarize_resources(sampler.result, usable_cores=usable_cores())
     assert f.workers == 4  # two workers per epoch, started again each epoch
-    assert f.workers_cpu_s >= 2 * 100 * 0.002 * 0.9
+    assert f.cpu.workers_cpu_s >= 2 * 100 * 0.002 * 0.9
 
 
 class _Slices(torch.utils.data.Dataset):
@@ -461,7 +461,7 @@ def _growth_reading(items) -> tuple[float, float]:
     del it, loader
     f = summarize_resources(sampler.result, usable_cores=usable_cores())
     assert f.workers == 2
-    return f.pss_growth_mb, f.worker_pss_growth_mb
+    return f.memory.pss_growth_mb, f.memory.worker_pss_growth_mb
 
 
 @pytest.mark.slow

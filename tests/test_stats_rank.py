@@ -48,8 +48,8 @@ def test_p95_of_wait():
     first = window([0.001] * 50, [0.01] * 50)
     second = window([0.001] * 40 + [0.050] * 10, [0.01] * 50)
     stats = summarize(Measurement(TrialStart(0.1), (first, second)))
-    assert stats.wait_p95_ms == pytest.approx(50.0)
-    assert stats.wait_ms == pytest.approx((90 * 1 + 10 * 50) / 100)
+    assert stats.times.wait_p95_ms == pytest.approx(50.0)
+    assert stats.times.wait_ms == pytest.approx((90 * 1 + 10 * 50) / 100)
 
 
 def test_p95_of_wait_leaves_out_the_few_longest():
@@ -57,8 +57,8 @@ def test_p95_of_wait_leaves_out_the_few_longest():
     # while the mean is pulled up to 6.97 ms.
     waits = [0.001] * 60 + [0.200] * 3 + [0.001] * 37
     stats = summarize(Measurement(TrialStart(0.1), (window(waits, [0.01] * 100),)))
-    assert stats.wait_p95_ms == pytest.approx(1.0)
-    assert stats.wait_ms == pytest.approx(6.97)
+    assert stats.times.wait_p95_ms == pytest.approx(1.0)
+    assert stats.times.wait_ms == pytest.approx(6.97)
 
 
 def scored(name, mean, half):
@@ -105,7 +105,7 @@ def test_epoch_starts_are_resampled_apart_from_steady_batches():
     stats = summarize(Measurement(TrialStart(0.1), windows), noise=QUIET, drift=None)
     assert stats.throughput.lo == pytest.approx(stats.throughput.mean)
     assert stats.throughput.hi == pytest.approx(stats.throughput.mean)
-    assert stats.epoch_start_ms == pytest.approx(300.0)
+    assert stats.times.epoch_start_ms == pytest.approx(300.0)
 
 
 def steady(throughput: float, batches: int = 20) -> Window:
@@ -145,7 +145,7 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     assert widened.throughput.mean == alone.throughput.mean
     # The config's own draws: 5% of 200 samples/s over sqrt(1) repeat, Student's t with 6 degrees
     # of freedom (2.447 standard deviations each side, 1.96 were the spread known exactly).
-    assert np.log(widened.throughput_draws / 200).std() == pytest.approx(0.05 * np.sqrt(6 / 4), rel=0.1)
+    assert np.log(widened.draws.throughput / 200).std() == pytest.approx(0.05 * np.sqrt(6 / 4), rel=0.1)
     # Its interval is where a rerun's estimate lands: the difference of two such estimates.
     assert np.log(200 / widened.throughput.lo) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
     assert np.log(widened.throughput.hi / 200) == pytest.approx(rerun_half(0.05, 2.447, 1), rel=0.06)
@@ -162,8 +162,8 @@ def test_a_trial_with_few_repeats_gets_at_least_the_pooled_spread():
     drifting = summarize(one, noise=noise)  # the machine's drift between sweeps (MACHINE_DRIFT) added
     assert np.log(drifting.throughput.hi / 200) == pytest.approx(
         np.hypot(rerun_half(0.05, 2.447, 1), 1.96 * np.sqrt(2) * MACHINE_DRIFT.throughput_log_sd), rel=0.06)
-    assert drifting.throughput_draws is not None and np.log(drifting.throughput_draws / 200).std() == \
-        pytest.approx(np.log(widened.throughput_draws / 200).std()), "decisions inside a sweep need no drift"
+    assert drifting.draws.throughput is not None and np.log(drifting.draws.throughput / 200).std() == \
+        pytest.approx(np.log(widened.draws.throughput / 200).std()), "decisions inside a sweep need no drift"
     same = summarize(Measurement(TrialStart(0.1), tuple(steady(200.0) for _ in range(20))), drift=None)
     alone_noise = pooled_noise([Measurement(TrialStart(0.1), tuple(steady(200.0) for _ in range(20)))])
     assert alone_noise.throughput_log_sd == pytest.approx(0.05 * np.sqrt(4 / 23))

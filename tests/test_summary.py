@@ -144,7 +144,7 @@ def test_the_details_wait_for_verbose():
     assert any(line.startswith("Data check: not checked for 1 of 5 trials") for line in details)
     assert any(line.startswith("Bottleneck (baseline, baseline): data-bound: cpu") for line in details)
     assert details[-1].startswith("Measured at scale x1.")
-    assert info.to_json()["warnings"] == list(info.notes)  # --json keeps every warning, as before
+    assert info.to_json()["warnings"] == list(info.found.notes)  # --json keeps every warning, as before
 
 
 def test_advice_measured_and_not_shown_to_help_is_cited_not_advised():

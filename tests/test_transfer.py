@@ -29,7 +29,7 @@ from tests.conftest import run_cli
 from tests.test_model import BATCH, TRUTH, first_round, made_up
 
 V1 = Path(__file__).parent / "fixtures" / "v1" / "sweep.csv"
-STEP_MS = TRUTH.step_ms_per_sample * BATCH
+STEP_MS = TRUTH.costs.step_ms_per_sample * BATCH
 
 
 def truth(settings, cores=None, ranks=1, step_scale=1.0) -> float:

@@ -204,7 +204,7 @@ def test_epoch_wait_share_from_a_measurement_is_exact():
     stats = summarize(m)
     per_batch = epoch_starts_per_batch(m)
     assert per_batch == pytest.approx(3 / 8)
-    share = epoch_wait_share(stats.wait_ms, stats.epoch_start_ms, per_batch)
+    share = epoch_wait_share(stats.times.wait_ms, stats.times.epoch_start_ms, per_batch)
     assert share == pytest.approx((0.30 + 0.20 + 0.25) / 0.80)
 
 

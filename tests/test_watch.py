@@ -389,7 +389,7 @@ def test_a_subclass_keeps_its_own_iter_and_is_watched_once_with_both_ways_in(tmp
     finally:
         hook.stop_watching()
     assert float(batches[0][1]) == 2.0  # the subclass's own __iter__ ran
-    assert outer.loaders == [] and inner.loaders[0].tally.first_batch_s is not None
-    assert inner.loaders[0].tally.warmup.done == _MEASURE.warmup_batches
+    assert outer.loaders.watches == [] and inner.loaders.watches[0].tally.start.first_batch_s is not None
+    assert inner.loaders.watches[0].tally.warmup.done == _MEASURE.warmup_batches
     outer.close()
     inner.close()

@@ -184,7 +184,8 @@ def test_one_watched_config_without_workers_predicts_the_whole_default_space_and
     assert set(neutral) == {"handover_ms_per_sample", "worker_start_ms", "worker_start_per_worker_ms",
                             "persistent_resume_ms", "worker_put_ms", "core_share", "oversubscription"}
     assert neutral["handover_ms_per_sample"] == "num_workers > 0"
-    assert (f.fit.model.handover_ms_per_sample, f.fit.model.worker_put_ms, f.fit.model.core_share) == (0.0, 0.0, 1.0)
+    model = f.fit.model
+    assert (model.costs.handover_ms_per_sample, model.fitted.worker_put_ms, model.fitted.core_share) == (0.0, 0.0, 1.0)
     own = next(r for r in f.rows if r.settings["num_workers"] == 0)
     assert own.measured_throughput == pytest.approx(run.throughput)
     lines = forecast_lines(f)

@@ -108,26 +108,6 @@ class PipelineModel:
         value: float | None = getattr(part, name)
         return value
 
-    @property
-    def step_ms_per_sample(self) -> float:
-        """The step's wall time per sample, uncontended (costs.step_ms_per_sample)."""
-        return self.costs.step_ms_per_sample
-
-    @property
-    def handover_ms_per_sample(self) -> float:
-        """The training thread's CPU per sample to receive a batch (costs.handover_ms_per_sample)."""
-        return self.costs.handover_ms_per_sample
-
-    @property
-    def worker_put_ms(self) -> float:
-        """A worker's CPU per batch to put it into shared memory (fitted.worker_put_ms)."""
-        return self.fitted.worker_put_ms
-
-    @property
-    def core_share(self) -> float:
-        """What each core beyond the first adds for CPU-bound threads (fitted.core_share)."""
-        return self.fitted.core_share
-
     # --- predicting --------------------------------------------------------------------------
 
     def epoch_length(self, batch_size: int, ranks: int | None = None) -> float:

@@ -15,7 +15,6 @@ from loadtune.results.choice import recommended, record_contends, recorded_setti
 from loadtune.results.decision import Decision
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
-from loadtune.results.model import ModelReport
 from loadtune.results.record import Record, rank_file
 from loadtune.results.summary_parts import (
     DataFindings,
@@ -66,69 +65,6 @@ class Summary:
     rebuilt: bool = False
 
     @property
-    def output(self) -> str:
-        return self.labels.output
-
-    @property
-    def config(self) -> str:
-        return self.labels.config
-
-    @property
-    def scale(self) -> float:
-        return self.labels.scale
-
-    @property
-    def device(self) -> str:
-        return self.labels.device
-
-    @property
-    def rank_by(self) -> str:
-        return self.labels.rank_by
-
-    @property
-    def strategy(self) -> str:
-        return self.labels.strategy
-
-    @property
-    def ranks(self) -> int:
-        return self.on_ranks.ranks
-
-    @property
-    def per_rank_csv(self) -> str | None:
-        return self.on_ranks.per_rank_csv
-
-
-    @property
-    def recommended(self) -> Record | None:
-        return self.standing.recommended
-
-    @property
-    def loader_kwargs(self) -> dict[str, Any] | None:
-        """The recommended trial's settings."""
-        return self.pick.loader_kwargs
-
-    @property
-    def change(self) -> dict[str, Any] | None:
-        """The recommended settings that differ from the baseline's."""
-        return self.pick.change
-
-    @property
-    def dataloader(self) -> str | None:
-        return self.pick.dataloader
-
-    @property
-    def warnings(self) -> tuple[Finding | str, ...]:
-        return self.found.warnings
-
-    @property
-    def notes(self) -> tuple[Finding | str, ...]:
-        return self.found.notes
-
-    @property
-    def model(self) -> ModelReport | None:
-        return self.found.model
-
-    @property
     def decided(self) -> bool | None:
         return self.decision.decided if self.decision is not None else None
 
@@ -141,7 +77,8 @@ class Summary:
         labels, standing, decision, found = self.labels, self.standing, self.decision, self.found
         data: dict[str, Any] = {
             "output": labels.output, "config": labels.config, "scale": labels.scale, "scaled": labels.scaled,
-            "device": labels.device, "ranks": self.ranks, "rank_by": labels.rank_by, "strategy": labels.strategy,
+            "device": labels.device, "ranks": self.on_ranks.ranks, "rank_by": labels.rank_by,
+            "strategy": labels.strategy,
             "warnings": [str(w) for w in (*found.warnings, *found.notes)], "baseline": brief(standing.baseline),
             "ideal_throughput": standing.ideal_throughput, "best": brief(standing.best),
             "recommended": brief(standing.recommended), "dataloader": self.pick.dataloader,
@@ -167,7 +104,7 @@ class Summary:
             "summary": summary_lines(self),
             "rebuilt": self.rebuilt,
         }
-        if self.ranks > 1:
+        if self.on_ranks.ranks > 1:
             one = self.on_ranks.one_rank
             data.update(per_rank_csv=self.on_ranks.per_rank_csv, out_given=self.on_ranks.out_given,
                         torchrun=self.on_ranks.torchrun,
@@ -190,14 +127,15 @@ def summary_lines(info: Summary) -> list[str]:
         if info.rebuilt:
             return ["No trial ran successfully: the lines under the table give each trial's reason."]
         return ["No trial ran successfully: see the reason column of the CSV (loadtune report shows it)."]
-    lines = [answer.recommended_line(info.standing, info.pick, info.decision) + answer.behaviour_changed(info.change),
+    pick = info.pick
+    lines = [answer.recommended_line(info.standing, pick, info.decision) + answer.behaviour_changed(pick.change),
              answer.sure_line(info.standing, info.decision, info.rebuilt), _paste_line(info)]
     if chosen.assessment.verdict:
         lines.append(f"Bottleneck now: {chosen.assessment.verdict}; {chosen.assessment.advice or ''}".rstrip("; "))
     if data is not None and data.flagged:
         lines.append(data.short_line())
     lines.extend(answer.ranks_lines(info.on_ranks, chosen))
-    lines.extend(answer.travel_lines(info.elsewhere, info.output) if info.elsewhere.moved else [])
+    lines.extend(answer.travel_lines(info.elsewhere, info.labels.output) if info.elsewhere.moved else [])
     return lines
 
 
@@ -216,7 +154,7 @@ def _paste_line(info: Summary) -> str:
 def detail_lines(info: Summary) -> list[str]:
     """What --verbose adds before the answer: the notes, the baseline, why the pick is sure or
     not in full, each bottleneck, the advice measured, the data check, the model, the scale."""
-    lines = [f"Note: {note}" for note in info.notes]
+    lines = [f"Note: {note}" for note in info.found.notes]
     best, chosen, base = info.standing.best, info.standing.recommended, info.standing.baseline
     if base and base.wait_ratio is not None:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
@@ -232,9 +170,9 @@ def detail_lines(info: Summary) -> list[str]:
     lines.extend(answer.advice_lines(info.standing))
     lines.extend(info.found.data.lines() if info.found.data is not None else [])
     lines.extend(answer.model_lines(info.found.model))
-    lines.extend(answer.travel_lines(info.elsewhere, info.output) if not info.elsewhere.moved else [])
+    lines.extend(answer.travel_lines(info.elsewhere, info.labels.output) if not info.elsewhere.moved else [])
     scaled = f" ({info.labels.scaled})" if info.labels.scaled else ""
-    lines.append(f"Measured at scale x{info.scale:g}{scaled}. The bottleneck moves with data, ranks and "
+    lines.append(f"Measured at scale x{info.labels.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")
     return lines
 

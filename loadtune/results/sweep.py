@@ -38,17 +38,17 @@ class SweepResult:
 
     @property
     def recommended(self) -> Record | None:
-        return self.summary.recommended
+        return self.summary.standing.recommended
 
     @property
     def loader_kwargs(self) -> dict[str, Any] | None:
-        """The recommended trial's DataLoader settings (threads: see summary.dataloader)."""
-        return self.summary.loader_kwargs
+        """The recommended trial's DataLoader settings (threads: see summary.pick.dataloader)."""
+        return self.summary.pick.loader_kwargs
 
     @property
     def change(self) -> dict[str, Any] | None:
         """The recommended settings that differ from the baseline's."""
-        return self.summary.change
+        return self.summary.pick.change
 
     @property
     def decided(self) -> bool | None:
@@ -60,15 +60,15 @@ class SweepResult:
 
     @property
     def device(self) -> str:
-        return self.summary.device
+        return self.summary.labels.device
 
     @property
     def warnings(self) -> tuple[Finding | str, ...]:
-        return self.summary.warnings
+        return self.summary.found.warnings
 
     @property
     def notes(self) -> tuple[Finding | str, ...]:
-        return self.summary.notes
+        return self.summary.found.notes
 
     @property
     def frame(self) -> "pandas.DataFrame":

@@ -185,7 +185,7 @@ def source_of(records: Sequence[Record], model: PipelineModel) -> Source:
     rows = measured_rows(records)
     batch = _batch_size(rows)
     steps = [float(r.figures.step_ms) for r in rows if r.figures.step_ms is not None and r.settings.batch_size == batch]
-    step = model.step_ms_per_sample * batch
+    step = model.costs.step_ms_per_sample * batch
     pick = measured_pick(records)
     run = next((r for r in rows if r.watched), None) if pick is None else None
     chosen = pick if pick is not None else run
@@ -428,7 +428,7 @@ def travel(records: Sequence[Record], pick: Mapping[str, Any] | None, tolerance:
         return [], []
     key = settings_key(applied(pick))
     cores, ranks = model.cores * model.ranks, model.ranks
-    step_ms = model.step_ms_per_sample * _batch_size(measured_rows(records))
+    step_ms = model.costs.step_ms_per_sample * _batch_size(measured_rows(records))
     moved, same = [], []
     for label, core_factor, rank_factor, step_factor in COMMON_TARGETS:
         if cores * core_factor < 1:

@@ -91,8 +91,10 @@ def sweep_shown(result: SweepResult, verbose: bool, width: int | None) -> list[S
     """A finished sweep's ranked table and what did not run (with `verbose`: also what was only
     predicted, what was not ranked, and the details of the answer)."""
     info, records = result.summary, result.records
-    on_ranks = f", {info.ranks} ranks" if info.ranks > 1 else ""
-    title = f"{info.config} (scale x{info.scale:g}, {info.device}{on_ranks}, {info.strategy}, ranked by {info.rank_by})"
+    labels = info.labels
+    on_ranks = f", {info.on_ranks.ranks} ranks" if info.on_ranks.ranks > 1 else ""
+    title = (f"{labels.config} (scale x{labels.scale:g}, {labels.device}{on_ranks}, {labels.strategy}, "
+             f"ranked by {labels.rank_by})")
     lines = [f"  {line}" for line in not_run_lines(records, skipped=verbose)]
     if verbose:
         lines += [f"  {line}" for line in predicted_lines(records)]
@@ -104,8 +106,8 @@ def sweep_shown(result: SweepResult, verbose: bool, width: int | None) -> list[S
 def files_line(result: SweepResult, plot: Path | None, verbose: bool) -> str:
     """The files a sweep wrote: its CSV, the per-rank CSV, the chart (`plot`, where drawn), and
     without `verbose` where the details are."""
-    info = result.summary
-    files = [f"{result.out_path} (CSV)"] + ([f"{info.per_rank_csv} (per rank)"] if info.per_rank_csv else [])
+    per_rank_csv = result.summary.on_ranks.per_rank_csv
+    files = [f"{result.out_path} (CSV)"] + ([f"{per_rank_csv} (per rank)"] if per_rank_csv else [])
     files += [f"{plot} (chart)"] if plot is not None else []
     more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
     return f"Files: {', '.join(files)}{more}"

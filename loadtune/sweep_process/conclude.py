@@ -63,7 +63,7 @@ class Raced:
 def raced(runner: Racer) -> Raced:
     """Where the racer's sweep stands, as one value."""
     setup = runner.setup
-    return Raced(setup, runner.files.out_path, dict(runner.runs), decision(runner), tuple(runner.notes),
+    return Raced(setup, runner.files.out_path, dict(runner.runs), decision(runner), tuple(runner.progress.notes),
                  runner.model.ties, tuple(runner.model.predicted_records(setup.accelerator, setup.context)),
                  advised(runner.runs, setup.spec.config, setup.accelerator), runner.data.findings(runner.runs),
                  runner.model.report())
@@ -75,7 +75,7 @@ def decision(runner: Racer) -> Decision | None:
     step = runner.last_race
     if step is None or step.pick is None:
         return None
-    measure = runner.spec.config.measure
+    measure = runner.setup.spec.config.measure
     ties = tuple(t.facing(step.pick) for t in runner.model.tie_notes if step.pick in (t.pick, t.other))
     spread = runner.noise.throughput_log_sd if runner.noise is not None else None
     if step.decided:

@@ -64,7 +64,7 @@ def derive(run: TrialRun, noise: ProcessNoise | None, how: Deriving) -> Derived:
                                           reason=failure.reason, wall_s=failure.wall_s), keep)
     measurement = merged(run.measurements)
     stats = summarize(measurement, seed=seed_of(trial.name), noise=noise, run_epoch_batches=how.run_epoch)
-    score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.throughput_draws, stats.wait_ratio_draws,
+    score = Scored(trial.name, stats.throughput, stats.wait_ratio, stats.draws.throughput, stats.draws.wait_ratio,
                    run.repeats, cost_of(trial.loader_kwargs))
     diagnosis: Mapping[str, Any] | None = None
     warnings: tuple[Finding, ...] = ()
@@ -87,7 +87,7 @@ def renoised(score: Scored, record: Record | None, stats: TrialStats) -> tuple[S
     """A measured trial's score and record with its intervals derived again with another pooled
     noise (`stats`: its repeats summarized with it): only the figures the noise moves change."""
     score = dataclasses.replace(score, throughput=stats.throughput, wait_ratio=stats.wait_ratio,
-                                throughput_draws=stats.throughput_draws, wait_ratio_draws=stats.wait_ratio_draws)
+                                throughput_draws=stats.draws.throughput, wait_ratio_draws=stats.draws.wait_ratio)
     if record is not None:
         record = Record.rounded(**{**record.to_dict(), **stats_columns(stats)})
     return score, record

@@ -142,12 +142,12 @@ def diagnose(name: str, kwargs: dict[str, Any], measurement: Measurement, stats:
         cpu_util=use.cpu_util,
         main_cpu_util=use.main_cpu_util,
         workers_cpu_util=use.workers_cpu_util,
-        peak_pss_mb=_max([f.peak_pss_mb for f in figures]),
-        worker_pss_mb=_mean([f.worker_pss_mb for f in figures]),
-        pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+        peak_pss_mb=_max([f.memory.peak_pss_mb for f in figures]),
+        worker_pss_mb=_mean([f.memory.worker_pss_mb for f in figures]),
+        pss_growth_mb=_mean([f.memory.pss_growth_mb for f in figures]),
         read_mb=_mean([f.read_mb for f in figures]),
         threads_per_worker=use.threads_per_worker,
-        memory_metric=figures[0].memory_metric if figures else None,
+        memory_metric=figures[0].memory.memory_metric if figures else None,
     )
     evidence = trial.evidence(use)
     columns["verdict"], columns["advice"] = verdict(evidence)
@@ -169,11 +169,11 @@ class _Use:
     @classmethod
     def of(cls, inside: WindowEvidence, figures: Sequence[ResourceFigures]) -> _Use:
         return cls(
-            inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu_util for f in figures),
+            inside.cpu_util if inside.cpu_util is not None else statistics.fmean(f.cpu.cpu_util for f in figures),
             inside.main_cpu_util if inside.main_cpu_util is not None else
-            statistics.fmean(f.main_cpu_util for f in figures),
+            statistics.fmean(f.cpu.main_cpu_util for f in figures),
             inside.workers_cpu_util if inside.workers_cpu_util is not None else
-            statistics.fmean(f.workers_cpu_util for f in figures),
+            statistics.fmean(f.cpu.workers_cpu_util for f in figures),
             _mean([f.threads_per_worker for f in figures]))
 
 
@@ -204,12 +204,12 @@ class _Trial:
             cpu_util=use.cpu_util,
             usable_cores=self.usable_cores,
             num_workers=per_rank,
-            waits=Waits(wait_ms=stats.wait_ms, epoch_start_ms=stats.epoch_start_ms,
-                        epoch_wait_share=epoch_wait_share(stats.wait_ms, stats.epoch_start_ms,
+            waits=Waits(wait_ms=stats.times.wait_ms, epoch_start_ms=stats.times.epoch_start_ms,
+                        epoch_wait_share=epoch_wait_share(stats.times.wait_ms, stats.times.epoch_start_ms,
                                                           epoch_starts_per_batch(self.measurement))),
             memory=MemoryGrowth(
-                worker_pss_growth_mb=_mean([f.worker_pss_growth_mb for f in figures]),
-                pss_growth_mb=_mean([f.pss_growth_mb for f in figures]),
+                worker_pss_growth_mb=_mean([f.memory.worker_pss_growth_mb for f in figures]),
+                pss_growth_mb=_mean([f.memory.pss_growth_mb for f in figures]),
                 inflight_mb_per_worker=(self.need_mb / workers) if self.need_mb and workers else 0.0,
             ),
             threads_per_worker=use.threads_per_worker,
@@ -220,8 +220,8 @@ class _Trial:
                 outside_cpu=inside.outside_cpu,
                 fetch_cpu_share=inside.fetch_cpu_share,
                 worker_idle_share=inside.worker_idle_share,
-                handover_share=min(1.0, inside.handover_ms / stats.wait_ms) if inside.handover_ms is not None
-                and stats.wait_ms > 0 else None,
+                handover_share=min(1.0, inside.handover_ms / stats.times.wait_ms) if inside.handover_ms is not None
+                and stats.times.wait_ms > 0 else None,
             ),
             settings=Settings(persistent_workers=self.kwargs.get("persistent_workers"),
                               prefetch_factor=self.kwargs.get("prefetch_factor"),

@@ -66,7 +66,7 @@ def refuse_existing(options: SweepOptions, out_path: Path) -> None:
 
 def measure_all(options: SweepOptions, runner: Racer) -> None:
     """The strategy's rounds, then the racing that settles the pick."""
-    cfg = runner.spec.config
+    cfg = runner.setup.spec.config
     ideal = ideal_trial(cfg)
 
     def measure(trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:

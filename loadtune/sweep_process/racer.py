@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from loadtune.config import RunSpec
 from loadtune.kinds import RankBy, Status
 from loadtune.results.choice import contends
 from loadtune.results.findings import Finding
@@ -91,10 +90,6 @@ class Racer:
         self.data = DataCheck(setup.info, setup.spec.config.measure.epoch_batches)
 
     @property
-    def spec(self) -> RunSpec:
-        return self.setup.spec
-
-    @property
     def deriving(self) -> Deriving:
         """What deriving a trial's figures needs of the sweep: under torchrun the resource samples
         cover rank 0's process tree alone; the training run's epoch, else each trial's DataLoader's
@@ -117,10 +112,6 @@ class Racer:
     @property
     def trials(self) -> dict[str, Trial]:
         return {name: r.trial for name, r in self.runs.items()}
-
-    @property
-    def notes(self) -> list[Finding]:
-        return self.progress.notes
 
     def scored(self, name: str) -> Scored:
         """The trial's score as racing, ranking and the strategies see it: a trial flagged by the
@@ -177,10 +168,11 @@ class Racer:
     # --- measuring ---------------------------------------------------------------------------
 
     def _job(self, trial: Trial) -> TrialJob:
-        cfg = self.spec.config
+        spec = self.setup.spec
+        cfg = spec.config
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}),
-                        self.setup.device, str(self.spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
-                        self.spec.ranks, scratch=self.settings.scratch)
+                        self.setup.device, str(spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
+                        spec.ranks, scratch=self.settings.scratch)
 
     def _plan_runs(self, count: int) -> None:
         self.progress.runs_planned += count
@@ -201,7 +193,7 @@ class Racer:
             self._finish(run)
         todo = [*kept, *new]
         # The ideal is a reference, not a contender: one repeat is enough.
-        first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else self.spec.config.measure.min_repeats
+        first = {run.trial.name: 1 if run.trial.feed == FEED_MEMORY else self.setup.spec.config.measure.min_repeats
                  for run in todo}
         self._plan_runs(sum(max(first[run.trial.name] - run.repeats, 0) for run in todo))
         if kept:
@@ -267,7 +259,7 @@ class Racer:
         (its score and its record's bounds) are derived again with it."""
         measured = [(run, score, merged(run.measurements)) for name, run in self.runs.items()
                     if name != IDEAL and run.failure is None and run.done and (score := run.score) is not None]
-        run_epoch = self.spec.config.measure.run_epoch_batches
+        run_epoch = self.setup.spec.config.measure.run_epoch_batches
         noise = pooled_noise((measurement for _, _, measurement in measured), run_epoch)
         if noise == self.noise:
             return
@@ -278,7 +270,7 @@ class Racer:
         self.rewrite()
 
     def _budget_left(self) -> bool:
-        budget = self.spec.config.measure.budget_s
+        budget = self.setup.spec.config.measure.budget_s
         if budget is not None and time.monotonic() - self.progress.started >= budget:
             self.progress.budget_spent = True
         return not self.progress.budget_spent
@@ -308,7 +300,7 @@ class Racer:
 
     def _race_step(self, more: bool) -> RaceStep:
         """Where the race stands among the contenders (choice.contends)."""
-        m, use_ties = self.spec.config.measure, self.settings.use_model_ties
+        m, use_ties = self.setup.spec.config.measure, self.settings.use_model_ties
         scores = {name: run.score for name, run in self.runs.items() if run.score is not None}
         contenders = [self.runs[name] for name, score in scores.items()
                       if contends(name, score.ran, self.runs[name].flagged)]
@@ -329,7 +321,7 @@ class Racer:
     def _run_once(self, run: TrialRun) -> None:
         """One repeat; measured again (up to MAX_REDONE times) while other processes used more
         than measure.max_outside_cpu of the cores during its window."""
-        m = self.spec.config.measure
+        m = self.setup.spec.config.measure
         for attempt in range(MAX_REDONE + 1):
             self.emit(events.RunStarted(run.trial, run.repeats + 1, m.repeats))
             outcome = self.execute(self._job(run.trial), m.timeout_s)

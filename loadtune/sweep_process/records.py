@@ -15,12 +15,13 @@ from loadtune.trials import Trial, effective_settings
 
 def stats_columns(stats: TrialStats) -> dict[str, Any]:
     """The columns a trial's stats fill, in the record and in the per-rank file alike."""
+    times = stats.times
     return dict(
         wait_ratio=stats.wait_ratio.mean, wait_ratio_lo=stats.wait_ratio.lo, wait_ratio_hi=stats.wait_ratio.hi,
         throughput=stats.throughput.mean, throughput_lo=stats.throughput.lo, throughput_hi=stats.throughput.hi,
-        wait_ms=stats.wait_ms, wait_p95_ms=stats.wait_p95_ms, h2d_ms=stats.h2d_ms, step_ms=stats.step_ms,
-        first_batch_s=stats.first_batch_s, epoch_start_ms=stats.epoch_start_ms,
-        h2d_gb_per_s=stats.copy_gb_per_s,
+        wait_ms=times.wait_ms, wait_p95_ms=times.wait_p95_ms, h2d_ms=times.h2d_ms, step_ms=times.step_ms,
+        first_batch_s=times.first_batch_s, epoch_start_ms=times.epoch_start_ms,
+        h2d_gb_per_s=times.copy_gb_per_s,
     )
 
 

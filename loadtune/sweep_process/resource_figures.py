@@ -58,51 +58,6 @@ class ResourceFigures:
     peak_workers: int  # most workers alive at one sample
     sampler_load: float  # the sampler's CPU seconds per wall second (fraction of one core)
 
-    @property
-    def wall_s(self) -> float:
-        return self.cpu.wall_s
-
-    @property
-    def cpu_util(self) -> float:
-        return self.cpu.cpu_util
-
-    @property
-    def main_cpu_util(self) -> float:
-        return self.cpu.main_cpu_util
-
-    @property
-    def workers_cpu_util(self) -> float:
-        return self.cpu.workers_cpu_util
-
-    @property
-    def main_cpu_s(self) -> float:
-        return self.cpu.main_cpu_s
-
-    @property
-    def workers_cpu_s(self) -> float:
-        return self.cpu.workers_cpu_s
-
-    @property
-    def peak_pss_mb(self) -> float:
-        return self.memory.peak_pss_mb
-
-    @property
-    def memory_metric(self) -> str:
-        return self.memory.memory_metric
-
-    @property
-    def pss_growth_mb(self) -> float:
-        return self.memory.pss_growth_mb
-
-    @property
-    def worker_pss_mb(self) -> float | None:
-        return self.memory.worker_pss_mb
-
-    @property
-    def worker_pss_growth_mb(self) -> float | None:
-        return self.memory.worker_pss_growth_mb
-
-
 def _cumulative_use(samples: tuple[Sample, ...], root_pid: int,
                     mains: frozenset[int] = frozenset()) -> tuple[float, float, int | None]:
     """CPU of the main processes (the root, and any of `mains`), CPU of the other descendants,

@@ -121,21 +121,13 @@ class TreeSampler:
         self._cost_s = 0.0
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        self._ways = _Ways.of(self._root)
+        self.ways = _Ways.of(self._root)
         self.result: ResourceSamples | None = None
 
     @property
     def root_pid(self) -> int:
         pid: int = self._root.pid
         return pid
-
-    @property
-    def memory_metric(self) -> str:
-        return self._ways.memory_metric
-
-    @property
-    def io_metric(self) -> str | None:
-        return self._ways.io_metric
 
     # -- life cycle --
 
@@ -167,8 +159,8 @@ class TreeSampler:
         self.result = ResourceSamples(
             root_pid=self.root_pid,
             samples=tuple(self._samples),
-            memory_metric=self.memory_metric,
-            io_metric=self.io_metric,
+            memory_metric=self.ways.memory_metric,
+            io_metric=self.ways.io_metric,
             interval_s=self.interval_s,
             sampler_cpu_s=self._cost_s,
             memory_cpu_budget=self.memory_cpu_budget,
@@ -251,7 +243,7 @@ class TreeSampler:
         return found
 
     def _descendants(self) -> list[int]:
-        if not self._ways.procfs:
+        if not self.ways.procfs:
             try:
                 return [p.pid for p in self._root.children(recursive=True)]
             except psutil.Error:
@@ -271,17 +263,17 @@ class TreeSampler:
         mem: int | None = None
         mem_file: int | None = None
         if memory and not zombie:
-            if self._ways.rollup:
+            if self.ways.rollup:
                 mem, mem_file = _smaps_rollup(proc.pid) or (None, None)
             else:
                 try:
-                    mem = int(getattr(proc.memory_full_info(), self.memory_metric))
+                    mem = int(getattr(proc.memory_full_info(), self.ways.memory_metric))
                 except (psutil.Error, AttributeError, OSError):
                     pass
         read: int | None = None
-        if self.io_metric is not None:
+        if self.ways.io_metric is not None:
             try:
-                read = int(getattr(proc.io_counters(), self.io_metric))
+                read = int(getattr(proc.io_counters(), self.ways.io_metric))
             except (psutil.Error, NotImplementedError, AttributeError, OSError, RuntimeError, ValueError):
                 pass
         children = getattr(cpu, "children_user", 0.0) + getattr(cpu, "children_system", 0.0)

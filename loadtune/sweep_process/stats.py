@@ -76,43 +76,6 @@ class TrialStats:
     def noisy(self) -> bool:
         return self.throughput.relative_spread > NOISY_RELATIVE_SPREAD
 
-    @property
-    def wait_ms(self) -> float:
-        return self.times.wait_ms
-
-    @property
-    def wait_p95_ms(self) -> float:
-        return self.times.wait_p95_ms
-
-    @property
-    def h2d_ms(self) -> float:
-        return self.times.h2d_ms
-
-    @property
-    def step_ms(self) -> float:
-        return self.times.step_ms
-
-    @property
-    def first_batch_s(self) -> float:
-        return self.times.first_batch_s
-
-    @property
-    def epoch_start_ms(self) -> float:
-        return self.times.epoch_start_ms
-
-    @property
-    def copy_gb_per_s(self) -> float | None:
-        return self.times.copy_gb_per_s
-
-    @property
-    def throughput_draws(self) -> np.ndarray | None:
-        return self.draws.throughput
-
-    @property
-    def wait_ratio_draws(self) -> np.ndarray | None:
-        return self.draws.wait_ratio
-
-
 def _ratios(wait: np.ndarray, h2d: np.ndarray, step: np.ndarray, samples: np.ndarray) -> tuple[float, float]:
     fed = wait.sum() + h2d.sum()
     total = fed + step.sum()

@@ -151,10 +151,6 @@ class _Ofat:
     far: dict[str, set[str]]  # key -> values far behind in its last sweep (by throughput): not swept again
     round_no: int = 1
 
-    @property
-    def config(self) -> Config:
-        return self.search.config
-
     @classmethod
     def first_round(cls, search: Search) -> _Ofat:
         """Measure the baseline and each single change from it (but the deferred)."""
@@ -182,11 +178,12 @@ class _Ofat:
         """The trial the next round builds on, and the keys it sweeps: on a winner other than the
         baseline, each key whose companions moved since it was last swept; on the baseline, only
         what it could not measure, on the best trial with workers."""
+        config = self.search.config
         if winner.name == self.first[0].name:
             deferred_keys = {t.changed for t in self.deferred}
             return (self.winner(lambda t: t.loader_kwargs.get("num_workers", 0) > 0),
-                    [k for k in self.config.sweep if k in deferred_keys])
-        return winner, [k for k in self.config.sweep if self.swept_on.get(k) != _others(winner, k, self.config)]
+                    [k for k in config.sweep if k in deferred_keys])
+        return winner, [k for k in config.sweep if self.swept_on.get(k) != _others(winner, k, config)]
 
     def sweep_on(self, base_trial: Trial, keys: Sequence[str]) -> tuple[list[Trial], dict[str, dict[str, str]]]:
         """The new trials of a round: each of the keys' values one at a time on top of `base_trial`
@@ -196,14 +193,14 @@ class _Ofat:
         new = []
         measured = {t.settings: t.name for t in self.known.values()}
         sweeps: dict[str, dict[str, str]] = {}
-        values_of = swept_values(self.config)
+        values_of = swept_values(self.search.config)
         for key in keys:
-            self.swept_on[key] = _others(base_trial, key, self.config)
+            self.swept_on[key] = _others(base_trial, key, self.search.config)
             sweeps[key] = {}
             for value in values_of[key]:
                 if repr(value) in self.far.get(key, ()):
                     continue
-                trial = on_top(self.config, base_trial, {key: value}, self.search.accelerator)
+                trial = on_top(self.search.config, base_trial, {key: value}, self.search.accelerator)
                 if not trial.skipped:
                     sweeps[key][repr(value)] = measured.get(trial.settings, trial.name)
                 # A refusal says nothing new here; nor do settings measured under another name
@@ -226,7 +223,8 @@ class _Ofat:
     def measure_deferred(self) -> None:
         """The deferred trials no follow-up round measured a value of, as round 1's: their rows
         say why they could not run."""
-        measured_keys = {key for t in self.asked if not t.skipped for key in changes_from_baseline(self.config, t)}
+        config = self.search.config
+        measured_keys = {key for t in self.asked if not t.skipped for key in changes_from_baseline(config, t)}
         unmeasured = [t for t in self.deferred if t.changed not in measured_keys]
         if unmeasured:
             self.search.measure(unmeasured, 1)
@@ -235,7 +233,7 @@ class _Ofat:
     def measure_combined(self) -> None:
         """`combined` (every key at its round-1 best value), when it is a new trial."""
         placed = _placed(self.scores, self.first, self.search.by, self.search.tolerance)
-        combined = combined_trial(self.config, placed, self.search.accelerator)
+        combined = combined_trial(self.search.config, placed, self.search.accelerator)
         if combined is not None and combined.settings not in {t.settings for t in self.known.values()}:
             self.round_no += 1
             self.known[combined.name] = combined

@@ -102,7 +102,7 @@ class FrameworkWatch:
         except Exception:  # noqa: BLE001 - a trainer in a state not foreseen here: unwatched
             return False
         watch = run.watch(loader, self.name)  # named here; the hook then finds this watch for the loader
-        batches_of(watch.settings, loader)
+        batches_of(watch.facts.settings, loader)
         return True
 
     def stop(self, reason: str = "") -> list[Record]:

@@ -150,15 +150,11 @@ class RunWatch:
 
     def __post_init__(self) -> None:
         self._lock = threading.RLock()
-        self._job = _Job()
-        self._loaders = _Loaders()
-        self._output = _Output()
+        self.job = _Job()
+        self.loaders = _Loaders()
+        self.output = _Output()
         self.ended: str | None = None  # how the run ended ("": by itself); None while it runs
         atexit.register(self.close)
-
-    @property
-    def loaders(self) -> list[LoaderWatch]:
-        return self._loaders.watches
 
     @property
     def closed(self) -> bool:
@@ -169,41 +165,34 @@ class RunWatch:
         """How the run ended, once closed."""
         return self.ended or ""
 
-    @property
-    def group(self) -> _Group:
-        return self._job.group
-
-    @property
-    def written(self) -> list[Record]:
-        return self._output.written
-
     # --- loaders ------------------------------------------------------------------------------
 
     def watch(self, loader: Any, name: str | None = None) -> LoaderWatch:
         """The watch of `loader` (made on first sight, named `name` or after its dataset)."""
         with self._lock:
-            found = self._loaders.by_id.get(id(loader))
+            watches = self.loaders.watches
+            found = self.loaders.by_id.get(id(loader))
             if found is not None and found.loader is loader:
                 return found
-            again = next((w for w in self.loaders if (name is None or w.name == name) and w.same_loader(loader)), None)
+            again = next((w for w in watches if (name is None or w.name == name) and w.same_loader(loader)), None)
             if again is not None:  # the same loader made again for a new epoch
                 again.adopt(loader)
-                self._loaders.by_id[id(loader)] = again
+                self.loaders.by_id[id(loader)] = again
                 return again
             hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
-            watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(self.loaders))),
+            watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(watches))),
                                 self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
                                 sampling=WatchSampling(tree=self.sample_tree))
-            self._loaders.by_id[id(loader)] = watch
-            self.loaders.append(watch)
+            self.loaders.by_id[id(loader)] = watch
+            watches.append(watch)
             return watch
 
     def _unique(self, name: str) -> str:
         candidate, n = name, 1
-        while candidate in self._loaders.names:
+        while candidate in self.loaders.names:
             n += 1
             candidate = f"{name} {n}"
-        self._loaders.names.add(candidate)
+        self.loaders.names.add(candidate)
         return candidate
 
     # --- as it runs ---------------------------------------------------------------------------
@@ -215,11 +204,11 @@ class RunWatch:
             try:
                 self._refresh_group()
                 rows = self.write()
-                if self.group.rank == 0:
+                if self.job.group.rank == 0:
                     self._status(watch, rows)
             except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
-                if not self._output.failed:
-                    self._output.failed = True
+                if not self.output.failed:
+                    self.output.failed = True
                     self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}; the run goes on "
                               "and is written again at the next interval and at its end", logging.ERROR)
 
@@ -233,10 +222,10 @@ class RunWatch:
         self._say(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
         if wait_ratio > WARN_WAIT_RATIO and row is not None and row.assessment.verdict:
-            last, at = self._loaders.warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
+            last, at = self.loaders.warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
             n = watch.kept.seen
             if row.assessment.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
-                self._loaders.warned[watch.name] = (row.assessment.verdict, n)
+                self.loaders.warned[watch.name] = (row.assessment.verdict, n)
                 self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
                           f"({row.assessment.verdict}): "
                           f"{row.assessment.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
@@ -245,8 +234,8 @@ class RunWatch:
         """The job's ranks as they are now; a process group once seen is kept (its store outlives
         a script that destroys the group before it exits)."""
         now = _group()
-        if now.store is not None or self.group.store is None:
-            self._job.group = now
+        if now.store is not None or self.job.group.store is None:
+            self.job.group = now
 
     def _say(self, line: str, level: int = logging.INFO) -> None:
         if self.say is not None:
@@ -257,36 +246,36 @@ class RunWatch:
     # --- the rows -----------------------------------------------------------------------------
 
     def _trial_name(self, name: str, rank: int | None = None) -> str:
-        rank = self.group.rank if rank is None else rank
-        return f"{name} rank {rank}" if self.group.world > 1 else name
+        rank = self.job.group.rank if rank is None else rank
+        return f"{name} rank {rank}" if self.job.group.world > 1 else name
 
     def context(self) -> dict[str, Any]:
-        job = self._job
+        job = self.job
         if job.context is None:
-            first = self.loaders[0] if self.loaders else None
-            settings = first.settings if first is not None else {}
+            first = self.loaders.watches[0] if self.loaders.watches else None
+            settings = first.facts.settings if first is not None else {}
             length = first.facts.dataset_len if first is not None else None
             context = settings.get("multiprocessing_context")
-            job.context = run_context(self.script, _device(), context, self.group.world, length, job.started_at)
+            job.context = run_context(self.script, _device(), context, self.job.group.world, length, job.started_at)
         return dict(job.context)
 
     def own_rows(self) -> tuple[list[Record], list[TrialSamples]]:
         """This rank's rows and raw samples, one per loader with a counted interval."""
         rows, samples = [], []
         context = self.context()
-        for watch in self.loaders:
+        for watch in self.loaders.watches:
             observed: Observed = watch.observed()
             name = self._trial_name(watch.name)
             record = watched_record(observed, {**context, "dataset_len": watch.facts.dataset_len},
-                                    dist_rank=self.group.rank, ranks=self.group.world, trial_name=name)
+                                    dist_rank=self.job.group.rank, ranks=self.job.group.world, trial_name=name)
             if record is not None:
                 rows.append(record)
-                samples.append(watched_samples(name, observed, self._output.parts.setdefault(watch.name, {})))
+                samples.append(watched_samples(name, observed, self.output.parts.setdefault(watch.name, {})))
         return rows, samples
 
     def write(self, final: bool = False) -> list[Record]:
         """The file as it stands: this rank's rows, and with ranks every rank's (rank 0 writes)."""
-        group = self.group
+        group = self.job.group
         rows, samples = self.own_rows()
         if group.store is not None and group.world > 1:
             try:
@@ -301,18 +290,18 @@ class RunWatch:
             samples = samples + [s for _, rank_samples in others for s in rank_samples]
         out = self.out if group.world == 1 or group.store is not None else _rank_file(self.out, group.rank)
         self._write_files(self._beside(out), rows, samples)
-        self._output.written = rows
+        self.output.written = rows
         return rows
 
     @property
     def file(self) -> Path:
         """Where this run's rows go: `out`, or beside it where a file was there before the run."""
-        return self._output.files.get(self.out, self.out)
+        return self.output.files.get(self.out, self.out)
 
     def _beside(self, out: Path) -> Path:
         """`out`, or where it was there before this run (an earlier run's result): the first free
         NAME-2.csv, NAME-3.csv, ... beside it, said once. A result is never replaced unasked."""
-        files = self._output.files
+        files = self.output.files
         if out not in files:
             target, n = out, 1
             while target.exists() or samples_file(target).exists():
@@ -324,7 +313,7 @@ class RunWatch:
         return files[out]
 
     def _write_files(self, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples]) -> None:
-        output = self._output
+        output = self.output
         if output.results is None or output.samples is None or output.results.path != out:
             out.parent.mkdir(parents=True, exist_ok=True)
             output.results, output.samples = ResultsFile(out), SamplesFile(samples_file(out))
@@ -332,16 +321,16 @@ class RunWatch:
         names = {s.trial for s in samples}
         kept = [s for s in samples if s.trial in names]
         host = rows[0].run.machine.host if rows else ""
-        output.samples.write("", host or "", 1.0, self.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.settings),
+        output.samples.write("", host or "", 1.0, self.job.group.world, kept)
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.facts.settings),
                                                                      self.script, tuple(sys.argv[1:]))
-                                for w in self.loaders})
+                                for w in self.loaders.watches})
 
     def flush(self) -> list[Record]:
         """The file as it stands now (the run goes on)."""
         with self._lock:
             if self.closed:
-                return self.written
+                return self.output.written
             self._refresh_group()
             return self.write()
 
@@ -351,8 +340,8 @@ class RunWatch:
         """The run is over: each loader's last interval, the file, and the closing line."""
         with self._lock:
             if self.closed:
-                return self.written
-            for watch in self.loaders:
+                return self.output.written
+            for watch in self.loaders.watches:
                 watch.hooks.on_interval = None
                 try:
                     watch.close(reason)
@@ -360,7 +349,7 @@ class RunWatch:
                     pass
             self.ended = reason
             atexit.unregister(self.close)
-            if not self.loaders:
+            if not self.loaders.watches:
                 return []
             self._refresh_group()
             try:
@@ -368,8 +357,8 @@ class RunWatch:
             except Exception as exc:  # noqa: BLE001 - said, never raised into the script's exit
                 self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
                 return []
-            if self.group.rank == 0:
-                self._say(end_line(rows, self.file, [w.name for w in self.loaders if not w.kept.windows]))
+            if self.job.group.rank == 0:
+                self._say(end_line(rows, self.file, [w.name for w in self.loaders.watches if not w.kept.windows]))
             return rows
 
 

@@ -98,22 +98,10 @@ class Tally:
         self.warmup, self.probe, self.on_interval, self.device = warmup, probe, on_interval, device
         self.counting = False
         self.intervals = 0  # closed so far
-        self._start = _Start()
+        self.start = _Start()
         self._epoch = _Epoch()
         self._pending: tuple[float, float, float, int, bool, int, Any] | None = None
         self._open = _Open()
-
-    @property
-    def first_batch_s(self) -> float | None:
-        return self._start.first_batch_s
-
-    @property
-    def warmup_s(self) -> float:
-        return self._start.warmup_s
-
-    @property
-    def batch_bytes(self) -> int | None:
-        return self._start.batch_bytes
 
     # --- the loop's events -------------------------------------------------------------------
 
@@ -148,7 +136,7 @@ class Tally:
         """The batch is in the loop's hands."""
         t_asked, cpu_asked, mark = marks
         t = self.clocks.wall()
-        epoch, start = self._epoch, self._start
+        epoch, start = self._epoch, self.start
         wait = t - t_asked + epoch.iter_s
         if start.first_batch_s is None:
             start.first_batch_s, start.returned_at, start.batch_bytes = wait, t, batch_bytes
@@ -211,8 +199,8 @@ class Tally:
 
     def _start_counting(self, t: float) -> None:
         self.counting = True
-        returned = self._start.returned_at
-        self._start.warmup_s = t - (returned if returned is not None else t)
+        returned = self.start.returned_at
+        self.start.warmup_s = t - (returned if returned is not None else t)
         self._open_window(t)
 
     def _open_window(self, t: float) -> None:

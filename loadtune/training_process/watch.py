@@ -148,10 +148,6 @@ class LoaderWatch:
         self.pinned: bool | None = None
 
     @property
-    def settings(self) -> dict[str, Any]:
-        return self.facts.settings
-
-    @property
     def closed(self) -> bool:
         return self.ended is not None
 
@@ -160,7 +156,7 @@ class LoaderWatch:
         object, the same settings."""
         dataset = getattr(loader, "dataset", None)
         return dataset is not None and self._dataset is not None and dataset is self._dataset() \
-            and loader_settings(loader) == self.settings
+            and loader_settings(loader) == self.facts.settings
 
     def adopt(self, loader: Any) -> None:
         """Watch `loader` from now on as this one (same_loader)."""
@@ -198,8 +194,8 @@ class LoaderWatch:
         finally:
             if counting is not None:
                 counting.after_fetch()
-        first = tally.first_batch_s is None
-        default = self.settings.get("batch_size") or 1
+        first = tally.start.first_batch_s is None
+        default = self.facts.settings.get("batch_size") or 1
         try:
             samples, size = batch_len(batch, default), batch_bytes(batch) if first else None
         except Exception:  # noqa: BLE001 - a batch of a shape not foreseen: counted as a batch
@@ -257,11 +253,12 @@ class LoaderWatch:
 
     def observed(self) -> Observed:
         tally, facts, kept = self.tally, self.facts, self.kept
+        start = tally.start
         return Observed(
             name=self.name, settings=facts.settings, windows=tuple(kept.windows),
             resources=tuple(kept.resources) if len(kept.resources) == len(kept.windows) else (),
-            warm_up=WarmUpFigures(tally.first_batch_s or 0.0, tally.warmup_s, tally.warmup.done),
-            traits=LoaderTraits(tally.batch_bytes, facts.epoch_batches, bool(facts.workers) and not facts.persistent,
+            warm_up=WarmUpFigures(start.first_batch_s or 0.0, start.warmup_s, tally.warmup.done),
+            traits=LoaderTraits(start.batch_bytes, facts.epoch_batches, bool(facts.workers) and not facts.persistent,
                                 self.pinned),
             watched_s=tally.clocks.wall() - self.started, reason=self.ended or "")
 

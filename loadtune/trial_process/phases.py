@@ -310,10 +310,6 @@ class Stall:
     stacks: dict[int, str]  # each stalled rank's stack in one line
     full: str | None  # a file holding the stalled ranks' whole dumps
 
-    @property
-    def before_first_batch(self) -> bool:
-        return self.found.before_first_batch
-
     def reason(self, retried: bool = False) -> str:
         f = self.found
         again = ", again after a retry on a fresh rendezvous" if retried else ""

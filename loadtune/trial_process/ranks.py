@@ -376,7 +376,7 @@ def launch(job: TrialJob, measure_rank: MeasureRank, before_retry: Callable[[boo
             return _launch_once(job, measure_rank, limits)
         except _Stalled as stalled:
             retried = attempt > 0
-            if attempt < STALL_RETRIES and stalled.stall.before_first_batch:
+            if attempt < STALL_RETRIES and stalled.stall.found.before_first_batch:
                 if stalled.stall.full:  # no reason will name it
                     Path(stalled.stall.full).unlink(missing_ok=True)
                 if before_retry is not None:
