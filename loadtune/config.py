@@ -17,11 +17,22 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from loadtune.config_yaml import parse_yaml, read_yaml, yaml_problem
 from loadtune.errors import ConfigError
 from loadtune.kinds import TOLERANCE
-from loadtune.text import one_line, short_repr
+from loadtune.text import short_repr
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 # Loader keys whose values are "module:callable" specs: they can be set, not swept.
@@ -54,8 +65,33 @@ class DatasetSpec(_Model):
         return self
 
 
+SPEC_PATTERN = r"^.+:[A-Za-z_][\w.]*$"
+
+
+class CallableSpecs(_Model):
+    """The block's "module:callable" specs (SPEC_KEYS): DataLoader keywords that are set, not swept."""
+
+    collate_fn: Optional[str] = Field(default=None, pattern=SPEC_PATTERN)
+    worker_init_fn: Optional[str] = Field(default=None, pattern=SPEC_PATTERN)
+
+
+class ThreadSpec(_Model):
+    """Not DataLoader keywords: threads of the training process (torch intra-op) and of each
+    worker (torch and the OpenMP/BLAS pools); null leaves them as they are."""
+
+    main_threads: Optional[int] = Field(default=None, ge=1)
+    worker_threads: Optional[int] = Field(default=None, ge=1)
+
+
+# LoaderSpec's parts: the block's keys each holds, written flat in the block beside the others.
+LOADER_PARTS: dict[str, tuple[type[_Model], tuple[str, ...]]] = {
+    "callables": (CallableSpecs, SPEC_KEYS), "threads": (ThreadSpec, THREAD_KEYS)}
+
+
 class LoaderSpec(_Model):
-    """The baseline DataLoader: every keyword but `dataset`, with DataLoader's defaults."""
+    """The baseline DataLoader (the `loader:` block): every keyword but `dataset`, with
+    DataLoader's defaults, and the thread settings. The specs and the thread settings are held
+    in parts (LOADER_PARTS) and written, read (`setting`) and dumped flat, in the block's order."""
 
     batch_size: Optional[int] = Field(default=1, ge=1)
     shuffle: bool = False
@@ -65,14 +101,52 @@ class LoaderSpec(_Model):
     pin_memory: bool = False
     drop_last: bool = False
     timeout: float = Field(default=0.0, ge=0)
-    collate_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
-    worker_init_fn: Optional[str] = Field(default=None, pattern=r"^.+:[A-Za-z_][\w.]*$")
+    callables: CallableSpecs = Field(default_factory=CallableSpecs)
     multiprocessing_context: Optional[Literal["fork", "spawn", "forkserver"]] = None
     in_order: bool = True
-    # Not DataLoader keywords: threads of the training process (torch intra-op) and of each
-    # worker (torch and the OpenMP/BLAS pools); null leaves them as they are.
-    main_threads: Optional[int] = Field(default=None, ge=1)
-    worker_threads: Optional[int] = Field(default=None, ge=1)
+    threads: ThreadSpec = Field(default_factory=ThreadSpec)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parts_from_the_block(cls, data: Any) -> Any:
+        """The block's flat keys into the parts that hold them."""
+        if not isinstance(data, dict):
+            return data
+        for part, (_, keys) in LOADER_PARTS.items():
+            if part in data:
+                raise ValueError(f"{part}: unknown key (its settings are {' and '.join(keys)}, written as they are)")
+            given = {k: data[k] for k in keys if k in data}
+            if given:
+                data = {**{k: v for k, v in data.items() if k not in keys}, part: given}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as the block is written: each part's keys in its place."""
+        out: dict[str, Any] = {}
+        for key, value in handler(self).items():
+            out.update(value if key in LOADER_PARTS else {key: value})
+        return out
+
+    def _part_of(self, key: str) -> BaseModel:
+        return next((getattr(self, part) for part, (_, keys) in LOADER_PARTS.items() if key in keys), self)
+
+    def setting(self, key: str) -> Any:
+        """A setting by its key in the block (LOADER_KEYS)."""
+        return getattr(self._part_of(key), key)
+
+    def explicit(self) -> set[str]:
+        """The keys the block (or --set) gave, as the block names them."""
+        own = self.model_fields_set - set(LOADER_PARTS)
+        return own.union(*(getattr(self, part).model_fields_set for part in LOADER_PARTS))
+
+    def given(self, explicit: set[str]) -> None:
+        """Mark `explicit` (keys of the block) as the keys given, in the parts too."""
+        own = {k for k in explicit if self._part_of(k) is self}
+        own |= {part for part, (_, keys) in LOADER_PARTS.items() if explicit & set(keys)}
+        object.__setattr__(self, "__pydantic_fields_set__", own)
+        for part, (_, keys) in LOADER_PARTS.items():
+            object.__setattr__(getattr(self, part), "__pydantic_fields_set__", explicit & set(keys))
 
     @model_validator(mode="after")
     def _workers_needed(self) -> "LoaderSpec":
@@ -145,9 +219,9 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
     the keys the config sets itself (`loader` block, --set) on top."""
     if not settings:
         return loader
-    explicit = loader.model_fields_set
-    merged = {k: v for k, v in settings.items() if k in LoaderSpec.model_fields}
-    merged.update({k: getattr(loader, k) for k in explicit})
+    explicit = loader.explicit()
+    merged = {k: v for k, v in settings.items() if k in LOADER_KEYS}
+    merged.update({k: loader.setting(k) for k in explicit})
     if merged.get("num_workers", 0) == 0:  # settings that need workers go when the config removes them
         merged.update({key: default for key, default in WORKER_ONLY.items() if key not in explicit})
     try:
@@ -155,7 +229,7 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
     except ValidationError as exc:
         problem = _format_validation(exc)
         raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {problem}") from None
-    object.__setattr__(adopted, "__pydantic_fields_set__", set(explicit))
+    adopted.given(explicit)
     return adopted
 
 
@@ -163,7 +237,9 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
 MEASURE_PROCEDURE_KEYS = frozenset({"min_repeats", "tolerance", "budget_s", "max_outside_cpu"})
 
 
-SWEEPABLE = tuple(k for k in LoaderSpec.model_fields if k not in SPEC_KEYS)
+# The keys of the `loader:` block, in its order (the thread settings last).
+LOADER_KEYS = tuple(LoaderSpec().model_dump())
+SWEEPABLE = tuple(k for k in LOADER_KEYS if k not in SPEC_KEYS)
 
 
 def _check_sweep(sweep: dict[str, list[Any]]) -> None:
@@ -174,7 +250,8 @@ def _check_sweep(sweep: dict[str, list[Any]]) -> None:
             raise ValueError(f"sweep.{_key(key)}: unknown key ({hint}; sweepable: {', '.join(SWEEPABLE)})")
         if not values:
             raise ValueError(f"sweep.{key}: give at least one value to try")
-        field = LoaderSpec.model_fields[key]
+        part = next((model for model, keys in LOADER_PARTS.values() if key in keys), LoaderSpec)
+        field = part.model_fields[key]
         annotated: Any = operator.getitem(Annotated, (field.annotation, *field.metadata)) if field.metadata \
             else field.annotation
         adapter: TypeAdapter[Any] = TypeAdapter(annotated, config=ConfigDict(strict=True, allow_inf_nan=False))
@@ -242,7 +319,7 @@ def config_sha(config: Config, *, repeats: bool = True) -> str:
     procedure = set(MEASURE_PROCEDURE_KEYS) if repeats else {*MEASURE_PROCEDURE_KEYS, "repeats"}
     exclude: dict[str, Any] = {"output": True, "measure": procedure}
     # Keys added since the first results format change no hash while left at their default.
-    exclude["loader"] = {k for k in THREAD_KEYS if getattr(config.loader, k) is None}
+    exclude["loader"] = {"threads": {k for k in THREAD_KEYS if config.loader.setting(k) is None}}
     at_default = {"warmup_batches_per_worker": WARMUP_BATCHES_PER_WORKER,
                   "warmup_per_worker_max_s": WARMUP_PER_WORKER_MAX_S, "run_epoch_batches": None}
     exclude["measure"] = exclude["measure"] | {k for k, v in at_default.items() if getattr(config.measure, k) == v}
@@ -271,6 +348,9 @@ def _key(part: Any) -> str:
 
 def _dotted(loc: tuple[Any, ...]) -> str:
     out = ""
+    # A part's key is named as the block writes it: loader.main_threads, not loader.threads.main_threads.
+    loc = tuple(p for i, p in enumerate(loc)
+                if not (p in LOADER_PARTS and i + 1 < len(loc) and loc[i + 1] in LOADER_PARTS[p][1]))
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{_key(part)}" if out else _key(part))
     return out
@@ -292,48 +372,6 @@ def _format_validation(err: ValidationError) -> str:
         else:
             parts.append(f"{path} = {_short(e.get('input'))}: {msg}")
     return "; ".join(parts)
-
-
-def _parse_yaml(text: str) -> Any:
-    """yaml.safe_load; RecursionError (brackets nested thousands deep) becomes a YAMLError."""
-    try:
-        return yaml.safe_load(text)
-    except RecursionError:
-        raise yaml.YAMLError("nested too deeply") from None
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    problem = getattr(exc, "problem", None) or next(iter(str(exc).splitlines()), "") or type(exc).__name__
-    context = getattr(exc, "context", None)
-    if context:
-        mark, problem_mark = getattr(exc, "context_mark", None), getattr(exc, "problem_mark", None)
-        if mark is not None and (problem_mark is None or mark.line != problem_mark.line):
-            context = f"{context} that starts at line {mark.line + 1}, column {mark.column + 1}"
-        problem = f"{problem} ({context})"
-    return one_line(problem)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} "
-                          "is not UTF-8)") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config file: {exc.strerror or exc}") from None
-    try:
-        data = _parse_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: could not parse YAML: {_yaml_problem(exc)}") from None
-    if data is None:
-        raise ConfigError(f"{path}: config file is empty")
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
-    return data
 
 
 def _refuse_cycles(data: Any, where: str) -> None:
@@ -370,9 +408,9 @@ def apply_override(data: dict[str, Any], assignment: str) -> dict[str, Any]:
     if not all(parts):
         raise ConfigError(f"--set {_key(key)}: a key path is names joined by dots, like loader.batch_size")
     try:
-        value = _parse_yaml(raw) if raw.strip() else None
+        value = parse_yaml(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {_key(key)}: value {_short(raw)} is not valid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"--set {_key(key)}: value {_short(raw)} is not valid YAML: {yaml_problem(exc)}") from None
     _refuse_cycles(value, f"--set {_key(key)}")
     out = copy.deepcopy(data)
     node = out
@@ -394,7 +432,7 @@ def load_config(
 ) -> RunSpec:
     """Load `path`, apply `--set` overrides and `--scale`, validate, and return a RunSpec."""
     path = Path(path)
-    data = _read_yaml(path)
+    data = read_yaml(path)
     return config_from_data(data, path, overrides, scale)
 
 

@@ -15,7 +15,7 @@ IDEAL = "ideal"
 FEED_LOADER = "dataloader"
 FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost at all
 # DataLoader's own defaults (LoaderSpec holds them): a keyword left at its default need not be written.
-LOADER_DEFAULTS: dict[str, Any] = {name: field.default for name, field in LoaderSpec.model_fields.items()}
+LOADER_DEFAULTS: dict[str, Any] = LoaderSpec().model_dump()
 # What DataLoader uses for prefetch_factor when workers run and it is left unset.
 DEFAULT_PREFETCH = 2
 

@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel
 
 from loadtune.cli import app
-from loadtune.config import Config, load_config
+from loadtune.config import LOADER_KEYS, Config, LoaderSpec, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -399,6 +399,8 @@ def test_the_reference_lists_every_command_and_option():
 
 
 def _config_keys(model: type[BaseModel] = Config, prefix: str = "") -> list[str]:
+    if model is LoaderSpec:  # the block's keys: its thread settings are written beside the keywords
+        return [prefix + key for key in LOADER_KEYS]
     keys = []
     for name, field in model.model_fields.items():
         sub = field.annotation

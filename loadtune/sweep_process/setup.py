@@ -67,7 +67,8 @@ def prepare(options: SweepOptions, spec: RunSpec, on_event: events.OnEvent,
             shm_free_mb: float | None | str = MEASURE_SHM) -> Setup:
     cfg = spec.config
     host_ranks = local_ranks() if spec.torchrun else spec.ranks
-    preload([s for s in (cfg.dataset.factory, cfg.step.factory, cfg.loader.collate_fn) if s], str(spec.base_dir))
+    specs = (cfg.dataset.factory, cfg.step.factory, cfg.loader.callables.collate_fn)
+    preload([s for s in specs if s], str(spec.base_dir))
     info = preflight(spec, cfg.device)
     check_ranks(host_ranks, info.device, info.cuda_count)
     spec = adopt_source(spec, info)

@@ -167,7 +167,7 @@ class _Ofat:
         if search.by == RankBy.THROUGHPUT:
             for key in swept_on:
                 members = {repr(t.value): t.name for t in trials if t.changed == key}
-                members[repr(getattr(config.loader, key, None))] = baseline.name
+                members[repr(config.loader.setting(key))] = baseline.name
                 far[key] = _far_behind(members, scores)
         return cls(search, trials, deferred, known, scores, list(trials), swept_on, far)
 
