@@ -82,58 +82,69 @@ def _shm_entries() -> set[str]:
     return set(os.listdir(SHM)) if SHM.is_dir() else set()
 
 
-def _marker_of(name: str) -> str | None:
-    """The test marker of the live process that made a /dev/shm file ("" for a process outside the
-    tests); None when the file is not torch's or its process is gone: torch names its files
-    torch_<pid>_..."""
+def _pid_of(name: str) -> int | None:
+    """The pid in a torch /dev/shm file's name (torch_<pid>_...); None for other files."""
     prefix, _, rest = name.partition("_")
     pid = rest.partition("_")[0]
-    if prefix != "torch" or not pid.isdigit():
+    return int(pid) if prefix == "torch" and pid.isdigit() else None
+
+
+def _marker_of(name: str) -> str | None:
+    """The test marker of the live process that made a /dev/shm file ("" for a process outside the
+    tests); None when the file is not torch's or its process is gone."""
+    pid = _pid_of(name)
+    if pid is None:
         return None
     try:
-        return psutil.Process(int(pid)).environ().get(MARKER_VAR, "")
+        return psutil.Process(pid).environ().get(MARKER_VAR, "")
     except psutil.Error:  # gone (or not readable)
         return None
 
 
 class _ShmMakers(threading.Thread):
-    """While a test runs, the marker of each /dev/shm file's maker, read while it lives: a worker
-    killed by another test (the other one of make test's parallel step) can leave an empty file
-    that outlives it."""
+    """While a test runs, the marker of each /dev/shm file's maker, read while it lives, and the
+    pids of the test's own processes: a worker killed by another test (the other one of make
+    test's parallel step) can leave a file that outlives it before its maker was seen."""
 
     POLL_S = 0.05
 
-    def __init__(self) -> None:
+    def __init__(self, marker: str) -> None:
         super().__init__(daemon=True)
+        self.marker = marker
         self.makers: dict[str, str] = {}
+        self.ours: set[int] = set()
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.wait(self.POLL_S):
+            self.ours.update(p.pid for p in processes_with(self.marker))
             for name in _shm_entries() - self.makers.keys():
                 if (maker := _marker_of(name)) is not None:
                     self.makers[name] = maker
 
-    def stop(self) -> dict[str, str]:
+    def stop(self) -> "_ShmMakers":
         self._done.set()
         self.join()
-        return self.makers
+        return self
 
-
-def _another_tests(name: str, marker: str, makers: dict[str, str]) -> bool:
-    """Whether a /dev/shm file is another test's: its process, alive now or seen alive while the
-    test ran, carries another marker. A file whose maker was never seen is counted as this test's."""
-    maker = makers.get(name)
-    if maker is None:
-        maker = _marker_of(name)
-    return maker is not None and maker != marker
+    def made_by_this_test(self, name: str) -> bool:
+        """A file is the test's when its maker carried the test's marker (seen alive, or alive
+        now), or, where the maker was never seen, when its pid was one of the test's processes.
+        A file that is not torch's (no pid in its name) counts as the test's."""
+        maker = self.makers.get(name)
+        if maker is None:
+            maker = _marker_of(name)
+        if maker is not None:
+            return maker == self.marker
+        pid = _pid_of(name)
+        return pid is None or pid in self.ours
 
 
 @pytest.fixture
 def clean(marker):
     """The `marker` of the test; afterwards, none of its processes and no new /dev/shm file."""
     before = _shm_entries()
-    makers = _ShmMakers()
+    makers = _ShmMakers(marker)
     makers.start()
     yield marker
     deadline = time.monotonic() + 5
@@ -144,7 +155,7 @@ def clean(marker):
     while new and time.monotonic() < deadline + 2:  # let other programs' short-lived files go
         time.sleep(0.2)
         new &= _shm_entries()
-    new = {name for name in new if not _another_tests(name, marker, seen)}
+    new = {name for name in new if seen.made_by_this_test(name)}
     assert not new, f"left in /dev/shm: {sorted(new)}"
 
 
