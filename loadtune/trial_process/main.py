@@ -35,5 +35,13 @@ def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
         result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel)
         message: tuple[str, Any] = (Status.OK, result)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
+        _workers_done()
         message = (Status.FAILED, describe(exc))
+    _workers_done()
     channel.send_result(message)
+
+
+def _workers_done() -> None:
+    """The trial is over: DataLoader's SIGCHLD handler, which raises in whatever this process is
+    doing when one of its workers dies, would otherwise interrupt the message that says so."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
