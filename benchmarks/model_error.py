@@ -60,7 +60,8 @@ from _common import Goals  # noqa: E402
 from recommend import PIPELINES, machine_line, write_config  # noqa: E402
 
 from loadtune.config import load_config  # noqa: E402
-from loadtune.results.model import PipelineModel, fit, leave_one_out_error  # noqa: E402
+from loadtune.results.model import fit, leave_one_out_error  # noqa: E402
+from loadtune.results.pipeline import PipelineModel  # noqa: E402
 from loadtune.results.record import Record, read_records  # noqa: E402
 from loadtune.results.transfer import config_text, settings_key, settings_of  # noqa: E402
 from loadtune.trials import IDEAL  # noqa: E402

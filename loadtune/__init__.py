@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
     from loadtune.api import PredictKeywords, Swept
     from loadtune.options import ConfigSource, Overrides, SweepKeywords
-    from loadtune.results.compare import Comparison
-    from loadtune.results.transfer import Forecast
+    from loadtune.results.compare_values import Comparison
+    from loadtune.results.transfer_values import Forecast
     from loadtune.sweep_process.events import Event
     from loadtune.training_process.watched import Watched
 

@@ -148,7 +148,8 @@ def predict(csv: str | Path, *, cores: float | None = None, ranks: int = 1, step
     """What `loadtune predict` says of another machine: a results.transfer_values.Forecast (its
     `recommended` row, every config's `rows`, `extrapolated`, `to_json()`)."""
     from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import Target, forecast_file
+    from loadtune.results.transfer import forecast_file
+    from loadtune.results.transfer_values import Target
 
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     return forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)

@@ -221,7 +221,7 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
     a closed terminal stop it with the rows so far kept. An existing output is refused unless
     --resume or --overwrite."""
-    from loadtune.results.report import failure
+    from loadtune.results.summary import failure
     from loadtune.sweep_process import torchrun
     from loadtune.sweep_process.pipeline import run_sweep
 
@@ -273,7 +273,7 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
     """The table, the warnings, the short answer (with --verbose the details first), the files;
     with --json the summary on stdout and the rest on stderr. A sweep in which no trial ran is
     an error (exit 1) naming the first failure; its rows stay in the CSV."""
-    from loadtune.results.report import failure, summary_lines
+    from loadtune.results.summary import failure, summary_lines
     from loadtune.results.view import files_line, sweep_shown
 
     none_ran = failure(result.records)
@@ -362,8 +362,9 @@ def predict(
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's or a watched run's CSV."""
     from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import Target, forecast_file, out_of_range
+    from loadtune.results.transfer import forecast_file, out_of_range
     from loadtune.results.transfer_text import forecast_lines, forecast_table, write_forecast
+    from loadtune.results.transfer_values import Target
 
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     wrong = out_of_range(target, tolerance)

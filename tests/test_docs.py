@@ -449,7 +449,7 @@ def test_the_reference_lists_the_csv_columns_in_order():
 
 
 def _summary_json() -> dict:
-    from loadtune.results.report import summarize_sweep
+    from loadtune.results.summary import summarize_sweep
     from tests.test_model import TRUTH, first_round
 
     records = first_round(TRUTH)
@@ -459,9 +459,8 @@ def _summary_json() -> dict:
 
 
 def test_the_reference_lists_every_sweep_json_key():
-    from loadtune.results.report import DataFindings, Flagged, OneRank
+    from loadtune.results.summary_parts import DataFindings, Flagged, OneRank, Travel
     from loadtune.results.sweep import ModelTie
-    from loadtune.results.transfer import Travel
     from tests.test_model import TRUTH
 
     part = section(REFERENCE_TEXT, "### `loadtune sweep --json`")
@@ -474,7 +473,8 @@ def test_the_reference_lists_every_sweep_json_key():
 
 
 def test_the_reference_lists_every_predict_json_key():
-    from loadtune.results.transfer import Target, forecast
+    from loadtune.results.transfer import forecast
+    from loadtune.results.transfer_values import Target
     from tests.test_model import TRUTH, first_round
 
     part = section(REFERENCE_TEXT, "### `loadtune predict --json`")

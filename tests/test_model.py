@@ -13,9 +13,10 @@ import pytest
 
 from loadtune.config import Config
 from loadtune.kinds import Status
+from loadtune.results.evidence import evidence_of
 from loadtune.results.interval import Interval
-from loadtune.results.model import PipelineModel, evidence_of, fit, leave_one_out_error, prediction_error
-from loadtune.results.pipeline import FittedFigures, MeasuredCosts
+from loadtune.results.model import fit, leave_one_out_error, prediction_error
+from loadtune.results.pipeline import FittedFigures, MeasuredCosts, PipelineModel
 from loadtune.results.record import Record
 from loadtune.results.simulation import simulate
 from loadtune.sweep_process.decide import Scored, pick
@@ -372,7 +373,7 @@ def test_ranks_meet_in_a_collective_unless_the_step_was_timed_there():
     """A step the fetch never holds up: on ranks the period is the step and its collective
     (COLLECTIVE_MS); a model fitted on ranks holds it in its step already; a step timed on the
     target's ranks holds its own."""
-    from loadtune.results.model import COLLECTIVE_MS
+    from loadtune.results.pipeline import COLLECTIVE_MS
 
     quick = varied(TRUTH, main_fetch_ms_per_sample=0.0, fetch_cpu_ms_per_sample=0.0, fetch_wait_ms_per_sample=0.0,
                    fetch_cv=0.0, step_cpu_ms_per_sample=0.0, cores=8.0, dataset_len=None)

@@ -17,16 +17,11 @@ from typer.testing import CliRunner
 from loadtune import cli
 from loadtune.cli import app
 from loadtune.kinds import EndedBy, Status
+from loadtune.results.choice import dataloader_line
 from loadtune.results.decision import Decision
 from loadtune.results.record import Record, ResultsFile, load_records
-from loadtune.results.report import (
-    DataFindings,
-    Flagged,
-    dataloader_line,
-    file_summary,
-    summarize_sweep,
-    summary_lines,
-)
+from loadtune.results.summary import file_summary, summarize_sweep, summary_lines
+from loadtune.results.summary_parts import DataFindings, Flagged
 from loadtune.results.sweep import SweepResult
 from loadtune.text import HANGING_INDENT, wrap
 from loadtune.version import __version__

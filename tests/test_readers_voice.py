@@ -22,10 +22,10 @@ from loadtune.results.choice import config_name, dataloader_line, loader_keyword
 from loadtune.results.compare import compare, load_results
 from loadtune.results.compare_text import comparison_lines
 from loadtune.results.compare_values import VERDICT_CANNOT_TELL, VERDICT_HOLDS, WINNER_CHANGED, WINNER_NOT_MEASURED
-from loadtune.results.findings import MODEL_ERROR_LARGE, CheaperWaitsMore, ModelError, ModelFellBack
+from loadtune.results.findings import MODEL_FIT_ERROR, CheaperWaitsMore, ModelError, ModelFellBack
 from loadtune.results.model import ModelReport, prediction_error
 from loadtune.results.record import Record, ResultsFile
-from loadtune.results.report import summarize_sweep
+from loadtune.results.summary import summarize_sweep
 from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import (
     Target,
@@ -223,8 +223,8 @@ def test_predict_on_a_sweeps_file_reports_the_sweeps_model_error(tmp_path):
 
 
 def test_the_models_error_words_say_when_it_does_not_fit():
-    assert "does not fit this pipeline well" in str(ModelError(MODEL_ERROR_LARGE + 0.01, 3))
-    assert "does not fit" not in str(ModelError(MODEL_ERROR_LARGE, 3))
+    assert "does not fit this pipeline well" in str(ModelError(MODEL_FIT_ERROR + 0.01, 3))
+    assert "does not fit" not in str(ModelError(MODEL_FIT_ERROR, 3))
     assert str(ModelError(None, 0)) == "Model: no trial was predicted before it ran, so its error on this file is " \
                                        "not known."
     # The fall-back is another figure (the first round, each trial predicted from the others), named so.

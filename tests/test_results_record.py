@@ -191,7 +191,8 @@ def test_records_are_frozen():
 
 
 def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
-    from loadtune.results.record import FIGURES, Figures, Measured
+    from loadtune.results.columns import FIGURES, Figures
+    from loadtune.results.record import Measured
     from loadtune.sweep_process.records import stats_columns
     from loadtune.sweep_process.stats import summarize
     from tests.test_decide import fake_measurement

@@ -11,16 +11,9 @@ from rich.console import Console
 
 from loadtune.results.advice import Advised, checked_advice, weigh, with_checked_advice
 from loadtune.results.record import Record
-from loadtune.results.report import (
-    DataFindings,
-    Flagged,
-    Summary,
-    detail_lines,
-    results_table,
-    short_trial,
-    summarize_sweep,
-    summary_lines,
-)
+from loadtune.results.report import results_table, short_trial
+from loadtune.results.summary import Summary, detail_lines, summarize_sweep, summary_lines
+from loadtune.results.summary_parts import DataFindings, Flagged
 from loadtune.results.sweep import Decision, ModelTie
 
 PICK = "num_workers=2, prefetch_factor=4"
@@ -231,7 +224,8 @@ def test_the_baseline_picked_or_flagged():
 
 @pytest.mark.parametrize("width", [80, 100, 160])
 def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
-    from loadtune.results.compare import compare, comparison_table, load_results
+    from loadtune.results.compare import compare, load_results
+    from loadtune.results.compare_text import comparison_table
     from loadtune.results.record import ResultsFile
 
     paths = []

@@ -22,7 +22,7 @@ from loadtune.errors import LoadtuneError, ResultsError
 from loadtune.results.choice import recommended
 from loadtune.results.compare import compare, load_results
 from loadtune.results.compare_text import comparison_lines, run_table, write_aligned
-from loadtune.results.model import evidence_of
+from loadtune.results.evidence import evidence_of
 from loadtune.results.record import Record, ResultsFile, read_records
 from loadtune.results.report import not_run_lines, results_table
 from loadtune.results.transfer import (

@@ -20,7 +20,6 @@ import pandas as pd
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.choice import config_name
-from loadtune.results.compare_text import comparison_table as comparison_table
 from loadtune.results.compare_values import (
     ABSENT,
     CONFIG_COLUMNS,
@@ -43,12 +42,12 @@ from loadtune.results.compare_values import (
     WINNER_NOT_MEASURED,
     WINNER_WITHIN_NOISE,
     Checked,
+    Comparison,
     Conclusion,
     Files,
     FileValue,
     ResultSet,
 )
-from loadtune.results.compare_values import Comparison as Comparison
 from loadtune.results.record import Record, load_records, missing_columns, plain_frame
 from loadtune.results.transfer import MODEL_COLUMNS, names_of, settings_of
 from loadtune.results.transfer_checks import run_checks, transfer_check

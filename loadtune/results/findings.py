@@ -150,7 +150,6 @@ class RepeatingSampler(Finding):
 # its predictions are not trusted over the measurements (ModelError), and the model strategy,
 # whose first round it predicts that badly, measures as ofat does (ModelFellBack).
 MODEL_FIT_ERROR = 0.15
-MODEL_ERROR_LARGE = MODEL_FIT_ERROR
 
 
 @dataclass(frozen=True)

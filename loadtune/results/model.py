@@ -22,12 +22,9 @@ import numpy as np
 
 from loadtune.results.evidence import Evidence, evidence_of, run_epoch_samples
 from loadtune.results.figures import base_figures
-from loadtune.results.pipeline import COLLECTIVE_MS, PipelineModel, Prediction, predict_rank, rank_cores, starting
+from loadtune.results.pipeline import PipelineModel, Prediction, predict_rank, rank_cores, starting
 from loadtune.results.record import Record
 from loadtune.trials import IDEAL, effective_settings, format_value
-
-__all__ = ["COLLECTIVE_MS", "MIN_TRIALS_TO_FIT", "ModelReport", "PipelineModel", "Prediction", "evidence_of", "fit",
-           "leave_one_out_error", "prediction_error", "unshown_figures"]
 
 # Settings the queueing mechanism explains; any other swept key is a measured factor.
 MECHANISM_KEYS = frozenset({"num_workers", "prefetch_factor", "persistent_workers", "batch_size", "pin_memory"})

@@ -22,10 +22,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Sequence, overload
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
-from loadtune.results.columns import BOOL, FALSE_TEXT, FLOAT, INT, TEXT, TRUE_TEXT, R, RecordTable
-from loadtune.results.columns import FIGURES as FIGURES
-from loadtune.results.columns import Column as Column
-from loadtune.results.columns import Figures as Figures
+from loadtune.results.columns import (
+    BOOL,
+    FALSE_TEXT,
+    FIGURES,
+    FLOAT,
+    INT,
+    TEXT,
+    TRUE_TEXT,
+    Column,
+    R,
+    RecordTable,
+)
 from loadtune.results.columns import column_field as _col
 from loadtune.results.columns import group_field as _group
 from loadtune.results.interval import Interval

@@ -11,35 +11,14 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.kinds import Status
-from loadtune.results.choice import dataloader_line, recommended
+from loadtune.results.choice import recommended
 from loadtune.results.findings import ModelError
 from loadtune.results.model import prediction_error
 from loadtune.results.record import MEASURED_STATUSES, Record
-from loadtune.results.summary import (
-    BRIEF,
-    DataFindings,
-    Flagged,
-    OneRank,
-    Summary,
-    Travel,
-    brief,
-    detail_lines,
-    file_summary,
-    noise_warnings,
-    summarize_sweep,
-    summary_lines,
-)
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import STATUS_STYLE
 from loadtune.text import fmt as _fmt
 from loadtune.trials import BASELINE, IDEAL
-
-# The summary's names (results.summary) and the paste line's builder (choice) are also found here,
-# where the readers of a results file look for them.
-__all__ = ["BRIEF", "LEGEND", "DataFindings", "Flagged", "OneRank", "Summary", "Travel", "brief", "dataloader_line",
-           "detail_lines", "failure", "file_summary", "finding_lines", "flagged_lines", "noise_warnings",
-           "not_run_lines", "predicted_lines", "repeat_lines", "report_title", "results_table", "short_trial",
-           "summarize_sweep", "summary_lines"]
 
 
 def _interval(record: Record, key: str, digits: int) -> str:
@@ -128,22 +107,6 @@ def not_run_lines(records: Sequence[Record], skipped: bool = True) -> list[str]:
     return [f"{UNRAN_WORDS.get(str(r.status), str(r.status))}: {r.trial}: {r.reason or 'no reason given'}"
             for r in records if r.status not in MEASURED_STATUSES and not r.predicted_only
             and (skipped or r.status != Status.SKIPPED)]
-
-
-def failure(records: Sequence[Record]) -> str | None:
-    """Why no trial gave figures, naming the first failure's reason (the baseline's where it
-    failed), as the error a sweep without one ends with; None when a trial ran (the ideal, a
-    reference, is no trial)."""
-    if any(r.status == Status.OK and r.trial != IDEAL for r in records):
-        return None
-    unran = [r for r in records if r.status not in MEASURED_STATUSES and not r.predicted_only and r.trial != IDEAL]
-    failed = [r for r in unran if r.status != Status.SKIPPED] or unran
-    first = next((r for r in failed if r.trial == BASELINE), failed[0] if failed else None)
-    if first is None:
-        return "no trial ran successfully: the sweep had no trial to run"
-    what = "ran past its time" if first.status == Status.TIMEOUT else \
-        "was not run" if first.status == Status.SKIPPED else "failed"
-    return f"no trial ran successfully; the first, {first.trial}, {what}: {first.reason or 'no reason given'}"
 
 
 def predicted_lines(records: Sequence[Record]) -> list[str]:

@@ -15,23 +15,19 @@ from loadtune.results.choice import recommended, record_contends, recorded_setti
 from loadtune.results.decision import Decision
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
-from loadtune.results.record import Record, rank_file
+from loadtune.results.record import MEASURED_STATUSES, Record, rank_file
 from loadtune.results.summary_parts import (
     DataFindings,
     Elsewhere,
     Findings,
     Flagged,
     Labels,
-    OneRank,
     OnRanks,
     Pick,
     Standing,
     Travel,
 )
-from loadtune.trials import BASELINE
-
-__all__ = ["BRIEF", "DataFindings", "Flagged", "NAMED_UNSTABLE", "OneRank", "Summary", "Travel", "brief",
-           "detail_lines", "file_summary", "noise_warnings", "summarize_sweep", "summary_lines"]
+from loadtune.trials import BASELINE, IDEAL
 
 # Unstable trials warned about one by one; the rest are counted (the table lists them all).
 NAMED_UNSTABLE = 3
@@ -261,3 +257,19 @@ def noise_warnings(records: Sequence[Record]) -> list[Finding]:
         return list(unstable)
     spreads = [u.spread for u in unstable]
     return [ManyUnstable(len(unstable), min(spreads), max(spreads), tuple(u.trial for u in unstable[:NAMED_UNSTABLE]))]
+
+
+def failure(records: Sequence[Record]) -> str | None:
+    """Why no trial gave figures, naming the first failure's reason (the baseline's where it
+    failed), as the error a sweep without one ends with; None when a trial ran (the ideal, a
+    reference, is no trial)."""
+    if any(r.status == Status.OK and r.trial != IDEAL for r in records):
+        return None
+    unran = [r for r in records if r.status not in MEASURED_STATUSES and not r.predicted_only and r.trial != IDEAL]
+    failed = [r for r in unran if r.status != Status.SKIPPED] or unran
+    first = next((r for r in failed if r.trial == BASELINE), failed[0] if failed else None)
+    if first is None:
+        return "no trial ran successfully: the sweep had no trial to run"
+    what = "ran past its time" if first.status == Status.TIMEOUT else \
+        "was not run" if first.status == Status.SKIPPED else "failed"
+    return f"no trial ran successfully; the first, {first.trial}, {what}: {first.reason or 'no reason given'}"

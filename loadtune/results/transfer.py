@@ -25,22 +25,13 @@ from loadtune.kinds import TOLERANCE
 from loadtune.results.choice import SETTING_COLUMNS, config_name, within_tolerance
 from loadtune.results.choice import choose as choose_one
 from loadtune.results.choice import recommended as measured_pick
-from loadtune.results.model import (
-    COLLECTIVE_MS,
-    MIN_TRIALS_TO_FIT,
-    PipelineModel,
-    Prediction,
-    evidence_of,
-    fit,
-    prediction_error,
-    unshown_figures,
-)
+from loadtune.results.evidence import evidence_of
+from loadtune.results.model import MIN_TRIALS_TO_FIT, fit, prediction_error, unshown_figures
+from loadtune.results.pipeline import COLLECTIVE_MS, PipelineModel, Prediction
 from loadtune.results.record import Record, load_records, missing_columns
 from loadtune.results.summary_parts import Travel
 from loadtune.results.transfer_memory import memory_model, memory_there
-from loadtune.results.transfer_values import Carried, Choice, Fit, ResolvedTarget, Source, TargetRow
-from loadtune.results.transfer_values import Forecast as Forecast
-from loadtune.results.transfer_values import Target as Target
+from loadtune.results.transfer_values import Carried, Choice, Fit, Forecast, ResolvedTarget, Source, Target, TargetRow
 from loadtune.results.watched import (
     LoaderInfo,
     combine_ranks,

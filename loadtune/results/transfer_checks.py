@@ -12,10 +12,10 @@ from typing import Sequence
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import TOLERANCE
-from loadtune.results.model import MIN_TRIALS_TO_FIT, evidence_of
+from loadtune.results.evidence import evidence_of
+from loadtune.results.model import MIN_TRIALS_TO_FIT
 from loadtune.results.record import Record
 from loadtune.results.transfer import (
-    Target,
     choose,
     fit_records,
     forecast,
@@ -35,6 +35,7 @@ from loadtune.results.transfer_values import (
     ResolvedTarget,
     RunCheck,
     Source,
+    Target,
     TransferCheck,
 )
 from loadtune.results.watched import combine_ranks, loaders

@@ -10,7 +10,7 @@ from typing import Any
 
 from loadtune.results.choice import SETTING_COLUMNS
 from loadtune.results.findings import ModelError
-from loadtune.results.model import PipelineModel
+from loadtune.results.pipeline import PipelineModel
 
 
 @dataclass(frozen=True)

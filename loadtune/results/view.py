@@ -16,20 +16,15 @@ from loadtune.results.choice import recommended
 from loadtune.results.record import Record
 from loadtune.results.report import (
     LEGEND,
-    Summary,
-    brief,
-    detail_lines,
-    file_summary,
     finding_lines,
     flagged_lines,
-    noise_warnings,
     not_run_lines,
     predicted_lines,
     repeat_lines,
     report_title,
     results_table,
-    summary_lines,
 )
+from loadtune.results.summary import Summary, brief, detail_lines, file_summary, noise_warnings, summary_lines
 from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
 from loadtune.results.watched import WATCHED_LEGEND, read_loader_info, watched_lines, watched_table

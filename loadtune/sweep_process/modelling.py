@@ -12,14 +12,8 @@ from loadtune.config import Config
 from loadtune.kinds import RankBy, Status
 from loadtune.results.choice import contends
 from loadtune.results.findings import ModelFellBack
-from loadtune.results.model import (
-    ModelReport,
-    PipelineModel,
-    Prediction,
-    fit,
-    leave_one_out_error,
-    prediction_error,
-)
+from loadtune.results.model import ModelReport, fit, leave_one_out_error, prediction_error
+from loadtune.results.pipeline import PipelineModel, Prediction
 from loadtune.results.record import Record
 from loadtune.results.sweep import ModelTie
 from loadtune.sweep_process import events

@@ -35,7 +35,7 @@ __all__ = ["MAX_GREEDY_ROUNDS", "MAX_MODEL_ROUNDS", "Measure", "Modeler", "Searc
            "search_model", "search_ofat"]
 
 if TYPE_CHECKING:
-    from loadtune.results.model import PipelineModel
+    from loadtune.results.pipeline import PipelineModel
 
 # The model strategy measures at most this many follow-up rounds after the first, each of at most
 # TARGETS_PER_ROUND configs. Near the best, configs a few percent apart cannot be told apart by

@@ -9,7 +9,7 @@ from enum import Enum
 from typing import Any, Sequence
 
 from loadtune.measurement import Measurement, TrialStart
-from loadtune.results.model import Prediction
+from loadtune.results.pipeline import Prediction
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
 from loadtune.results.samples import TrialSamples
 from loadtune.sweep_process.datacheck import Check
