@@ -11,9 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, NoReturn, Optional
 
 import typer
-from rich import progress as bar
 from rich.console import Console, RenderableType
-from rich.markup import escape
 from rich.text import Text
 
 from loadtune.errors import LoadtuneError
@@ -22,6 +20,7 @@ from loadtune.version import __version__
 
 if TYPE_CHECKING:
     from loadtune.options import SweepOptions
+    from loadtune.progress import SweepView
     from loadtune.results.sweep import SweepResult
     from loadtune.results.view import Shown
 from loadtune.kinds import RankBy, Strategy
@@ -129,45 +128,6 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-class _ProgressView:
-    """Renders sweep events: a bar over trial runs with the current trial's name and an ETA."""
-
-    def __init__(self, console: Console) -> None:
-        self.progress = bar.Progress(bar.SpinnerColumn(), bar.TextColumn("{task.description}"), bar.BarColumn(),
-                                     bar.MofNCompleteColumn(), bar.TimeElapsedColumn(), bar.TextColumn("eta"),
-                                     bar.TimeRemainingColumn(), console=console, transient=True)
-        self.task: bar.TaskID | None = None
-        self.console = console
-
-    def __call__(self, event: Any) -> None:
-        from loadtune.results.view import started_lines, trial_line
-        from loadtune.sweep_process import events
-
-        if isinstance(event, events.SweepStarted):
-            _say_lines(self.console, started_lines(event.strategy, event.device, event.dataset_len, event.out_path,
-                                                   event.resumed, event.older))
-            if self.console.is_terminal:  # a bar is for a person watching; a pipe gets the lines alone
-                self.progress.start()
-            self.task = self.progress.add_task("starting", total=None)
-        elif isinstance(event, events.RunsPlanned) and self.task is not None:
-            self.progress.update(self.task, total=event.runs)
-        elif isinstance(event, events.RunStarted) and self.task is not None:
-            self.progress.update(self.task, description=f"[bold]{escape(event.trial.name)}[/] "
-                                                        f"(repeat {event.repeat}/{event.repeats})")
-        elif isinstance(event, events.RunFinished) and self.task is not None:
-            self.progress.advance(self.task)
-        elif isinstance(event, events.TrialFinished):
-            _say(self.progress.console, trial_line(event.record, event.resumed))
-        elif isinstance(event, events.Notice):
-            _warn(self.progress.console, event.text)
-        elif isinstance(event, events.SweepFinished):
-            self.stop()
-
-    def stop(self) -> None:
-        if self.task is not None and self.progress.live.is_started:
-            self.progress.stop()
-
-
 @app.command()
 def sweep(
     config: Path = typer.Argument(..., help="YAML config (see `loadtune init`)."),
@@ -202,7 +162,10 @@ def sweep(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
+    from loadtune import progress
     from loadtune.options import MeasureShorthands, OutputOptions, SweepOptions
+
+    started_s = progress.CLOCK()
 
     if resume and overwrite:
         raise typer.BadParameter("--resume keeps the output's rows and --overwrite replaces them: give one",
@@ -214,7 +177,15 @@ def sweep(
                            output=OutputOptions(out=out, resume=resume, overwrite=overwrite))
     result = _run_sweep(options, debug)
     if result is not None:  # None: a torchrun follower, which prints nothing
-        _print_sweep(result, plot, as_json, verbose, debug)
+        _print_sweep(result, plot, as_json, verbose, debug, started_s)
+
+
+def _sweep_view(err: Console) -> "SweepView":
+    """The sweep's progress view on stderr; its bar only for a person watching a terminal (stdout
+    and stderr both one): a pipe or a log gets the progress lines alone."""
+    from loadtune import progress
+
+    return progress.SweepView(err, _show, err.is_terminal and _console().is_terminal, progress.CLOCK)
 
 
 def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
@@ -226,7 +197,7 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     from loadtune.sweep_process.pipeline import run_sweep
 
     err = _err()
-    view = _ProgressView(err)
+    view = _sweep_view(err)
     out_path = options.output.out
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     previous_hup = signal.signal(signal.SIGHUP, _raise_interrupt)  # the terminal closed
@@ -269,10 +240,13 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     return None
 
 
-def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbose: bool, debug: bool) -> None:
-    """The table, the warnings, the short answer (with --verbose the details first), the files;
-    with --json the summary on stdout and the rest on stderr. A sweep in which no trial ran is
-    an error (exit 1) naming the first failure; its rows stay in the CSV."""
+def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbose: bool, debug: bool,
+                 started_s: float) -> None:
+    """The table, the warnings, the short answer (with --verbose the details first), the files
+    and the sweep's wall time since `started_s` (progress.CLOCK); with --json the summary (and
+    `wall_s`) on stdout and the rest on stderr. A sweep in which no trial ran is an error (exit 1)
+    naming the first failure; its rows stay in the CSV."""
+    from loadtune import progress
     from loadtune.results.summary import failure, summary_lines
     from loadtune.results.view import files_line, sweep_shown
 
@@ -293,9 +267,10 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
             info = dataclasses.replace(info, plot=str(draw_csvs([result.out_path], plot)))
         except LoadtuneError as exc:
             _fail(str(exc), debug)
-    _say(console, files_line(result, plot, verbose))
+    wall_s = progress.CLOCK() - started_s
+    _say(console, files_line(result, plot, verbose, wall_s))
     if as_json:
-        _json(info.to_json())
+        _json({**info.to_json(), "wall_s": round(wall_s, 1)})
 
 
 def _json(data: Any) -> None:

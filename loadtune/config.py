@@ -29,7 +29,7 @@ from pydantic import (
     model_validator,
 )
 
-from loadtune.config_yaml import parse_yaml, read_yaml, yaml_problem
+from loadtune.config_yaml import did_you_mean, parse_yaml, read_yaml, yaml_problem
 from loadtune.errors import ConfigError
 from loadtune.kinds import TOLERANCE
 from loadtune.text import short_repr
@@ -227,7 +227,7 @@ def adopt_loader(loader: LoaderSpec, settings: dict[str, Any] | None, where: str
     try:
         adopted = LoaderSpec.model_validate(merged)
     except ValidationError as exc:
-        problem = _format_validation(exc)
+        problem = _format_validation(exc, LoaderSpec)
         raise ConfigError(f"{where}: with the settings of the factory's DataLoader: {problem}") from None
     adopted.given(explicit)
     return adopted
@@ -247,7 +247,8 @@ def _check_sweep(sweep: dict[str, list[Any]]) -> None:
     for key, values in sweep.items():
         if key not in SWEEPABLE:
             hint = "a spec can be set in loader, not swept" if key in SPEC_KEYS else "not a DataLoader setting"
-            raise ValueError(f"sweep.{_key(key)}: unknown key ({hint}; sweepable: {', '.join(SWEEPABLE)})")
+            near = "" if key in SPEC_KEYS else did_you_mean(key, SWEEPABLE)
+            raise ValueError(f"sweep.{_key(key)}: unknown key{near} ({hint}; sweepable: {', '.join(SWEEPABLE)})")
         if not values:
             raise ValueError(f"sweep.{key}: give at least one value to try")
         part = next((model for model, keys in LOADER_PARTS.values() if key in keys), LoaderSpec)
@@ -356,7 +357,18 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _format_validation(err: ValidationError) -> str:
+def _block_keys(model: type[BaseModel], loc: tuple[Any, ...]) -> tuple[str, ...]:
+    """The keys of the block at `loc` under `model` (the loader block's as it writes them)."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        inner = field.annotation if field is not None else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            return ()
+        model = inner
+    return LOADER_KEYS if model is LoaderSpec else tuple(model.model_fields)
+
+
+def _format_validation(err: ValidationError, model: type[BaseModel] = Config) -> str:
     parts = []
     for e in err.errors():
         path = _dotted(e["loc"])
@@ -364,7 +376,7 @@ def _format_validation(err: ValidationError) -> str:
         if not path:
             parts.append(msg)
         elif e["type"] == "extra_forbidden":
-            parts.append(f"{path}: unknown key")
+            parts.append(f"{path}: unknown key{did_you_mean(e['loc'][-1], _block_keys(model, e['loc'][:-1]))}")
         elif e["type"] == "missing":
             parts.append(f"{path}: required key is missing")
         elif isinstance(e.get("input"), dict):

@@ -1,15 +1,20 @@
 """Reading a config file's YAML: its text, parsed, with a one-line message naming the file, line
-and column of what is wrong."""
+and column of what is wrong; and the known key nearest to one the file misspells."""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import yaml
 
 from loadtune.errors import ConfigError
 from loadtune.text import one_line
+
+# How alike (difflib's ratio, 0 to 1) an unknown key and a known one must be for the known one to
+# be suggested: catches a letter or two missed, swapped or doubled, not a different word.
+SUGGEST_CUTOFF = 0.6
 
 
 def parse_yaml(text: str) -> Any:
@@ -29,6 +34,13 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
             context = f"{context} that starts at line {mark.line + 1}, column {mark.column + 1}"
         problem = f"{problem} ({context})"
     return one_line(problem)
+
+
+def did_you_mean(key: Any, known: Iterable[str]) -> str:
+    """"; did you mean KEY?" naming the known key nearest to an unknown `key` (case aside), or ""
+    when none is near enough (SUGGEST_CUTOFF)."""
+    close = difflib.get_close_matches(str(key).lower(), list(known), n=1, cutoff=SUGGEST_CUTOFF)
+    return f"; did you mean {close[0]}?" if close else ""
 
 
 def read_yaml(path: Path) -> dict[str, Any]:

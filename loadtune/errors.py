@@ -13,6 +13,10 @@ class FactoryError(LoadtuneError):
     """A "module:callable" spec cannot be imported, called, or returned the wrong thing."""
 
 
+class ScriptError(LoadtuneError):
+    """The script or module `loadtune watch` is to run cannot be found, or cannot be run as given."""
+
+
 class ResultsError(LoadtuneError):
     """A results CSV cannot be read or does not match what is asked."""
 

@@ -27,6 +27,8 @@ SPEC_COLUMNS = [
     "host", "cpu_model", "cpu_count", "cpu_quota", "ram_gb", "shm_free_gb", "gpu", "torch_version",
     "python_version", "loadtune_version", "config_name", "config_sha", "dataset_len", "scale", "started_at",
 ]
+# The end of a sweep's last line: its wall time (duration.duration_text).
+WALL_TIME = re.compile(r"; in (\d+ s|\d+ min \d+ s|\d+ h \d+ min)$")
 
 
 def test_columns_start_with_the_spec_columns_in_order():
@@ -95,6 +97,7 @@ def test_sweep_writes_a_ranked_csv_and_json(write_config, tmp_path, marker):
     answer = items(result.stderr[result.stderr.index("Recommended:"):])  # each item on one line again
     assert len(answer) <= 8 and answer[-1].startswith("Files: "), answer  # the short answer, then the files
     assert info["summary"] == answer[:-1]
+    assert WALL_TIME.search(answer[-1]) and info["wall_s"] > 0
 
 
 def test_factory_in_a_file_next_to_the_config_and_iterable_datasets(write_config, tmp_path, marker):
@@ -210,6 +213,9 @@ def test_scale_and_default_output_name(write_config, tmp_path, marker):
     result = run_cli("sweep", str(write_config(config)), "--scale", "2", "--set", "loader.batch_size=4",
                      cwd=tmp_path, marker=marker)
     assert result.returncode == 0, result.stderr
+    # Piped: the progress lines, no bar; the answer on stdout, its last line the sweep's wall time.
+    assert re.search(r"^Sweeping \(model\) on \S+, dataset length 800; rows go to results/", result.stderr, re.M)
+    assert "  baseline: " in result.stderr and WALL_TIME.search(items(result.stdout)[-1]), result.stdout
     host = socket.gethostname().split(".")[0]
     out = tmp_path / "results" / f"tiny-{host}-x2.csv"
     df = pd.read_csv(out)

@@ -254,16 +254,19 @@ class ProcessNoisy(FakeTrials):
         return Outcome("ok", "", fake_measurement(swung, 0), 0.5)
 
 
-def test_noise_between_processes_keeps_a_close_call_undecided(tmp_path, write_config):
+def test_a_difference_inside_the_machines_resolution_is_a_tie_and_the_cheaper_is_picked(tmp_path, write_config):
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=3, tolerance=0.03)
     runner.execute = noisy = ProcessNoisy(0.08)
     spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
-    assert noisy.runs == {"num_workers=2": 3, "num_workers=3": 3}
     assert runner.noise is not None and runner.noise.throughput_log_sd > 0.05
     decision = decision_of(runner)
-    assert not decision.decided, "two repeats 16% apart cannot show 398 and 400 within 3% of each other"
+    # Processes 16% apart: three repeats resolve no less than about 10%, so 398 and 400 are equal
+    # at this machine's resolution, and racing them to their limit would settle nothing.
+    assert decision.zone > 0.03 and decision.decided
+    assert decision.pick == "num_workers=2" and decision.equal == ("num_workers=3",)
+    assert noisy.runs == {"num_workers=2": 2, "num_workers=3": 2}, "two processes each show the spread"
     records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     row = records["num_workers=2"]
     spread = row.figures.throughput_hi - row.figures.throughput_lo
@@ -287,10 +290,10 @@ def test_racing_names_two_configs_a_percent_apart_equal_within_the_noise(tmp_pat
     spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     runner.race()
-    assert close.runs == {"num_workers=2": 3, "num_workers=3": 3}
+    assert close.runs == {"num_workers=2": 2, "num_workers=3": 2}, "settled once the spread was seen"
     decision = decision_of(runner)
-    # Taking the cheaper would cost more than half the tolerance on average at this spread: the
-    # pick is the faster; a rerun may pick the cheaper, which the pick costs little against.
+    # Taking the cheaper would cost more than half the zone on average at this spread: the pick
+    # is the faster; a rerun may pick the cheaper, which the pick costs little against.
     assert decision.decided and decision.pick == "num_workers=3" and decision.equal == ("num_workers=2",)
     assert decision.undecided == ()
 

@@ -112,7 +112,7 @@ def test_a_kept_trial_is_raced_further_with_more_repeats(write_config, tmp_path)
     more.calls = dict(first.calls)  # the same machine: the next repeat is the third
     # More repeats and a smaller tolerance race the kept contenders on.
     resumed = sweep(config, tmp_path / "out.csv", more, resume=True, repeats=4, tolerance=0.002)
-    assert resumed.decision.repeats == 4
+    assert resumed.decision.resolving.repeats == 4
     after = {r.trial: r for r in resumed.records}
     raced = [name for name, r in after.items()
              if r.ran and before[name].ran and r.measuring.repeats > before[name].measuring.repeats]

@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from loadtune.results.advice import Advised, checked_advice, weigh, with_checked_advice
+from loadtune.results.decision import Resolving
 from loadtune.results.record import Record
 from loadtune.results.report import results_table, short_trial
 from loadtune.results.summary import Summary, detail_lines, summarize_sweep, summary_lines
@@ -59,16 +60,16 @@ def summary(decision: Decision | None, rows: list[Record] | None = None, **meta)
 
 
 UNDECIDED = Decision(False, 0.03, PICK, ("num_workers=2", "num_workers=3", "prefetch_factor=1"), 0.12,
-                     "racing ended", 0.028, ended_by="repeats", spread=0.11, repeats=3)
+                     "racing ended", 0.028, ended_by="repeats", resolving=Resolving(0.11, 3, 0.148))
 
 
 def test_the_answer_when_not_decided():
     lines = summary_lines(summary(UNDECIDED))
-    assert lines[0] == (f"Recommended: {PICK}: 385.0 samples/s, 2.57x the baseline's 150.0 [2.10x, 3.00x]; "
-                        "wait ratio 0.500 -> 0.500, 40% of the ideal.")
-    assert lines[1] == ("Not sure: num_workers=2 or num_workers=3 (and 1 more) might still be up to 12% faster "
-                        "(2.8% expected); repeats here differ by ±11% from process to process; to settle it, "
-                        "rerun with --repeats 6 --resume.")
+    assert lines[0] == ("Recommended: workers=2 prefetch=4: 385.0 samples/s, 2.57x the baseline [2.10x, 3.00x]; "
+                        "wait ratio 0.500 -> 0.500.")
+    assert lines[1] == ("Not sure: 'num_workers=2' (and 2 more) might still be up to 12% faster, beyond the 14.8% "
+                        "this machine resolves (±11% between processes, 3 repeats); to settle it, rerun with "
+                        "--repeats 6 --resume.")
     assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
     assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
     assert len(lines) == 4
@@ -98,28 +99,29 @@ def test_the_answer_and_the_details_give_the_same_rerun(ended_by):
 
 
 def test_the_answer_when_decided_or_tied():
-    decided = Decision(True, 0.03, PICK, spread=0.05)
-    assert summary_lines(summary(decided))[1] == (
-        "Sure: every other config is slower, or at most 3% faster and dearer; a rerun here picks this one again; "
-        "repeats here differ by ±5% from process to process.")
+    decided = Decision(True, 0.03, PICK, resolving=Resolving(0.02, 3, 0.03))
+    assert summary_lines(summary(decided))[1] == \
+        "Sure: every other config is slower, or at most 3% faster and dearer; a rerun here picks this one again."
     tie = ModelTie(PICK, "num_workers=2", 1.0, 0.96, 0.06, "processes")
     assert summary_lines(summary(Decision(True, 0.03, PICK, ties=(tie,))))[1] == (
-        "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts, within this "
-        "machine's ±6% between processes; this is the cheapest of them.")
+        "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts; this is the "
+        "cheapest of them.")
     assert summary_lines(summary(None))[1].startswith("How sure: not raced")
 
 
-def test_configs_equal_within_the_noise_are_named_as_either_will_do():
-    equal = Decision(True, 0.03, PICK, spread=0.06, equal=("num_workers=2", "num_workers=3"))
-    assert summary_lines(summary(equal))[1] == (
-        "Sure: num_workers=2, num_workers=3 ran as fast within this machine's noise (±6% between processes here): "
-        "a rerun may pick one of them, and this one is expected to cost at most the 3% tolerance against each; "
-        "every other config is slower.")
-    from dataclasses import replace
+def test_nothing_left_to_gain_beyond_the_zone_is_said_so():
+    bounded = Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028), equal=("num_workers=2",))
+    assert summary_lines(summary(bounded))[1] == (
+        "Sure: no config can run more than 2.8% faster (the pick's wait ratio and the ideal bound it), within the "
+        "6.7% this machine resolves (±5% between processes, 3 repeats); 1 other config marked =1 is equal and "
+        "this is the cheapest.")
 
-    line = summary_lines(summary(replace(UNDECIDED, equal=("num_workers=4",))))[1]
-    assert "; num_workers=4 ran as fast within this machine's noise (±11% between processes here)" in line
-    assert line.endswith("to settle it, rerun with --repeats 6 --resume.")
+
+def test_configs_equal_within_the_zone_are_counted_as_marked_in_the_table():
+    equal = Decision(True, 0.03, PICK, resolving=Resolving(0.06, 3, 0.08), equal=("num_workers=2", "num_workers=3"))
+    assert summary_lines(summary(equal))[1] == (
+        "Sure: 2 other configs marked =1 ran within the 8% this machine resolves (±6% between processes, 3 "
+        "repeats); this is the cheapest of them.")
     rows = {r.trial for r in summary(equal).standing.trials}
     assert [e["trial"] for e in summary(equal).to_json()["equal"]] == \
         [name for name in ("num_workers=2", "num_workers=3") if name in rows], "each with its row's settings"

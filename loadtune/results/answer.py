@@ -11,10 +11,11 @@ from loadtune.results.decision import Decision, ModelTie
 from loadtune.results.findings import ModelError, ModelFellBack
 from loadtune.results.model import ModelReport
 from loadtune.results.record import DATA_FLAGGED, Record
+from loadtune.results.report import short_trial
 from loadtune.results.summary_parts import Elsewhere, OnRanks, Pick, Standing
 
-# The short answer names at most this many contenders that might still be faster.
-NAMED_SHORT = 2
+# What was seen beside the verdict is shown in the short answer when it is at most this long.
+BOTTLENECK_SEEN = 80
 # Undecided contenders named in the details; the rest are counted (the table lists them all).
 NAMED_UNDECIDED = 3
 
@@ -29,7 +30,7 @@ def settle(decision: Decision) -> str:
     """The one rerun that would settle an undecided pick, the same in the short answer and the
     details: what ended the racing decides it (decision.ended: a kept contender first, then the
     budget, then the repeats)."""
-    more = max(2 * (decision.repeats or 1), 5)
+    more = max(2 * (decision.resolving.repeats or 1), 5)
     if decision.ended_by == EndedBy.KEPT:
         return "rerun with --overwrite instead of --resume (racing measures no trial kept from the file again)"
     if decision.ended_by == EndedBy.BUDGET:
@@ -51,7 +52,7 @@ def recommended_line(standing: Standing, pick: Pick, decision: Decision | None) 
     assert chosen is not None and chosen.throughput is not None  # the recommendation ran
     figures = f"{chosen.throughput:.1f} samples/s"
     if base is not None and chosen.trial == base.trial:
-        tol = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
+        tol = share(decision.zone) if decision is not None else "the tolerance"
         return f"Recommended: keep the baseline ({figures}, wait ratio {chosen.wait_ratio:.3f}): no change is " \
                f"shown more than {tol} faster."
     if base is None or base.throughput is None or not base.ran or base.data_flagged:
@@ -59,74 +60,86 @@ def recommended_line(standing: Standing, pick: Pick, decision: Decision | None) 
             else ""
         return f"Recommended: {chosen.trial}: {figures}, wait ratio {chosen.wait_ratio:.3f}{why}."
     interval = f" [{pick.speedup_lo:.2f}x, {pick.speedup_hi:.2f}x]" if pick.speedup_lo is not None else ""
-    pct_of_ideal = chosen.assessment.pct_of_ideal
-    ideal = f", {pct_of_ideal:.0f}% of the ideal" if pct_of_ideal is not None else ""
-    return (f"Recommended: {chosen.trial}: {figures}, {chosen.throughput / base.throughput:.2f}x the baseline's "
-            f"{base.throughput:.1f}"
-            f"{interval}; wait ratio {base.wait_ratio:.3f} -> {chosen.wait_ratio:.3f}{ideal}.")
+    return (f"Recommended: {short_trial(chosen.trial or '')}: {figures}, {chosen.throughput / base.throughput:.2f}x "
+            f"the baseline{interval}; wait ratio {base.wait_ratio:.3f} -> {chosen.wait_ratio:.3f}.")
 
 
-def _spread_words(spread: float | None) -> str:
-    return f"; repeats here differ by ±{spread:.0%} from process to process" if spread is not None else ""
+def bottleneck_line(chosen: Record) -> str | None:
+    """What limits the pick now, in one line: its verdict and what was seen (the remedy is in the
+    details and `loadtune report`)."""
+    judged = chosen.assessment
+    if not judged.verdict:
+        return None
+    seen = (judged.advice or "").partition(": ")[0]
+    return f"Bottleneck now: {judged.verdict}" + (f"; {seen}" if seen and len(seen) <= BOTTLENECK_SEEN else "") + "."
+
+
+def share(fraction: float) -> str:
+    """A share as a percentage: whole where it is whole to a tenth (3%), else to a tenth (5.4%)."""
+    tenths = round(fraction * 1000)
+    return f"{tenths // 10}%" if tenths % 10 == 0 else f"{tenths / 10:.1f}%"
+
+
+def _zone_words(decision: Decision) -> str:
+    """The zone the pick was judged at, and why that wide: the tolerance, or what this machine
+    resolves in the sweep's repeats at its spread between processes."""
+    resolving = decision.resolving
+    if decision.zone > decision.tolerance and resolving.spread is not None:
+        return (f"the {share(decision.zone)} this machine resolves (±{resolving.spread:.0%} between processes, "
+                f"{resolving.repeats} repeats)")
+    return f"the {decision.tolerance:.0%} tolerance"
 
 
 def _named(names: Sequence[str]) -> str:
-    """At most NAMED_SHORT names, and how many more."""
-    named = " or ".join(names[:NAMED_SHORT])
-    more = len(names) - NAMED_SHORT
-    return named + (f" (and {more} more)" if more > 0 else "")
+    """The first name, quoted (names hold commas of their own), and how many more."""
+    more = len(names) - 1
+    return f"'{names[0]}'" + (f" (and {more} more)" if more > 0 else "") if names else "another config"
 
 
-def _listed(names: Sequence[str]) -> str:
-    """At most NAMED_SHORT names, comma-separated, and how many more."""
-    return ", ".join(names[:NAMED_SHORT]) + (f" and {len(names) - NAMED_SHORT} more" if len(names) > NAMED_SHORT
-                                             else "")
-
-
-def _equal_words(decision: Decision) -> str:
-    """The configs a rerun might pick instead, that the pick is as good as within the noise."""
-    listed = _listed(decision.equal)
-    within = f" (±{decision.spread:.0%} between processes here)" if decision.spread is not None else ""
-    return (f"{listed} ran as fast within this machine's noise{within}: a rerun may pick one of them, and this "
-            f"one is expected to cost at most the {decision.tolerance:.0%} tolerance against each")
+def _counted(names: Sequence[str]) -> str:
+    """How many other configs, pointing at the table's marks rather than joining names that hold
+    commas of their own."""
+    return f"{len(names)} other config{'s' if len(names) != 1 else ''} marked =1"
 
 
 def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> str:
-    """One plain sentence on how sure the pick is."""
-    chosen, best = standing.recommended, standing.best
+    """One plain sentence on how sure the pick is, at most two lines at 100 columns."""
+    chosen = standing.recommended
     assert chosen is not None
     if decision is None and rebuilt:
         tied = [r.trial or "" for r in standing.trials if r.assessment.tied_with_best and r.trial != chosen.trial]
-        others = f"tied with it ('=' in the table): {_listed(tied)}; either will do" if tied else \
-            "every other trial ranks behind it"
-        return f"How sure: the CSV does not keep how sure the sweep was; {others}."
+        verb = "is" if len(tied) == 1 else "are"
+        others = f"{_counted(tied)} {verb} as good; either will do" if tied else "every other trial ranks behind it"
+        return f"How sure: {others} (the CSV keeps which are equal, not how sure the sweep was)."
     if decision is None:
         return "How sure: not raced (one repeat each); rerun with --repeats 3 or more and --resume to see the spread."
+    if not decision.decided and not decision.undecided:
+        return (f"Not sure: one process per config does not show how much processes differ; to settle it, "
+                f"{settle(decision)}.")
     if not decision.decided:
-        expected = f" ({decision.expected:.1%} expected)" if decision.expected is not None else ""
-        equal = f"; {_equal_words(decision)}" if decision.equal else ""
-        return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster{expected}"
-                f"{_spread_words(decision.spread)}{equal}; to settle it, {settle(decision)}.")
-    return _sure_words(decision, chosen, best)
+        return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster, beyond "
+                f"{_zone_words(decision)}; to settle it, {settle(decision)}.")
+    return _sure_words(decision, chosen)
 
 
-def _sure_words(decision: Decision, chosen: Record, best: Record | None) -> str:
-    """Why a decided pick is sure: the ties, the configs equal within the noise, or the rest behind."""
+def _sure_words(decision: Decision, chosen: Record) -> str:
+    """Why a decided pick is sure: nothing left can gain more than the zone, the model's ties, the
+    configs equal within the zone, or the rest behind."""
+    bound = decision.resolving.bound
+    verb = "is" if len(decision.equal) == 1 else "are"
+    equal = f"; {_counted(decision.equal)} {verb} equal and this is the cheapest" if decision.equal else ""
+    if bound is not None and bound <= decision.zone:
+        return (f"Sure: no config can run more than {share(bound)} faster (the pick's wait ratio and the ideal "
+                f"bound it), within {_zone_words(decision)}{equal}.")
     ties = decision.ties
     if ties:
         named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
-                          for t in ties[:NAMED_SHORT])
-        spread = f"this machine's ±{ties[0].spread:.0%} between processes" if ties[0].spread_source == "processes" \
-            else f"the model fit's ±{ties[0].spread:.0%} spread"
-        return f"Sure: {named} ran as fast, as the model predicts, within {spread}; this is the cheapest of them."
+                          for t in ties[:1])
+        return f"Sure: {named} ran as fast, as the model predicts; this is the cheapest of them."
     if decision.equal:
-        return f"Sure: {_equal_words(decision)}; every other config is slower."
-    tol = f"{decision.tolerance:.0%}"
-    if best is not None and best.trial != chosen.trial and best.throughput and chosen.throughput:
-        return (f"Sure: every other config is shown at most {tol} faster; {best.trial} measured "
-                f"{best.throughput / chosen.throughput - 1:.0%} ahead, within that, and this one is cheaper.")
-    return (f"Sure: every other config is slower, or at most {tol} faster and dearer; a rerun here picks this one "
-            f"again{_spread_words(decision.spread)}.")
+        return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; this is the cheapest of them."
+    return (f"Sure: every other config is slower, or at most {share(decision.zone)} faster and dearer; a rerun "
+            "here picks this one again.")
 
 
 def undecided_line(decision: Decision) -> str:

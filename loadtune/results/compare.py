@@ -38,6 +38,7 @@ from loadtune.results.compare_values import (
     VERDICT_CANNOT_TELL,
     VERDICT_CHANGED,
     VERDICT_HOLDS,
+    VERDICT_TIED,
     WINNER_CHANGED,
     WINNER_NOT_MEASURED,
     WINNER_WITHIN_NOISE,
@@ -185,10 +186,16 @@ def winner_of(frame: pd.DataFrame) -> str | None:
     return str(top.loc[best.idxmax(), "trial"])
 
 
+def _boolean(value: object) -> bool | None:
+    """A tied_with_best cell as True / False, None when empty (a file written before the column):
+    a column that holds no empty cell reads as numpy's booleans."""
+    return bool(value) if isinstance(value, (bool, np.bool_)) else None
+
+
 def _tied(frame: pd.DataFrame, trial: str | None) -> bool:
-    """Whether `trial` ran and is tied with the best in this file."""
+    """Whether `trial` ran and is marked tied_with_best in this file."""
     rows = frame[(frame["trial"] == trial) & (frame["status"] == Status.OK)]
-    return not rows.empty and rows["tied_with_best"].iloc[0] is True
+    return not rows.empty and _boolean(rows["tied_with_best"].iloc[0]) is True
 
 
 def _speedup_sides(frame: pd.DataFrame) -> dict[str, int]:
@@ -219,7 +226,7 @@ def _aligned(results: Sequence[ResultSet], trials: Sequence[str]) -> pd.DataFram
             elif column == "reason":
                 values = ["" if pd.isna(v) else v for v in values]
             elif column == "tied_with_best":
-                values = [v if isinstance(v, bool) else None for v in values]
+                values = [_boolean(v) for v in values]
             table[name] = values
         rank = f"rank{LABEL_SEPARATOR}{result.label}"
         table[rank] = table[rank].astype("Int64")
@@ -236,7 +243,8 @@ def compare(results: Sequence[ResultSet], force: bool = False) -> Comparison:
 
     Files of different configs (config_name or config_sha) are refused unless `force`.
     `changed` is true when a file's winner is not the first file's winner (unless each of the
-    two winners is tied with the best in the other's file: a swap within noise), when a trial helps
+    two winners is marked tied_with_best in the other's file: a swap within noise, the same
+    conclusion; a file without that column cannot tell a swap from a flip), when a trial helps
     beyond its interval in one file and hurts beyond it in another, or when a file has no
     ranked trial while the first has one. Where a file never measured the other's winner (no
     row, skipped, only predicted), nothing is changed: the verdict says `cannot tell: LABEL did
@@ -274,12 +282,13 @@ def _conclude(results: Sequence[ResultSet], sweeps: Sequence[ResultSet], table: 
     winners = {r.label: winner_of(r.frame) for r in results}
     reasons: list[str] = []
     unknown: list[str] = []
+    tied: list[str] = []
     if sweeps:
-        _flag_winners(sweeps, winners, flags, reasons, unknown)
+        _flag_winners(sweeps, winners, flags, reasons, (unknown, tied))
         _flag_sides(sweeps, trials, flags, reasons)
     _flag_statuses(table, [r.label for r in (sweeps or results)], trials, flags)
-    return Conclusion(winners, _taus(sweeps), {t: f for t, f in flags.items() if f}, _verdict(reasons, unknown),
-                      bool(reasons), tuple(unknown))
+    return Conclusion(winners, _taus(sweeps), {t: f for t, f in flags.items() if f},
+                      _verdict(reasons, unknown, tied), bool(reasons), tuple(unknown), tuple(tied))
 
 
 def _add_checks(table: pd.DataFrame, checked: Checked, trials: Sequence[str]) -> None:
@@ -294,13 +303,16 @@ def _add_checks(table: pd.DataFrame, checked: Checked, trials: Sequence[str]) ->
                                                           for t in trials]
 
 
-def _verdict(reasons: Sequence[str], unknown: Sequence[str]) -> str:
+def _verdict(reasons: Sequence[str], unknown: Sequence[str], tied: Sequence[str] = ()) -> str:
     """`conclusion changed: …` (with what cannot be told beside it), else `cannot tell: …` where a
-    file did not measure the other's winner, else `conclusion holds`."""
+    file did not measure the other's winner, else `same conclusion: the winners were tied in both
+    (…)` where a winner differs within the tie, else `conclusion holds`."""
     cannot = f"{VERDICT_CANNOT_TELL}: {FLAG_SEPARATOR.join(unknown)}" if unknown else ""
     if reasons:
         return f"{VERDICT_CHANGED}: {FLAG_SEPARATOR.join(reasons)}" + (f"{FLAG_SEPARATOR}{cannot}" if cannot else "")
-    return cannot or VERDICT_HOLDS
+    if cannot:
+        return cannot
+    return f"{VERDICT_TIED} ({FLAG_SEPARATOR.join(tied)})" if tied else VERDICT_HOLDS
 
 
 def _run_checks(sweep: ResultSet, runs: Sequence[ResultSet]) -> dict[str, tuple[RunCheck, ...]]:
@@ -339,10 +351,12 @@ def _tried(frame: pd.DataFrame, trial: str | None) -> bool:
 
 
 def _flag_winners(results: Sequence[ResultSet], winners: Mapping[str, str | None],
-                  flags: dict[str, list[str]], reasons: list[str], unknown: list[str]) -> None:
+                  flags: dict[str, list[str]], reasons: list[str], said: tuple[list[str], list[str]]) -> None:
     """Flag each later file's winner where it is not the first file's, and say why that changes
-    the conclusion, unless the two winners are within noise of each other in both files, or one
-    file never measured the other's winner (`unknown`: that cannot be told)."""
+    the conclusion, unless one file never measured the other's winner (`said[0]`: that cannot be
+    told), or each winner is marked tied_with_best in the other's file, so that the two were
+    tied with the best in both files (`said[1]`: the same conclusion)."""
+    unknown, tied = said
     first = results[0]
     first_winner = winners[first.label]
     for result in results[1:]:
@@ -360,9 +374,9 @@ def _flag_winners(results: Sequence[ResultSet], winners: Mapping[str, str | None
                     flags[winner].append(WINNER_NOT_MEASURED)
                 unknown.append(f"{file.label} did not measure {winner}")
         elif _tied(first.frame, new) and _tied(result.frame, first_winner):
-            # Each winner is within noise of the other in both files: the same conclusion.
             if WINNER_WITHIN_NOISE not in flags[new]:
                 flags[new].append(WINNER_WITHIN_NOISE)
+            tied.append(f"{first_winner} in {first.label}, {new} in {result.label}")
         else:
             if WINNER_CHANGED not in flags[new]:
                 flags[new].append(WINNER_CHANGED)

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from loadtune.kinds import Status
-from loadtune.results.compare_values import ABSENT, FLAGS_COLUMN, LABEL_SEPARATOR, TRANSFER_COLUMN, Comparison
+from loadtune.results.compare_values import ABSENT, FLAG_CODES, LABEL_SEPARATOR, TRANSFER_COLUMN, Comparison
 from loadtune.results.record import MEASURED_STATUSES
 from loadtune.results.report import short_trial
 from loadtune.results.table import Cell, Column, fitted_table
@@ -59,7 +59,8 @@ def _with_interval(row: Mapping[str, Any], metric: str, label: str, digits: int)
 def comparison_table(comparison: Comparison, title: str = "", width: int | None = None) -> Table:
     """Trials as rows; per file its rank (`=`: tied with best), samples/s with its 95% interval
     and what the pipeline model predicted for it, the wait ratio with its interval; rows that
-    did not run show their status, a run's rows (watched) their figures; then the trial's flags.
+    did not run show their status, a run's rows (watched) their figures; then the trial's flags as
+    short codes that never wrap (FLAG_CODES), with a legend of the codes shown under the table.
     Beside a run, the sweeps alone (run_table sets the runs against them). At `width`, the least
     important columns are left out, and trial names shortened, rather than a figure cut."""
     rows = comparison.table.to_dict("records")
@@ -94,12 +95,32 @@ def comparison_table(comparison: Comparison, title: str = "", width: int | None 
                     Column(f"{label}\nwait ratio [95%]", tuple(waits), priority=2)]
         if label in comparison.checked.transfers:
             figures.append(Column(f"{label}\nfrom {comparison.files.labels[0]}", tuple(transfers), priority=1))
-    flags = Column("flags", tuple(Text(str(row[FLAGS_COLUMN]), style="yellow") for row in rows), "left",
-                   priority=1, wrap=True)
+    shown = comparison.conclusion.flags
+    flags = Column(FLAGS_HEADER, tuple(Text(flag_codes(shown.get(str(row["trial"]), [])), style="yellow")
+                                       for row in rows), "left", priority=1)
     names = [str(row["trial"]) for row in rows]
     short = [short_trial(n) for n in names]
     versions = [[Column("trial", tuple(n), "left", names=True), *figures, flags] for n in (names, short)]
-    return fitted_table(versions, width, title or None)
+    table = fitted_table(versions, width, title or None)
+    if any(column.header == FLAGS_HEADER for column in table.columns):
+        table.caption = flag_legend([f for row in rows for f in shown.get(str(row["trial"]), [])])
+        table.caption_justify = "left"
+    return table
+
+
+# The flags column's header: one character, so that the codes fit beside the figures at 80 columns.
+FLAGS_HEADER = "Δ"
+
+
+def flag_codes(flags: list[str]) -> str:
+    """A trial's flags as the table shows them: their short codes (FLAG_CODES), on one line."""
+    return " ".join(FLAG_CODES.get(f, f) for f in flags)
+
+
+def flag_legend(flags: list[str]) -> str | None:
+    """What each code of `flags` stands for, once each in FLAG_CODES' order; None without flags."""
+    used = [f for f in FLAG_CODES if f in flags]
+    return f"{FLAGS_HEADER} (flags): " + ", ".join(f"{FLAG_CODES[f]} {f}" for f in used) if used else None
 
 
 def comparison_tables(comparison: Comparison, width: int | None = None) -> list[Table]:

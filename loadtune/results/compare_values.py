@@ -43,7 +43,9 @@ RUN_COLUMNS = {"sweep_throughput": "sweep_throughput", "sweep_wait_ratio": "swee
 FLAG_SEPARATOR = "; "
 
 WINNER_CHANGED = "winner changed"
-WINNER_WITHIN_NOISE = "winner changed within noise"
+# Another winner, but each file's winner is tied with the best (tied_with_best) in the other file:
+# the same conclusion.
+WINNER_WITHIN_NOISE = "winners tied in both"
 HELPS_TO_HURTS = "helps → hurts"
 HURTS_TO_HELPS = "hurts → helps"
 TIE_GROUP_CHANGED = "tie group changed"
@@ -53,12 +55,17 @@ STATUS_CHANGED = "status changed"
 WINNER_NOT_MEASURED = "winner not measured in both"
 # Flags that mean the conclusion changed (`Comparison.changed`, `--fail-on-flip`).
 CONCLUSION_FLAGS = (WINNER_CHANGED, HELPS_TO_HURTS, HURTS_TO_HELPS)
+# Each flag as the table shows it: a short code that never wraps, read by the legend under the table.
+FLAG_CODES = {WINNER_CHANGED: "W", WINNER_WITHIN_NOISE: "W=", WINNER_NOT_MEASURED: "W?", HELPS_TO_HURTS: "+→-",
+              HURTS_TO_HELPS: "-→+", TIE_GROUP_CHANGED: "T", STATUS_CHANGED: "S"}
 # Statuses of a trial a file measured, or tried to (a winner that fails elsewhere is a change).
 TRIED_STATUSES = frozenset({Status.OK, Status.FAILED, Status.TIMEOUT})
 
 VERDICT_HOLDS = "conclusion holds"
 VERDICT_CHANGED = "conclusion changed"
 VERDICT_CANNOT_TELL = "cannot tell"
+# Another file's winner differs, but the two winners were each tied with the best in both files.
+VERDICT_TIED = "same conclusion: the winners were tied in both"
 
 # A file-level column's value (numbers are floats in a plain frame; several values joined by ',').
 FileValue = str | float | bool | None
@@ -104,6 +111,8 @@ class Conclusion:
     changed: bool
     # what cannot be told: a file's winner the other file did not measure ("b did not measure X")
     unknown: tuple[str, ...] = ()
+    # the winners that differ but were tied in both files ("X in a, Y in b"): the same conclusion
+    tied: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -29,24 +29,44 @@ class ModelTie:
 
 
 @dataclass(frozen=True)
+class Resolving:
+    """What the sweep could resolve: the spread between processes (log sd of a repeat's
+    throughput, or the wait ratio's sd; None before it was known), measure.repeats, the
+    indifference zone the pick was judged at (the tolerance, or the least difference the repeats
+    resolve at that spread, the larger: differences inside it are equal, and the cheapest of the
+    equals is the pick) and the most any config can beat the pick by (its wait ratio and the
+    ideal row bound it; None where unknown)."""
+
+    spread: float | None = None
+    repeats: int = 0
+    zone: float | None = None
+    bound: float | None = None
+
+
+@dataclass(frozen=True)
 class Decision:
-    """How sure the pick is: decided (shown as good as every other contender, within the
-    tolerance), or not, with the contenders still undecided and what may be left on the table."""
+    """How sure the pick is: decided (every other contender is equal to it within the zone, or
+    shown behind, or nothing left can beat it by more than the zone), or not, with the
+    contenders still undecided and what may be left on the table."""
 
     decided: bool
     tolerance: float
-    pick: str | None = None  # the cheapest trial shown as good as the best: the recommendation
+    pick: str | None = None  # the cheapest trial within the zone of the best: the recommendation
     undecided: tuple[str, ...] = ()
     gap: float = 0.0  # at most this share of throughput may be lost by the pick
     why: str = ""  # what ended the racing when undecided, in words
     expected: float | None = None  # the pick's largest expected shortfall against the undecided
     ties: tuple[ModelTie, ...] = ()  # contenders the model and the data tied with the pick
     ended_by: EndedBy | None = None  # what ended the racing when undecided
-    spread: float | None = None  # the spread between processes (log sd of a repeat's throughput)
-    repeats: int = 0  # measure.repeats
-    # Contenders as good as the pick within this machine's noise (shown within the tolerance, or
-    # expected to cost it at most the tolerance), best first: either will do.
+    # The contenders as good as the best within the zone ('=1' in the table, tied_with_best in
+    # the CSV), best first, the pick left out: either will do.
     equal: tuple[str, ...] = ()
+    resolving: Resolving = Resolving()
+
+    @property
+    def zone(self) -> float:
+        """The indifference zone the pick was judged at (the tolerance where none was recorded)."""
+        return self.resolving.zone if self.resolving.zone is not None else self.tolerance
 
 
 def ended(kept: bool, budget_spent: bool) -> EndedBy:

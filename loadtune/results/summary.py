@@ -80,6 +80,8 @@ class Summary:
             "recommended": brief(standing.recommended), "dataloader": self.pick.dataloader,
             "decided": self.decided,
             "tolerance": decision.tolerance if decision is not None else None,
+            "zone": decision.zone if decision is not None else None,
+            "gain_bound": decision.resolving.bound if decision is not None else None,
             "undecided": list(decision.undecided) if decision is not None else [],
             "at_most_lost": decision.gap if decision is not None else None,
             "expected_lost": decision.expected if decision is not None else None,
@@ -112,10 +114,11 @@ class Summary:
 
 
 def summary_lines(info: Summary) -> list[str]:
-    """The answer, in at most seven lines (the CLI adds the files written): what to set and what
-    it gains, how sure that is, what to paste, what limits it now, and, where they apply, the
-    trials the data check kept out, the ranks, and where the pick moves on another machine.
-    Everything else is in detail_lines (--verbose) and `loadtune report`."""
+    """The answer, in at most seven lines at 100 columns (the CLI adds the files written): what to
+    set and what it gains, how sure that is, what to paste, what limits it now, and, where they
+    apply, the trials the data check kept out and the ranks. Everything else (the remedy for the
+    bottleneck, where the pick moves on another machine) is in detail_lines (--verbose) and
+    `loadtune report`."""
     chosen, data = info.standing.recommended, info.found.data
     if chosen is None:
         if data is not None and data.flagged:
@@ -126,12 +129,11 @@ def summary_lines(info: Summary) -> list[str]:
     pick = info.pick
     lines = [answer.recommended_line(info.standing, pick, info.decision) + answer.behaviour_changed(pick.change),
              answer.sure_line(info.standing, info.decision, info.rebuilt), _paste_line(info)]
-    if chosen.assessment.verdict:
-        lines.append(f"Bottleneck now: {chosen.assessment.verdict}; {chosen.assessment.advice or ''}".rstrip("; "))
+    bottleneck = answer.bottleneck_line(chosen)
+    lines.extend([bottleneck] if bottleneck else [])
     if data is not None and data.flagged:
         lines.append(data.short_line())
     lines.extend(answer.ranks_lines(info.on_ranks, chosen))
-    lines.extend(answer.travel_lines(info.elsewhere, info.labels.output) if info.elsewhere.moved else [])
     return lines
 
 
@@ -156,9 +158,10 @@ def detail_lines(info: Summary) -> list[str]:
         lines.append(f"Baseline: {base.throughput:.1f} samples/s, wait ratio {base.wait_ratio:.3f}")
     decision = info.decision
     if chosen is not None and best and best.trial != chosen.trial:
-        within = f"{decision.tolerance:.0%}" if decision is not None else "the tolerance"
+        within = answer.share(decision.zone) if decision is not None else "the tolerance"
         lines.append(f"{best.trial} measured fastest; the recommendation is within {within} of it (shown, or "
-                     "expected to cost at most that) and is the cheapest such trial (fewest workers).")
+                     "expected to cost at most half that) and is the cheapest such trial (the baseline, then "
+                     "fewest workers).")
     lines.extend(answer.tie_lines(decision.ties if decision is not None else ()))
     if decision is not None and not decision.decided:
         lines.append(answer.undecided_line(decision))
@@ -166,7 +169,7 @@ def detail_lines(info: Summary) -> list[str]:
     lines.extend(answer.advice_lines(info.standing))
     lines.extend(info.found.data.lines() if info.found.data is not None else [])
     lines.extend(answer.model_lines(info.found.model))
-    lines.extend(answer.travel_lines(info.elsewhere, info.labels.output) if not info.elsewhere.moved else [])
+    lines.extend(answer.travel_lines(info.elsewhere, info.labels.output))
     scaled = f" ({info.labels.scaled})" if info.labels.scaled else ""
     lines.append(f"Measured at scale x{info.labels.scale:g}{scaled}. The bottleneck moves with data, ranks and "
                  "machine: rerun with --scale, or on the target machine, and check with loadtune compare.")

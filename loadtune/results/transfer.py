@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -201,7 +202,8 @@ def fit_records(records: Sequence[Record], where: str = "the file", min_trials: 
     or a ResultsError saying why not. One measured config is enough: the figures it cannot show
     stay neutral (model.unshown_figures says which); the sweep's own checks ask for `min_trials`
     MIN_TRIALS_TO_FIT."""
-    rows = measured_rows(combine_ranks(records))
+    combined = combine_ranks(records)
+    rows = measured_rows(combined)
     if not rows:
         raise ResultsError(f"{where}: no measured row with the model's evidence (every trial failed, was "
                            f"flagged by the data check or lacks fetch_ms): nothing to predict from")
@@ -210,7 +212,53 @@ def fit_records(records: Sequence[Record], where: str = "the file", min_trials: 
     if model is None:
         raise ResultsError(f"{where}: the pipeline model needs at least {min_trials} measured trials, the file has "
                            f"{len(rows)}")
-    return model
+    return read_persistence(model, rows, space(combined))[0]
+
+
+# A start figure read from the configs measured with and without persistent workers (read_persistence)
+# is searched between 0 and this, halving the interval this many times.
+START_SEARCH_MAX_MS = 10_000.0
+START_SEARCH_HALVINGS = 30
+
+
+def read_persistence(model: PipelineModel, records: Sequence[Record],
+                     configs: Sequence[Mapping[str, Any]]) -> tuple[PipelineModel, str | None]:
+    """The model with persistence's effect read from the rows that measured it: where no measured
+    row shows the start figures persistent workers decide (JUDGED_BY; model.unshown_figures) but
+    rows measured configs with workers both with and without them, the first such figure is set so
+    that the model is as far off on the one side as on the other (the median log of measured /
+    predicted, each side's). The model as it is where it cannot be read. Also the figure set."""
+    neutral = {name for name, _ in unshown_figures(model, records, configs)}
+    figure = next((f for f in JUDGED_BY["persistent_workers"] if f in neutral), None)
+    sides: dict[bool, list[tuple[dict[str, Any], float]]] = {True: [], False: []}
+    for r in measured_rows(records):
+        settings = settings_of(r)
+        if settings["num_workers"] and r.throughput:
+            sides[bool(settings["persistent_workers"])].append((settings, float(r.throughput)))
+    if figure is None or not all(sides.values()):
+        return model, None
+
+    def with_figure(value: float) -> PipelineModel:
+        return replace(model, costs=replace(model.costs, **{figure: value}))
+
+    def gap(value: float) -> float:
+        """How much further off the model is with persistent workers than without (log)."""
+        candidate = with_figure(value)
+        off = [statistics.median(math.log(t / candidate.predict(s).throughput) for s, t in sides[persistent])
+               for persistent in (True, False)]
+        return off[0] - off[1]
+
+    lo, hi = 0.0, START_SEARCH_MAX_MS
+    at_lo, at_hi = gap(lo), gap(hi)
+    if at_lo * at_hi > 0:  # no root between: the end the rows are nearer
+        return with_figure(lo if abs(at_lo) <= abs(at_hi) else hi), figure
+    for _ in range(START_SEARCH_HALVINGS):
+        middle = (lo + hi) / 2
+        if gap(middle) * at_lo > 0:
+            lo = middle
+        else:
+            hi = middle
+    return with_figure((lo + hi) / 2), figure
 
 
 # --- predicting ---------------------------------------------------------------------------------
@@ -320,13 +368,15 @@ def forecast(records: Sequence[Record], target: Target = Target(), tolerance: fl
     resolved = resolve(target, source)
     _check_asked(source, resolved, step_given, tolerance, where)
     configs = space(records)
+    model, read = read_persistence(model, records, configs)
     rows = _predicted_rows(records, model, source, resolved, configs, step_given)
-    neutral = unshown_figures(model, records, configs)
+    neutral = tuple((name, run) for name, run in unshown_figures(model, records, configs)
+                    if read is None or name not in JUDGED_BY["persistent_workers"])
     ranked, choice = _recommend(rows, tolerance, source, neutral, [note] if note else [])
     beyond = extrapolations(source, resolved, step_given, model.collective_ms)
     kept, aside = kept_settings(loader)
-    return Forecast(source, resolved, ranked, choice, Fit(model, prediction_error(records), neutral, tuple(beyond)),
-                    Carried(kept, tuple(aside)))
+    fitted = Fit(model, prediction_error(records), neutral, tuple(beyond), read)
+    return Forecast(source, resolved, ranked, choice, fitted, Carried(kept, tuple(aside)))
 
 
 def _check_asked(source: Source, target: ResolvedTarget, step_given: bool, tolerance: float, where: str) -> None:
@@ -344,7 +394,7 @@ def _check_asked(source: Source, target: ResolvedTarget, step_given: bool, toler
 def _predicted_rows(records: Sequence[Record], model: PipelineModel, source: Source, target: ResolvedTarget,
                     configs: Sequence[dict[str, Any]], step_given: bool) -> list[TargetRow]:
     """Each config predicted for the target, with its memory there and, on the source's own
-    machine, what the source measured of it."""
+    machine, what the source measured of it (what the choice then goes by: TargetRow.figure)."""
     step_scale = target.step_ms / source.step_ms if source.step_ms > 0 else 1.0
     memory = memory_model(measured_rows(records))
     measured: dict[SettingsKey, float] = {}
@@ -364,16 +414,16 @@ def _predicted_rows(records: Sequence[Record], model: PipelineModel, source: Sou
 
 def _recommend(rows: list[TargetRow], tolerance: float, source: Source, neutral: Sequence[tuple[str, str]],
                notes: list[str]) -> tuple[tuple[TargetRow, ...], Choice]:
-    """The rows best predicted first, the one `choose` picks among those that fit marked
-    recommended, and the source's own pick among them."""
+    """The rows best first (by TargetRow.figure: on the source's own machine, what it measured of
+    a config it measured), the one `choose` picks among those that fit marked recommended, and the
+    source's own pick among them."""
     fitting = [i for i, r in enumerate(rows) if r.memory.fits]
-    chosen = choose([(rows[i].settings, rows[i].predicted_throughput) for i in fitting], tolerance,
-                    unjudged(source, neutral))
+    chosen = choose([(rows[i].settings, rows[i].figure) for i in fitting], tolerance, unjudged(source, neutral))
     if not fitting:
         notes.append("no config fits the target's memory: see each row's memory")
     if chosen is not None:
         rows[fitting[chosen]] = replace(rows[fitting[chosen]], recommended=True)
-    rows.sort(key=lambda r: -r.predicted_throughput)
+    rows.sort(key=lambda r: -r.figure)
     pick = next((r for r in rows if r.recommended), None)
     picked = settings_key(source.pick) if source.pick is not None else None
     source_pick = next((r for r in rows if settings_key(r.settings) == picked), None)

@@ -14,7 +14,7 @@ from loadtune.results.choice import dataloader_line, paste_settings, within_tole
 from loadtune.results.findings import CheaperWaitsMore
 from loadtune.results.report import short_trial
 from loadtune.results.table import Column, fitted_table
-from loadtune.results.transfer_values import Forecast, ResolvedTarget
+from loadtune.results.transfer_values import Forecast, ResolvedTarget, TargetRow
 from loadtune.text import fmt
 from loadtune.trials import format_value
 
@@ -26,10 +26,10 @@ def target_text(target: ResolvedTarget) -> str:
 
 
 def forecast_table(f: Forecast, width: int | None = None) -> Table:
-    """Every config of the space, best predicted first: samples/s (all ranks; per rank with
-    several), wait ratio, what the source measured where it is the same machine, memory where
-    a config does not fit; the recommendation marked. At `width`, the least important columns
-    are left out, and config names shortened, rather than a figure cut."""
+    """Every config of the space, best first (TargetRow.figure): samples/s predicted (all ranks;
+    per rank with several), wait ratio, what the source measured where it is the same machine,
+    memory where a config does not fit; the recommendation marked. At `width`, the least
+    important columns are left out, and config names shortened, rather than a figure cut."""
     ranks = f.target.ranks > 1
     measured = any(r.measured_throughput is not None for r in f.rows)
     memory = any(not r.memory.fits for r in f.rows) or f.target.scale != f.source.scale
@@ -40,7 +40,8 @@ def forecast_table(f: Forecast, width: int | None = None) -> Table:
         figures.append(Column("per rank", tuple(f"{r.predicted_throughput_per_rank:.1f}" for r in f.rows), priority=2))
     figures.append(Column("wait ratio", tuple(f"{r.predicted_wait_ratio:.3f}" for r in f.rows), priority=1))
     if measured:
-        figures.append(Column("measured", tuple(fmt(r.measured_throughput, 1) for r in f.rows), priority=3))
+        # what the recommendation goes by where it was measured (TargetRow.figure): kept before the wait ratio
+        figures.append(Column("measured", tuple(fmt(r.measured_throughput, 1) for r in f.rows), priority=1))
     if memory:
         figures.append(Column("RAM GB", tuple(fmt(r.memory.ram_gb, 1) for r in f.rows), priority=1))
 
@@ -67,17 +68,18 @@ def forecast_lines(f: Forecast) -> list[str]:
     pick = f.recommended
     if pick is None:
         return [*lines, *f.choice.notes]
-    lines.append(f"Recommended for {target_text(f.target)}: {pick.config}: {pick.predicted_throughput:.1f} samples/s"
-                 f"{' in all' if f.target.ranks > 1 else ''}, wait ratio {pick.predicted_wait_ratio:.3f} (predicted; "
-                 f"the cheapest within {f.choice.tolerance:.0%} of the best)")
-    share = f.carried_share
+    lines.append(recommended_line(f, pick))
+    share, theirs = f.carried_share, f.choice.source_pick
     own = "The run's own settings" if f.source.run else "The sweep's own pick"
-    if f.choice.source_pick is not None and share is not None and f.choice.source_pick.settings != pick.settings:
+    if theirs is not None and share is not None and theirs.settings != pick.settings:
+        # On the source's own machine, each figure that was measured there is the measurement.
+        basis = "as measured on this machine" if theirs.measured and pick.measured else \
+            "predicted" if not (theirs.measured or pick.measured) else "measured against predicted"
         if within_tolerance(share, 1.0, f.choice.tolerance):
-            lines.append(f"{own} ({f.choice.source_pick.config}) would do as well there ({share:.2f} of it); "
+            lines.append(f"{own} ({theirs.config}) would do as well there ({share:.2f} of it, {basis}); "
                          f"the recommendation costs less.")
         else:
-            lines.append(f"{own} ({f.choice.source_pick.config}) would run {share:.2f} of that there.")
+            lines.append(f"{own} ({theirs.config}) would run {share:.2f} of that there ({basis}).")
     elif f.choice.source_pick is not None:
         lines.append("The run's own settings are the recommendation: keep them." if f.source.run else
                      "The sweep's own pick is the same: it travels.")
@@ -96,6 +98,20 @@ def forecast_lines(f: Forecast) -> list[str]:
     return lines
 
 
+def recommended_line(f: Forecast, pick: TargetRow) -> str:
+    """The recommendation and its figures: what the source measured of it where the target is the
+    source's own machine and it was measured there, else what the model predicts."""
+    where = target_text(f.target)
+    ranks = " in all" if f.target.ranks > 1 else ""
+    chosen = f"the cheapest within {f.choice.tolerance:.0%} of the best"
+    if pick.measured_throughput is not None:
+        return (f"Recommended for {where}: {pick.config}: {pick.measured_throughput:.1f} samples/s{ranks} as measured "
+                f"on this machine (predicted {pick.predicted_throughput:.1f}), wait ratio "
+                f"{pick.predicted_wait_ratio:.3f} (predicted; {chosen})")
+    return (f"Recommended for {where}: {pick.config}: {pick.predicted_throughput:.1f} samples/s{ranks}, wait ratio "
+            f"{pick.predicted_wait_ratio:.3f} (predicted; {chosen})")
+
+
 # The recommendation waits this much more (in wait ratio) than a config predicted as fast: said why.
 WAITS_MORE = 0.10
 
@@ -106,13 +122,13 @@ def wait_words(f: Forecast) -> list[CheaperWaitsMore]:
     pick = f.recommended
     if pick is None:
         return []
-    best = max(r.predicted_throughput for r in f.rows if r.memory.fits)
-    tied = [r for r in f.rows if r.memory.fits and r.predicted_throughput >= (1 - f.choice.tolerance) * best]
+    best = max(r.figure for r in f.rows if r.memory.fits)
+    tied = [r for r in f.rows if r.memory.fits and r.figure >= (1 - f.choice.tolerance) * best]
     lean = min(tied, key=lambda r: r.predicted_wait_ratio)
     if pick.predicted_wait_ratio - lean.predicted_wait_ratio <= WAITS_MORE:
         return []
     return [CheaperWaitsMore(pick.config, pick.predicted_wait_ratio, lean.config, lean.predicted_wait_ratio,
-                             lean.predicted_throughput / pick.predicted_throughput, f.choice.tolerance, f.target.ranks)]
+                             lean.figure / pick.figure, f.choice.tolerance, f.target.ranks)]
 
 
 # What each figure model.unshown_figures names costs, in words.
@@ -131,9 +147,14 @@ FIGURE_WORDS = {
 
 def neutral_lines(f: Forecast) -> list[str]:
     """One line naming the figures no measured config shows, kept neutral, and the run that
-    would show them; none where every figure a config predicted needs was measured."""
+    would show them (none where every figure a config predicted needs was measured); before it,
+    the start figure read from the configs measured with and without persistent workers, if any."""
+    read = [] if f.fit.read is None else [
+        f"Persistent workers' effect read from the configs measured with and without them: "
+        f"{FIGURE_WORDS.get(f.fit.read, f.fit.read)} ({f.fit.read}) set to {f.fit.model.figure(f.fit.read) or 0.0:.1f} "
+        f"ms, so the model puts them as far apart as they measured."]
     if not f.fit.neutral:
-        return []
+        return read
     runs: dict[str, list[str]] = {}
     for name, run in f.fit.neutral:
         runs.setdefault(run, []).append(name)
@@ -141,8 +162,8 @@ def neutral_lines(f: Forecast) -> list[str]:
     for run, names in runs.items():
         words = ", ".join(w for w in (FIGURE_WORDS.get(n, n) for n in names) if w)
         parts.append(f"{words} ({', '.join(names)}), shown by a run with {run}")
-    return [f"Kept neutral, as no measured config shows them (configs that need them are predicted without that "
-            f"cost): {'; '.join(parts)}."]
+    return [*read, f"Kept neutral, as no measured config shows them (configs that need them are predicted without "
+            f"that cost): {'; '.join(parts)}."]
 
 
 def write_forecast(f: Forecast, path: Path | str) -> Path:

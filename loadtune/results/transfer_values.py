@@ -78,6 +78,17 @@ class TargetRow:
     memory: Memory
     recommended: bool = False
 
+    @property
+    def measured(self) -> bool:
+        """Whether the source measured this config on this very machine (the target is the source's)."""
+        return self.measured_throughput is not None
+
+    @property
+    def figure(self) -> float:
+        """What the recommendation goes by: what the source measured of it on this very machine,
+        where it did (no prediction overrules a measurement of the same machine); else predicted."""
+        return self.measured_throughput if self.measured_throughput is not None else self.predicted_throughput
+
 
 def _figures(r: TargetRow) -> dict[str, Any]:
     """A row's predicted figures and memory, as the JSON and the CSV give them."""
@@ -112,6 +123,9 @@ class Fit:
     # (figure, the run that would show it) (model.unshown_figures)
     neutral: tuple[tuple[str, str], ...] = ()
     extrapolated: tuple[str, ...] = ()  # what lies beyond the measured range, and how far
+    # the start figure that persistent workers decide, read from the configs measured with and
+    # without them where no row shows it (transfer.read_persistence); None: none read
+    read: str | None = None
 
 
 @dataclass(frozen=True)
@@ -155,11 +169,12 @@ class Forecast:
 
     @property
     def carried_share(self) -> float | None:
-        """What the source's pick would run on the target, as a share of the recommendation."""
+        """What the source's pick would run on the target, as a share of the recommendation (by
+        TargetRow.figure: as measured, where both were measured on this very machine)."""
         pick, best = self.choice.source_pick, self.choice.recommended
         if pick is None or best is None:
             return None
-        return pick.predicted_throughput / best.predicted_throughput
+        return pick.figure / best.figure
 
     def to_json(self) -> dict[str, Any]:
         """What `loadtune predict --json` prints (docs/reference.md)."""

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from rich.table import Table
 
+from loadtune.duration import duration_text
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.choice import recommended
@@ -98,14 +99,15 @@ def sweep_shown(result: SweepResult, verbose: bool, width: int | None) -> list[S
     return [results_table(records, title=title, width=width), Prose(tuple(lines))]
 
 
-def files_line(result: SweepResult, plot: Path | None, verbose: bool) -> str:
+def files_line(result: SweepResult, plot: Path | None, verbose: bool, wall_s: float | None = None) -> str:
     """The files a sweep wrote: its CSV, the per-rank CSV, the chart (`plot`, where drawn), and
-    without `verbose` where the details are."""
+    without `verbose` where the details are; then the sweep's wall time, where given ("in 31 s")."""
     per_rank_csv = result.summary.on_ranks.per_rank_csv
-    files = [f"{result.out_path} (CSV)"] + ([f"{per_rank_csv} (per rank)"] if per_rank_csv else [])
+    files = [str(result.out_path)] + ([f"{per_rank_csv} (per rank)"] if per_rank_csv else [])
     files += [f"{plot} (chart)"] if plot is not None else []
-    more = "" if verbose else f"; details: loadtune report {result.out_path}, or --verbose"
-    return f"Files: {', '.join(files)}{more}"
+    took = "" if wall_s is None else f"; in {duration_text(wall_s)}"
+    more = "" if verbose else "; details: --verbose or loadtune report"
+    return f"Files: {', '.join(files)}{more}{took}"
 
 
 def written_line(written: Path, loader: str | None, source: Path | None) -> str:

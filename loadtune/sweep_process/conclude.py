@@ -6,6 +6,7 @@ rendered."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
@@ -16,7 +17,7 @@ from loadtune.kinds import RankBy
 from loadtune.options import SweepOptions, default_output
 from loadtune.results.advice import Advised, with_checked_advice
 from loadtune.results.choice import recommended
-from loadtune.results.decision import Decision, ended, ended_words
+from loadtune.results.decision import Decision, Resolving, ended, ended_words
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
 from loadtune.results.model import ModelReport
 from loadtune.results.record import RankRecord, Record, rank_file, read_records
@@ -77,15 +78,17 @@ def decision(runner: Racer) -> Decision | None:
         return None
     measure = runner.setup.spec.config.measure
     ties = tuple(t.facing(step.pick) for t in runner.model.tie_notes if step.pick in (t.pick, t.other))
-    spread = runner.noise.throughput_log_sd if runner.noise is not None else None
+    known = runner.noise is not None
+    resolving = Resolving(runner.spread, measure.repeats, step.zone if known else None,
+                          step.bound if known and math.isfinite(step.bound) else None)
     if step.decided:
-        return Decision(True, measure.tolerance, step.pick, gap=measure.tolerance, expected=step.expected,
-                        ties=ties, spread=spread, repeats=measure.repeats, equal=step.equal)
+        return Decision(True, measure.tolerance, step.pick, gap=step.zone, expected=step.expected,
+                        ties=ties, equal=step.equal, resolving=resolving)
     kept = any(runner.runs[name].resumed for name in step.undecided if name in runner.runs)
     ended_by = ended(kept, runner.progress.budget_spent)
     return Decision(False, measure.tolerance, step.pick, step.undecided, step.gap,
                     ended_words(ended_by, measure.repeats), step.expected, ties=ties, ended_by=ended_by,
-                    spread=spread, repeats=measure.repeats, equal=step.equal)
+                    equal=step.equal, resolving=resolving)
 
 
 def advised(runs: Mapping[str, TrialRun], config: Config, accelerator: bool) -> dict[str, list[Advised]]:
@@ -105,7 +108,13 @@ def conclude(options: SweepOptions, race: Raced) -> SweepResult:
     """The finished sweep: records ranked, advice checked, the findings, the summary (write_result
     writes its files)."""
     setup, cfg = race.setup, race.setup.spec.config
-    records = tuple(ranked(race.runs, options.rank_by, cfg.measure.tolerance, race.ties)) + race.predicted
+    judged = race.decision
+    records = tuple(ranked(race.runs, options.rank_by, judged.zone if judged else cfg.measure.tolerance, race.ties,
+                           judged.pick if judged else None)) + race.predicted
+    if judged is not None:
+        # What the answer calls equal is what the table marks '=1' (tied_with_best): one definition.
+        judged = dataclasses.replace(judged, equal=tuple(
+            r.trial or "" for r in records if r.assessment.tied_with_best and r.trial != judged.pick))
     records = tuple(with_checked_advice(records, race.advised, cfg.measure.tolerance))
     disturbed = tuple((r.trial or "", r.measuring.disturbed_repeats) for r in records if r.measuring.disturbed_repeats)
     busy = [BusyMachine(disturbed, cfg.measure.max_outside_cpu)] if disturbed else []
@@ -115,7 +124,7 @@ def conclude(options: SweepOptions, race: Raced) -> SweepResult:
                                   *noise_warnings(records), *disagreement(race.runs, records))
     scores = {name: run.score for name, run in race.runs.items() if run.score is not None}
     found = Findings(warnings, notes, race.data, race.model)
-    summary = summarize(options, setup.spec, Chosen(records, race.trials, race.decision, scores),
+    summary = summarize(options, setup.spec, Chosen(records, race.trials, judged, scores),
                         labels(options, setup.spec, race.out_path, setup.device), found)
     return SweepResult(race.out_path, records, summary, race.trials)
 
@@ -129,10 +138,13 @@ def write_result(files: SweepFiles, result: SweepResult, rank_records: Sequence[
                                         for name, trial in result.trials.items()})
 
 
-def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties: Ties = frozenset()) -> list[Record]:
-    """The runs' records ranked (apply_ranking), the ideal a reference, not ranked."""
+def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties: Ties = frozenset(),
+           pick: str | None = None) -> list[Record]:
+    """The runs' records ranked (apply_ranking) at the zone the pick was judged at (`tolerance`),
+    the pick among the best; the ideal a reference, not ranked."""
     records = [run.record for run in runs.values() if run.record is not None]
-    placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties)
+    placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties,
+                    pick)
     return apply_ranking(records, placings, throughput(runs, BASELINE), throughput(runs, IDEAL))
 
 

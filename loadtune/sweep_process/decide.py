@@ -25,12 +25,15 @@ from loadtune.kinds import RankBy
 from loadtune.results.choice import choose
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.stats import RERUN_WIDTH
+from loadtune.trials import BASELINE
 
 # Each one-sided bound at 95%: together the two make the 90% interval of the TOST procedure.
 ONE_SIDED_TAIL_PCT = 5.0
 # Repeats (processes) the pick and each contender it is judged against need before the pick is
 # called decided: one process's windows alone do not show how much processes differ.
 MIN_REPEATS_TO_DECIDE = 2
+# The one-sided 95% quantile of the normal: a difference of Z_ONE_SIDED standard errors is shown.
+Z_ONE_SIDED = 1.645
 
 # A figure's bootstrap draws, one per resample.
 Draws = npt.NDArray[np.float64]
@@ -237,13 +240,75 @@ def order(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT) -> list[Score
 
 
 def pick(items: Sequence[Scored], tolerance: float, by: RankBy = RankBy.THROUGHPUT,
-         ties: Ties = frozenset()) -> Scored | None:
+         ties: Ties = frozenset(), keep: str | None = None) -> Scored | None:
     """The cheapest trial acceptable in place of the best (shown as good, or equal within the
-    noise): choice.choose, of equal cost the better; None when none ran."""
+    noise): choice.choose, of equal cost the better; None when none ran. With `keep` (the
+    baseline), that trial comes first among the equals, and it stays the pick unless the
+    cheapest equal is shown faster than it, by more than the tolerance (shown_ahead): a change
+    is recommended only when it is shown to pay."""
     ranked = order(items, by)
     if not ranked:
         return None
-    return choose(ranked, lambda i: acceptable(i, ranked[0], tolerance, by, ties), lambda i: i.cost)
+    chosen = choose(ranked, lambda i: acceptable(i, ranked[0], tolerance, by, ties),
+                    lambda i: (i.name != keep, *i.cost))
+    kept = next((i for i in ranked if i.name == keep), None)
+    if chosen is None or kept is None or kept is chosen or \
+            shown_ahead(chosen, kept, tolerance, by, rivals=len(ranked) - 1):
+        return chosen
+    return kept
+
+
+def point_loss(a: Scored, b: Scored, by: RankBy = RankBy.THROUGHPUT) -> float:
+    """What a loses to b at the two estimates: 1 - throughput(a) / throughput(b), or
+    wait_ratio(a) - wait_ratio(b)."""
+    if by == RankBy.WAIT_RATIO:
+        return a.measured_wait_ratio.mean - b.measured_wait_ratio.mean
+    bt = b.measured_throughput.mean
+    return 1 - a.measured_throughput.mean / bt if bt > 0 else 0.0
+
+
+def shown_ahead(a: Scored, b: Scored, tolerance: float, by: RankBy = RankBy.THROUGHPUT, rivals: int = 1) -> bool:
+    """a is shown faster than b and its estimate is ahead by more than the tolerance (the zone):
+    what a change from the baseline must show. Shown: b's loss to a above 0 at one-sided 95%
+    over the `rivals` configs that could have been the change (Bonferroni: each at 5% / rivals),
+    so that among many configs equal to the baseline, noise alone seldom moves the pick."""
+    if point_loss(b, a, by) <= tolerance:
+        return False
+    losses = LOSSES[by].draws(b, a)
+    if losses is None:
+        return LOSSES[by].lower(b, a) > 0
+    return float(np.percentile(losses, ONE_SIDED_TAIL_PCT / max(1, rivals))) > 0
+
+
+def resolution(spread: float | None, repeats: int) -> float:
+    """The smallest difference a sweep resolves between two configs measured in `repeats`
+    processes each, at one-sided 95%, given the spread between processes (the pooled log sd of
+    a repeat's throughput, or the wait ratio's sd): Z_ONE_SIDED * spread * sqrt(2 / repeats).
+    0 before the spread is known."""
+    if spread is None or repeats < 1:
+        return 0.0
+    return Z_ONE_SIDED * spread * math.sqrt(2 / repeats)
+
+
+def zone(tolerance: float, spread: float | None, repeats: int) -> float:
+    """The indifference zone: the larger of the tolerance and what this machine can resolve
+    within the sweep's repeats (resolution). Differences inside it are equal; of the equals, the
+    cheapest is the pick."""
+    return max(tolerance, resolution(spread, repeats))
+
+
+def gain_bound(item: Scored, ideal: Scored | None = None, by: RankBy = RankBy.THROUGHPUT) -> float:
+    """The most any config can beat `item` by, from the physics of the pipeline: a config that
+    waits a share w of its time gains at most 1 / (1 - w) by removing all waiting (taking the
+    upper end of w's interval), and none runs faster than the ideal row (the step alone). As a
+    share of throughput; by wait ratio, the points of waiting left to remove."""
+    wait = item.measured_wait_ratio.hi
+    if by == RankBy.WAIT_RATIO:
+        return max(0.0, wait)
+    bound = 1 / (1 - wait) - 1 if wait < 1 else math.inf
+    if ideal is not None and ideal.ran and item.measured_throughput.lo > 0:
+        bound = min(bound, ideal.measured_throughput.hi / item.measured_throughput.lo - 1)
+    return max(0.0, bound)
 
 
 @dataclass(frozen=True)
@@ -260,8 +325,10 @@ class RaceStep:
     gap: float  # at most this share of throughput may be left on the table by the pick
     expected: float | None = None  # the pick's largest expected shortfall against them (None: unknown)
     # Contenders a rerun might pick instead (with the pick, RERUN_AGREEMENT of reruns' picks) that
-    # the pick is expected to lose at most the tolerance to, the most often picked first.
+    # the pick is expected to lose at most the zone to, the most often picked first.
     equal: tuple[str, ...] = ()
+    zone: float = 0.0  # the indifference zone it was judged at (zone)
+    bound: float = math.inf  # the most any config can beat the pick by (gain_bound)
 
 
 # Whether the pipeline model, off by at most its own error, predicts the first trial (by name)
@@ -334,53 +401,67 @@ def rerun_ties(pick: str, shares: dict[str, float]) -> list[str]:
 
 def race_step(items: Sequence[Scored], tolerance: float, max_repeats: int, by: RankBy = RankBy.THROUGHPUT,
               stopped: frozenset[str] = frozenset(), may_stop: bool = True, ties: Ties = frozenset(),
-              disputes: Disputes | None = None) -> RaceStep:
-    """One step of the race among the trials that ran and were not stopped before: the pick and
-    its strongest undecided rival are asked for one more repeat each. Repeats already at
-    `max_repeats` (or kept from an earlier run, with none measured now: repeats 0) are not asked
-    for again. Without `may_stop`, none is stopped, and none is called equal or decided: the
-    intervals cannot show yet how much whole processes differ. A contender the model predicts
-    ahead of the pick (`disputes`) is raced first, whatever its few processes read."""
+              disputes: Disputes | None = None, spread: float | None = None,
+              ideal: Scored | None = None) -> RaceStep:
+    """One step of the race among the trials that ran and were not stopped before, judged at the
+    indifference zone (zone: the tolerance, or what `max_repeats` processes resolve at the
+    pooled `spread`, the larger): the pick and its strongest undecided rival are asked for one
+    more repeat each. Repeats already at `max_repeats` (or kept from an earlier run, with none
+    measured now: repeats 0) are not asked for again. Without `may_stop`, none is stopped, and
+    none is called equal or decided: the intervals cannot show yet how much whole processes
+    differ. A contender the model predicts ahead of the pick (`disputes`) is raced first,
+    whatever its few processes read. Once no config can beat the pick by more than the zone
+    (gain_bound: its wait ratio, the ideal row), nothing is left to race."""
     live = [i for i in order(items, by) if i.name not in stopped]
     if not live:
         return RaceStep(None, (), (), False, (), 0.0)
+    width = zone(tolerance, spread, max_repeats) if may_stop else tolerance
     leader = live[0]
-    stop = tuple(i.name for i in live if may_stop and clearly_behind(i, leader, tolerance, by))
+    stop = tuple(i.name for i in live if may_stop and clearly_behind(i, leader, width, by))
     live = [i for i in live if i.name not in stop]
-    chosen = pick(live, tolerance, by, ties) if may_stop else live[0]
+    chosen = pick(live, width, by, ties, keep=BASELINE) if may_stop else live[0]
     assert chosen is not None
+    bound = gain_bound(chosen, ideal, by)
     enough = min(MIN_REPEATS_TO_DECIDE, max_repeats)
-    # The configs a rerun might pick instead (rerun_picks): named equal where the pick is expected
-    # to lose at most the tolerance to them, else undecided (the pick may lose more: race them).
-    # Before the noise between processes is known, every other contender is undecided.
-    named = rerun_ties(chosen.name, rerun_picks(live, tolerance, by)) if may_stop else \
-        [i.name for i in live if i.name != chosen.name]
-    by_name = {i.name: i for i in live}
-    fine = {n for n in named if may_stop and acceptable(chosen, by_name[n], tolerance, by, ties)}
-    if disputes is not None:
-        # A contender the model predicts ahead of the pick, whatever its few processes read, is the
-        # most worth measuring again.
-        disputed = [i.name for i in live if i.name != chosen.name and disputes(i.name, chosen.name)]
-        fine -= set(disputed)
-        named = [*disputed, *(n for n in named if n not in disputed)]
-    equal = [by_name[n] for n in named if n in fine]
-    undecided = [by_name[n] for n in named if n not in fine]
-    # Trials without draws (kept from an earlier run: no raw samples now) are judged on their
-    # intervals as they are.
-    undecided += [i for i in live if _ranking_scale(i, by) is None and i.name != chosen.name
-                  and i.name not in named and not as_good(chosen, i, tolerance, by)]
+    equal, undecided = _rivals(live, chosen, width, by, may_stop, ties, disputes if bound > width else None)
+    if bound <= width and may_stop:  # nothing left can beat the pick by more than the zone
+        equal, undecided = [*equal, *undecided], []
     # A duel: the pick and its strongest rival, the undecided contender most likely to be as
     # good. Repeats for weaker rivals rarely change the pick, and at a few percent of noise
     # between processes each would take all its repeats; once the strongest rival and the pick
     # are at their limit, racing ends, and the summary names what is still undecided.
     rival = undecided[:1]
     again = [i for i in [chosen, *rival] if rival and 0 < i.repeats < max_repeats]
-    if not undecided and 0 < chosen.repeats < enough:
+    if not undecided and 0 < chosen.repeats < enough and bound > width:
         again = [chosen]  # one process alone does not show how much processes differ
-    gap, expected = _left_on_table(chosen, undecided, tolerance, by)
-    decided = not undecided and may_stop and (chosen.repeats or enough) >= enough
+    gap, expected = _left_on_table(chosen, undecided, width, by)
+    decided = not undecided and may_stop and ((chosen.repeats or enough) >= enough or bound <= width)
     return RaceStep(chosen.name, stop, tuple(dict.fromkeys(i.name for i in again)), decided,
-                    tuple(i.name for i in undecided), gap, expected, tuple(i.name for i in equal))
+                    tuple(i.name for i in undecided), min(gap, max(bound, width)), expected,
+                    tuple(i.name for i in equal), width, bound)
+
+
+def _rivals(live: Sequence[Scored], chosen: Scored, width: float, by: RankBy, may_stop: bool, ties: Ties,
+            disputes: Disputes | None) -> tuple[list[Scored], list[Scored]]:
+    """The configs a rerun might pick instead of the pick (rerun_picks): equal where the pick is
+    expected to lose at most the zone to them, else undecided (the pick may lose more: race
+    them), a contender the model disputes first. Before the noise between processes is known,
+    every other contender is undecided. Trials without draws (kept from an earlier run: no raw
+    samples now) are judged on their intervals as they are."""
+    named = rerun_ties(chosen.name, rerun_picks(live, width, by)) if may_stop else \
+        [i.name for i in live if i.name != chosen.name]
+    by_name = {i.name: i for i in live}
+    fine = {n for n in named if may_stop and acceptable(chosen, by_name[n], width, by, ties)}
+    if disputes is not None:
+        # A contender the model predicts ahead of the pick, whatever its few processes read, is the
+        # most worth measuring again.
+        disputed = [i.name for i in live if i.name != chosen.name and disputes(i.name, chosen.name)]
+        fine -= set(disputed)
+        named = [*disputed, *(n for n in named if n not in disputed)]
+    undecided = [by_name[n] for n in named if n not in fine]
+    undecided += [i for i in live if _ranking_scale(i, by) is None and i.name != chosen.name
+                  and i.name not in named and not as_good(chosen, i, width, by)]
+    return [by_name[n] for n in named if n in fine], undecided
 
 
 def _left_on_table(chosen: Scored, undecided: Sequence[Scored], tolerance: float,

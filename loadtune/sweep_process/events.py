@@ -37,6 +37,11 @@ class RunFinished:
     trial: Trial
     outcome: Any  # launch.Outcome
 
+    @property
+    def wall_s(self) -> float:
+        """How long the trial process ran, from its start to its result (or to why none came)."""
+        return float(self.outcome.wall_s)
+
 
 @dataclass(frozen=True)
 class TrialFinished:

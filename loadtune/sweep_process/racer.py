@@ -312,7 +312,17 @@ class Racer:
             self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
         return race_step([scores[run.trial.name] for run in contenders], m.tolerance, m.repeats,
                          self.settings.rank_by, behind, may_stop=self.noise is not None, ties=self.model.ties,
-                         disputes=self._disputes if use_ties else None)
+                         disputes=self._disputes if use_ties else None, spread=self.spread,
+                         ideal=scores.get(IDEAL))
+
+    @property
+    def spread(self) -> float | None:
+        """The spread between processes on the ranking's scale (log throughput, or the wait
+        ratio), pooled over the sweep; None before it is known."""
+        if self.noise is None:
+            return None
+        return self.noise.wait_ratio_sd if self.settings.rank_by == RankBy.WAIT_RATIO else \
+            self.noise.throughput_log_sd
 
     def _disputes(self, a: str, b: str) -> bool:
         """The model predicts trial `a` ahead of `b` by more than the tolerance and its own error."""

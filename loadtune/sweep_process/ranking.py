@@ -25,9 +25,10 @@ class Placing:
 
 
 def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
-         ties: Ties = frozenset()) -> dict[str, Placing]:
+         ties: Ties = frozenset(), pick: str | None = None) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
-    the leader's rank; one that cannot be told yet starts a group of its own."""
+    the leader's rank; one that cannot be told yet starts a group of its own. The pick (the
+    baseline kept because no change is shown to pay) is among the best, wherever it places."""
     by = RankBy(by)  # a ValueError for anything else
     placings: dict[str, Placing] = {}
     leader: Scored | None = None
@@ -35,5 +36,5 @@ def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: flo
     for position, item in enumerate(order(items, by), start=1):
         if leader is None or not acceptable(item, leader, tolerance, by, ties):
             leader, group_rank = item, position
-        placings[item.name] = Placing(group_rank, group_rank == 1)
+        placings[item.name] = Placing(1 if item.name == pick else group_rank, group_rank == 1 or item.name == pick)
     return placings

@@ -6,8 +6,11 @@ data (CUDA events)."""
 from __future__ import annotations
 
 import functools
+import sys
+from pathlib import Path
 from typing import Any
 
+from loadtune.config import SPEC_KEYS
 from loadtune.trial_process.factory import taken_apart
 from loadtune.trial_process.fetch_notes import (
     WindowEdges,
@@ -38,6 +41,62 @@ def loader_settings(loader: Any) -> dict[str, Any]:
     if not settings.get("num_workers"):
         settings["prefetch_factor"] = None
     return settings
+
+
+def loader_objects(loader: Any) -> dict[str, str]:
+    """The DataLoader's keywords that are objects, not plain settings, each named as NAME.loader.json
+    keeps it: its functions (config.SPEC_KEYS) by callable_spec, so that a config's loader block can
+    import them back; its own sampler, batch sampler or generator by its class. Nothing for an
+    object that is not a DataLoader."""
+    try:
+        from torch.utils.data import DataLoader
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return {}
+    if not isinstance(loader, DataLoader):
+        return {}
+    parts = taken_apart(loader)[0]
+    init: Any = parts.get("worker_init_fn")
+    if _counting_already(init):  # the watch's own wrapper around the user's
+        parts["worker_init_fn"] = init.args[0]
+    if "batch_sampler" in parts:  # accelerate's BatchSamplerShard holds the user's
+        parts["batch_sampler"] = getattr(parts["batch_sampler"], "batch_sampler", parts["batch_sampler"])
+    return {key: callable_spec(value) if key in SPEC_KEYS else type(value).__name__
+            for key, value in parts.items() if value is not None}
+
+
+def callable_spec(func: Any) -> str:
+    """A DataLoader's function as a config's loader block names it: "module:qualname" where that
+    imports back to this very function (one of a script run as __main__: "path/to/script.py:qualname",
+    or with -m its module's name), else by its own name alone, with no module to import it from
+    (a lambda, a function defined inside another: "pad_collate"; a partial or an object that is
+    called: "partial(pad_collate, ...)", "PadCollate(...)")."""
+    module, name = getattr(func, "__module__", None), getattr(func, "__name__", None)
+    # By its qualified name, or by its name where the module exports it under that (torch.stack).
+    for qualname in dict.fromkeys((getattr(func, "__qualname__", None), name)):
+        if isinstance(qualname, str) and isinstance(module, str) and "<" not in qualname:
+            where = _importable_from(module, qualname, func)
+            if where is not None:
+                return f"{where}:{qualname}"
+    if isinstance(name, str):
+        return name
+    if isinstance(func, functools.partial):
+        return f"partial({callable_spec(func.func).rpartition(':')[2]}, ...)"
+    return f"{type(func).__name__}(...)"
+
+
+def _importable_from(module: str, qualname: str, func: Any) -> str | None:
+    """Where `func` imports back from as `qualname`: its module's name (a script run as __main__: its
+    file, or the module -m ran), or None where that names something else or is not imported."""
+    found: Any = sys.modules.get(module)
+    where = module
+    if module == "__main__" and found is not None:
+        spec = getattr(found, "__spec__", None)
+        file = getattr(found, "__file__", None)
+        where = spec.name if spec is not None and spec.name != "__main__" else \
+            str(Path(file).resolve()) if isinstance(file, str) else ""
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return where if where and found is not None and found is func else None
 
 
 def batches_of(settings: dict[str, Any], loader: Any) -> None:

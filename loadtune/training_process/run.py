@@ -322,7 +322,7 @@ class RunWatch:
         kept = [s for s in samples if s.trial in names]
         host = rows[0].run.machine.host if rows else ""
         output.samples.write("", host or "", 1.0, self.job.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, dict(w.facts.settings),
+        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, w.facts.loader_kwargs,
                                                                      self.script, tuple(sys.argv[1:]))
                                 for w in self.loaders.watches})
 

@@ -5,12 +5,12 @@ are, and its counted intervals kept for the run's row (rows.Observed)."""
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from loadtune.config import MeasureSpec
 from loadtune.measurement import ResourceSamples, Window
-from loadtune.training_process.probe import Counting, CudaIdle, loader_settings
+from loadtune.training_process.probe import Counting, CudaIdle, loader_objects, loader_settings
 from loadtune.training_process.rows import LoaderTraits, Observed, WarmUpFigures
 from loadtune.training_process.tally import Clocks, Interval, Tally, joined
 from loadtune.trial_process.measure import WarmUp, batch_bytes, batch_len
@@ -46,18 +46,26 @@ class _Edges:
 @dataclass(frozen=True)
 class LoaderFacts:
     """What a watched loader is: its plain settings (probe.loader_settings), its length in batches
-    (the run's epoch) and its dataset's length and class ("module:qualname"), where known."""
+    (the run's epoch), its dataset's length and class ("module:qualname"), where known, and its
+    keywords that are objects, named (probe.loader_objects: its collate_fn, its sampler...)."""
 
     settings: dict[str, Any]
     epoch_batches: int | None
     dataset_len: int | None
     dataset_spec: str | None
+    objects: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, loader: Any) -> "LoaderFacts":
         dataset = getattr(loader, "dataset", None)
         return cls(loader_settings(loader), _length(loader), _length(dataset) if dataset is not None else None,
-                   f"{type(dataset).__module__}:{type(dataset).__qualname__}" if dataset is not None else None)
+                   f"{type(dataset).__module__}:{type(dataset).__qualname__}" if dataset is not None else None,
+                   loader_objects(loader))
+
+    @property
+    def loader_kwargs(self) -> dict[str, Any]:
+        """Its DataLoader keywords as NAME.loader.json keeps them: the plain settings and the objects' names."""
+        return {**self.settings, **self.objects}
 
     @property
     def workers(self) -> int:
