@@ -141,3 +141,13 @@ def test_all_within_the_zone_stops_early_and_keeps_the_baseline():
     processes = np.mean([used for _, used in results])
     assert kept >= 0.9, "no change shown to pay"
     assert processes < len(truths) * repeats, "the race ends before every config reaches its limit"
+
+
+def test_a_wait_ratio_interval_stays_in_zero_to_one():
+    from loadtune.sweep_process.stats import rerun_interval
+
+    rng = np.random.default_rng(8)
+    low = rerun_interval(0.067, 0.067 + 0.05 * rng.standard_normal(DRAWS), log=False, drift_sd=0.025)
+    assert low.lo == 0.0 and low.hi < 1.0, "0.067 [-0.014, 0.150] is 0.067 [0, 0.150]"
+    high = rerun_interval(0.97, 0.97 + 0.05 * rng.standard_normal(DRAWS), log=False, drift_sd=0.025)
+    assert high.hi == 1.0 and high.lo > 0.0

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 from loadtune.kinds import RankBy, Status
 from loadtune.results import answer
 from loadtune.results.choice import recommended, record_contends, recorded_settings
-from loadtune.results.decision import Decision
+from loadtune.results.decision import Decision, StoredDecision
 from loadtune.results.findings import Finding, ManyUnstable
 from loadtune.results.interval import unstable_note
 from loadtune.results.record import MEASURED_STATUSES, Record, rank_file
@@ -196,18 +196,22 @@ def summarize_sweep(records: Sequence[Record], chosen: Record | None, loader_kwa
 
 def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel] = (),
                  travel_same: Sequence[str] = (), loaders: Mapping[str, Mapping[str, Any]] | None = None,
-                 ) -> Summary | None:
+                 stored: StoredDecision | None = None) -> Summary | None:
     """A sweep's summary rebuilt from its CSV's rows, for `loadtune report` to end with the answer
-    the sweep printed (summary_lines). What the file does not hold is left out: how sure racing
-    was (the trials tied with the pick stand for it), the speedup's interval, what the factory
-    returned. `loaders`: each trial's loader settings by name (NAME.loader.json beside the CSV),
+    the sweep printed (summary_lines). `stored`: what the sweep concluded beside the CSV
+    (NAME.decision.json: how sure racing was, its pick, the speedup's interval), used where its
+    pick is still among the file's trials tied with the best; without it, the trials tied with
+    the pick stand for how sure, and the speedup has no interval. What the factory returned is
+    left out. `loaders`: each trial's loader settings by name (NAME.loader.json beside the CSV),
     for the paste line the sweep printed; without the pick's, the paste line holds the swept
     settings and says so. `travel`, `travel_same`: where the pick moves on the common targets
     (transfer.travel). None when the file holds no sweep's rows (a watched run's only)."""
     rows = [r for r in records if not r.watched]
     if not rows:
         return None
-    chosen = recommended(rows)
+    picked = stored.row(rows) if stored is not None else None
+    concluded = stored if stored is not None and picked is not None else StoredDecision(None, None)
+    chosen = picked or recommended(rows)
     base = next((r for r in rows if r.trial == BASELINE), None)
     first = rows[0]
     path = Path(output)
@@ -226,7 +230,7 @@ def file_summary(records: Sequence[Record], output: str, travel: Sequence[Travel
                     first.run.machine.device or "", _ranked_by(rows), first.run.strategy or "")
     return Summary(labels, Standing.of(rows, chosen),
                    Pick.of(settings(chosen), settings(base) if base is not None and base.ran else None,
-                           swept_only=swept_only),
+                           concluded.speedup, swept_only=swept_only), concluded.decision,
                    found=Findings((), tuple(noise_warnings(rows)), DataFindings(flagged) if flagged else None),
                    on_ranks=OnRanks(first.measuring.ranks or 1, per_rank_csv=str(per_rank) if per_rank is not None
                                     and per_rank.exists() else None),

@@ -14,6 +14,7 @@ from loadtune.duration import duration_text
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.choice import recommended
+from loadtune.results.decision import read_decision
 from loadtune.results.record import Record
 from loadtune.results.report import (
     LEGEND,
@@ -25,6 +26,7 @@ from loadtune.results.report import (
     report_title,
     results_table,
 )
+from loadtune.results.answer import travel_lines
 from loadtune.results.summary import Summary, brief, detail_lines, file_summary, noise_warnings, summary_lines
 from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
@@ -120,15 +122,17 @@ def written_line(written: Path, loader: str | None, source: Path | None) -> str:
 
 
 def file_summary_of(rows: list[Record], path: Path) -> Summary | None:
-    """A file's summary rebuilt from its rows, with where its pick moves and the trials' loader
-    settings beside it (NAME.loader.json), as the sweep said them."""
-    chosen = recommended(rows)
+    """A file's summary rebuilt from its rows, with where its pick moves, the trials' loader
+    settings beside it (NAME.loader.json) and what the sweep concluded (NAME.decision.json: how
+    sure, where the CSV is still the one it wrote), as the sweep said them."""
+    stored = read_decision(path)
+    chosen = (stored.row(rows) if stored is not None else None) or recommended(rows)
     moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
     try:
         loaders = {trial: info.loader_kwargs for trial, info in read_loader_info(path).items()}
     except ResultsError:  # unreadable: the paste line holds the swept settings, and says so
         loaders = {}
-    return file_summary(rows, str(path), moved, same, loaders)
+    return file_summary(rows, str(path), moved, same, loaders, stored)
 
 
 def watched_json(record: Record) -> dict[str, Any]:
@@ -154,7 +158,10 @@ def _sweep_shown(rows: list[Record], path: Path, info: Summary | None, verbose: 
     ]
     if verbose:
         shown.append(Prose(tuple(repeat_lines(path, rows))))
-    shown += [Warned(str(warning)) for warning in noise_warnings(rows)]
+    if info is not None:  # where the pick moves on another machine, before the answer
+        shown.append(Prose(tuple(travel_lines(info.elsewhere, str(path)) if info.elsewhere.moved else ())))
+    if verbose:  # as the sweep shows them: notes of --verbose, not warnings
+        shown += [Warned(str(warning)) for warning in noise_warnings(rows)]
     if info is not None:
         shown.append(Prose(tuple(summary_lines(info))))
     return shown

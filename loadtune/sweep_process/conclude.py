@@ -17,7 +17,7 @@ from loadtune.kinds import RankBy
 from loadtune.options import SweepOptions, default_output
 from loadtune.results.advice import Advised, with_checked_advice
 from loadtune.results.choice import recommended
-from loadtune.results.decision import Decision, Resolving, ended, ended_words
+from loadtune.results.decision import Decision, Resolving, ended, ended_words, write_decision
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
 from loadtune.results.model import ModelReport
 from loadtune.results.record import RankRecord, Record, rank_file, read_records
@@ -132,10 +132,13 @@ def conclude(options: SweepOptions, race: Raced) -> SweepResult:
 def write_result(files: SweepFiles, result: SweepResult, rank_records: Sequence[RankRecord]) -> None:
     """The finished sweep's files: the CSV (and per-rank CSV) rewritten with its rows, and the
     loader's other settings (shuffle, drop_last, ...) beside it: `loadtune predict`'s paste line
-    carries them as the sweep's own does."""
+    carries them as the sweep's own does; and how sure the pick is (NAME.decision.json), for
+    `loadtune report` to end with the sweep's own answer."""
     files.replace(result.records, rank_records)
     write_loader_info(result.out_path, {name: LoaderInfo(loader_kwargs=plain_settings(trial.loader_kwargs))
                                         for name, trial in result.trials.items()})
+    write_decision(result.out_path, result.decision, result.recommended,
+                   (result.summary.pick.speedup_lo, result.summary.pick.speedup_hi))
 
 
 def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties: Ties = frozenset(),

@@ -195,9 +195,9 @@ def _t(dof: int, rng: np.random.Generator) -> np.ndarray:
 def rerun_interval(mean: float, draws: np.ndarray | None, log: bool = True, drift_sd: float = 0.0) -> Interval:
     """The 95% interval a rerun's estimate lands in: the draws of the config's own figure, their
     spread about `mean` widened by RERUN_WIDTH (the rerun's noise is as large as this run's), on
-    the log scale for throughputs and ratios, as they are for a wait ratio; with `drift_sd`, the
-    machine's drift between the two sweeps (each sweep's level off by that much) added to each
-    side in quadrature."""
+    the log scale for throughputs and ratios, as they are for a wait ratio (a share of time: its
+    interval stays in [0, 1]); with `drift_sd`, the machine's drift between the two sweeps (each
+    sweep's level off by that much) added to each side in quadrature."""
     if draws is None:
         return Interval(mean, mean, mean)
     finite = draws[np.isfinite(draws) & ((draws > 0) if log else True)]
@@ -208,7 +208,8 @@ def rerun_interval(mean: float, draws: np.ndarray | None, log: bool = True, drif
     low, high = RERUN_WIDTH * np.percentile(deviations, [tail, 100 - tail])
     drift = RERUN_WIDTH * drift_sd * _Z95
     low, high = -math.hypot(min(low, 0.0), drift), math.hypot(max(high, 0.0), drift)
-    lo, hi = (mean * math.exp(low), mean * math.exp(high)) if log else (mean + low, mean + high)
+    lo, hi = (mean * math.exp(low), mean * math.exp(high)) if log else \
+        (max(mean + low, min(mean, 0.0)), min(mean + high, max(mean, 1.0)))
     return Interval(mean, float(min(lo, mean)), float(max(hi, mean)))
 
 
