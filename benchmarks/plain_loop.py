@@ -39,6 +39,7 @@ from typing import Any, Callable
 import yaml
 
 WORKER_ONLY = ("prefetch_factor", "persistent_workers", "multiprocessing_context")
+CALLABLE_KEYS = ("collate_fn", "worker_init_fn")
 
 
 def load_callable(spec: str, base_dir: Path) -> Callable[..., Any]:
@@ -115,6 +116,9 @@ def build(config_path: Path, settings: dict[str, Any]) -> Loop:
     dataset = load_callable(config["dataset"]["factory"], base_dir)(**(config["dataset"].get("kwargs") or {}))
     step = build_step(config["step"], base_dir)
     kwargs = loader_kwargs(dict(config.get("loader") or {}), settings)
+    for key in CALLABLE_KEYS:  # "module:callable" or "file.py:callable", as loadtune imports them
+        if isinstance(kwargs.get(key), str):
+            kwargs[key] = load_callable(kwargs[key], base_dir)
     return Loop(DataLoader(dataset, **kwargs), step, kwargs, config.get("measure") or {})
 
 

@@ -1,7 +1,9 @@
 """Does the default sweep give the same answer twice? The sweep run several times on the same pipelines.
 
-For each pipeline (the demo, configs/demo.yaml as it is, and benchmarks/recommend.py's cnn, io,
-cpu and mixed, written as recommend.py writes them: its sweep space and measure block):
+For each pipeline (the demo, configs/demo.yaml as it is; benchmarks/recommend.py's cnn, io, cpu
+and mixed; and benchmarks/pipelines.py's saturated-text, whose tokenizing and CPU step keep the
+cores busy at the baseline; each written as recommend.py writes them: its sweep space and measure
+block):
   1. the default sweep, N times (--runs, default 5), each as a user runs it: `python -m loadtune
      sweep CONFIG --json --out DIR/NAME-runK.csv` from the repo root, timed from outside; with
      --reference-ref also the default sweep of that version (its tree from `git archive`, run with
@@ -12,14 +14,17 @@ cpu and mixed, written as recommend.py writes them: its sweep space and measure 
   3. interval coverage: for every ordered pair of runs (i, j) and every config measured in both,
      whether run j's throughput lies inside run i's [throughput_lo, throughput_hi];
   4. head to head over whole epochs: every run's pick, every config a run called equal, each run's
-     fastest row (and for the demo num_workers=2 with persistent workers, with prefetch_factor 1
-     and 2), each run by benchmarks/plain_loop.py --epochs E (one whole epoch uncounted, then E
-     timed, epoch starts included: nothing of loadtune) in a fresh process, in rounds of
-     alternating order (A B C, C B A, ...). E is the fewest whole epochs that count at least 3 s
-     at the fastest throughput any run measured. The best is the candidate with the highest
-     median; each pick is judged by the median over rounds of pick / best, with the range and a
-     90% bootstrap interval over rounds, and, against the winner's curse, by the split estimate
-     of recommend.py (the best chosen on odd rounds and judged on even, and the other way round);
+     fastest row, the baseline (the config's loader block) and for the demo num_workers=2 with
+     persistent workers, with prefetch_factor 1 and 2, each run by benchmarks/plain_loop.py
+     --epochs E (one whole epoch uncounted, then E timed, epoch starts included: nothing of
+     loadtune) in a fresh process, in rounds of alternating order (A B C, C B A, ...). E is the
+     fewest whole epochs that count at least 3 s at the fastest throughput any run measured. The
+     best is the candidate with the highest median; each pick is judged by the median over rounds
+     of pick / best, with the range and a 90% bootstrap interval over rounds, and, against the
+     winner's curse, by the split estimate of recommend.py (the best chosen on odd rounds and
+     judged on even, and the other way round);
+     a pick that changes the baseline is shown faster than it when the 90% bootstrap interval of
+     the median over rounds of pick / baseline lies above 1;
   5. the mean wall time of the default sweep, and with --reference-ref its ratio to the reference's.
 Configs are told apart by their settings (num_workers, prefetch_factor, persistent_workers,
 pin_memory; the worker-only ones dropped without workers), not by trial names.
@@ -27,15 +32,16 @@ Goals:
   the same pick or a called tie in >= 0.8 of the runs (4 of 5), on every pipeline;
   run j's throughput inside run i's interval for >= 0.90 of the pairs, over all pipelines;
   every run's pick >= 0.97 of the best, head to head, on every pipeline;
+  no pick that changes the baseline without being shown faster than it head to head;
   with --reference-ref, the default sweep <= 1.3x the reference's, on every pipeline;
   every sweep completes (a failed one is reported with its log's tail and counts as a miss).
 Exits 1 when any goal is missed.
 Everything (configs, CSVs, each sweep's JSON summary and log, the plain loops' results) is
-written to --keep DIR, else to a temporary folder removed at the end. About an hour on 2 cores
-(twice the sweeps with --reference-ref); --quick (recommend.py's quick sweep space, 3 runs,
-4 rounds) about 20 minutes.
+written to --keep DIR, else to a temporary folder removed at the end. About an hour and a
+quarter on 2 cores (twice the sweeps with --reference-ref); --quick (recommend.py's quick sweep
+space, 3 runs, 4 rounds) about 25 minutes.
 
-    python benchmarks/repeatability.py [--pipelines demo,cnn,io,cpu,mixed] [--runs N] [--rounds N]
+    python benchmarks/repeatability.py [--pipelines demo,cnn,io,cpu,mixed,saturated-text] [--runs N] [--rounds N]
                                        [--epochs E] [--reference-ref REF] [--keep DIR] [--quick]
 """
 
@@ -86,7 +92,7 @@ BOOTSTRAP = 2000
 LOG_TAIL = 15
 
 DEMO = ROOT / "configs" / "demo.yaml"
-DEFAULT_PIPELINES = ("demo", "cnn", "io", "cpu", "mixed")
+DEFAULT_PIPELINES = ("demo", "cnn", "io", "cpu", "mixed", "saturated-text")
 KNOWN_PIPELINES = ("demo", *PIPELINES)
 KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
 NUMBERS = ("throughput", "throughput_lo", "throughput_hi", "repeats", "dataset_len")
@@ -176,17 +182,26 @@ class Coverage:
 
 @dataclass
 class PickJudged:
-    """One run's pick head to head: pick / best per round, and the split estimate."""
+    """One run's pick head to head: pick / best per round, and the split estimate; when the pick
+    changes the baseline (`change`), pick / baseline per round and its interval."""
 
     run: str
     pick: dict[str, Any] | None
     ratios: list[float]
     split: list[float]
     interval: tuple[float, float] | None
+    change: bool = False
+    over_baseline: list[float] = field(default_factory=list)
+    baseline_interval: tuple[float, float] | None = None
 
     @property
     def median(self) -> float | None:
         return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def shown_faster(self) -> bool:
+        """The pick keeps the baseline, or is shown faster than it: its 90% interval above 1."""
+        return not self.change or (self.baseline_interval is not None and self.baseline_interval[0] > 1.0)
 
 
 @dataclass
@@ -337,9 +352,15 @@ def epochs_for(runs: list[SweepRun]) -> int:
     return max(1, math.ceil(MIN_COUNTED_S * fastest.throughput / fastest.dataset_len))
 
 
+def baseline_of(config: Path) -> dict[str, Any]:
+    """The config's baseline: its loader block's settings, DataLoader's defaults where it sets none."""
+    loader = yaml.safe_load(config.read_text()).get("loader") or {}
+    return {k: loader.get(k) for k in KEYS}
+
+
 def candidates(name: str, config: Path, runs: list[SweepRun]) -> list[Contender]:
-    """Every run's pick, every config a run called equal, each run's fastest row (and for the demo
-    the named configs), one contender per config, labelled with every role it has."""
+    """Every run's pick, every config a run called equal, each run's fastest row, the baseline (and
+    for the demo the named configs), one contender per config, labelled with every role it has."""
     found: list[Contender] = []
 
     def add(label: str, settings: dict[str, Any]) -> None:
@@ -359,10 +380,10 @@ def candidates(name: str, config: Path, runs: list[SweepRun]) -> list[Contender]
     for r in done:
         if r.fastest is not None:
             add(f"fastest {r.label}", r.fastest.settings)
+    add("baseline", baseline_of(config))
     if name == "demo":
-        loader = yaml.safe_load(config.read_text()).get("loader") or {}
         for named in DEMO_NAMED:
-            add("named", {**{k: loader.get(k) for k in KEYS}, **named})
+            add("named", {**baseline_of(config), **named})
     return found
 
 
@@ -421,16 +442,27 @@ def bootstrap_median(values: list[float], level: float = 0.90, seed: int = 0) ->
     return medians[int(tail * BOOTSTRAP)], medians[min(BOOTSTRAP - 1, int((1 - tail) * BOOTSTRAP))]
 
 
-def judge_picks(runs: list[SweepRun], contenders: list[Contender], best: Contender) -> list[PickJudged]:
+def per_round(a: Contender, b: Contender) -> list[float]:
+    """a / b in each round where both ran."""
+    return [x / y for x, y in zip(a.runs, b.runs) if x is not None and y]
+
+
+def judge_picks(runs: list[SweepRun], contenders: list[Contender], best: Contender,
+                baseline: dict[str, Any]) -> list[PickJudged]:
+    """Each run's pick against the best, and, when it changes the baseline, against the baseline."""
     by_key = {key_of(c.settings): c for c in contenders}
+    kept = by_key.get(key_of(baseline))
     judged = []
     for run in runs:
         c = by_key.get(run.pick_key) if run.pick_key is not None else None
+        change = run.pick_key is not None and run.pick_key != key_of(baseline)
         if c is None:
-            judged.append(PickJudged(run.label, run.pick, [], [], None))
+            judged.append(PickJudged(run.label, run.pick, [], [], None, change))
             continue
-        ratios = [a / b for a, b in zip(c.runs, best.runs) if a is not None and b]
-        judged.append(PickJudged(run.label, run.pick, ratios, cross_fitted(c, contenders), bootstrap_median(ratios)))
+        ratios = per_round(c, best)
+        over = per_round(c, kept) if change and kept is not None else []
+        judged.append(PickJudged(run.label, run.pick, ratios, cross_fitted(c, contenders), bootstrap_median(ratios),
+                                 change, over, bootstrap_median(over)))
     return judged
 
 
@@ -474,16 +506,30 @@ def print_head_to_head(contenders: list[Contender], best: Contender, epochs: int
         print(f"    {roles(c.labels):<30} {describe(c.settings):<58} {c.median():8.1f}  [{runs}]{mark}")
 
 
+def interval_text(interval: tuple[float, float] | None) -> str:
+    return f"({interval[0]:.3f}, {interval[1]:.3f})" if interval else "(n/a)"
+
+
+def baseline_text(j: PickJudged) -> str:
+    """The pick against the baseline: kept, or pick / baseline with its interval and whether that shows it faster."""
+    if not j.change:
+        return "the baseline"
+    if not j.over_baseline:
+        return "/ baseline n/a: not shown faster"
+    shown = "shown faster" if j.shown_faster else "NOT shown faster"
+    return f"/ baseline {statistics.median(j.over_baseline):.3f} {interval_text(j.baseline_interval)}: {shown}"
+
+
 def print_judged(judged: list[PickJudged]) -> None:
-    print("  pick / best head to head, per run: median [range over rounds] (90% bootstrap); split estimate")
+    print("  pick / best head to head, per run: median [range over rounds] (90% bootstrap); split estimate; "
+          "pick / baseline median (90% bootstrap)")
     for j in judged:
         if not j.ratios:
-            print(f"    {j.run:<6} {describe(j.pick):<58} n/a")
+            print(f"    {j.run:<6} {describe(j.pick):<58} n/a; {baseline_text(j)}")
             continue
-        boot = f"({j.interval[0]:.3f}, {j.interval[1]:.3f})" if j.interval else "(n/a)"
         split = fmt(statistics.median(j.split) if j.split else None)
         print(f"    {j.run:<6} {describe(j.pick):<58} {j.median:.3f} [{min(j.ratios):.3f}, {max(j.ratios):.3f}] "
-              f"{boot}; split {split}")
+              f"{interval_text(j.interval)}; split {split}; {baseline_text(j)}")
 
 
 def bench_pipeline(name: str, index: int, work: Path, runs: int, rounds: int, epochs: int | None,
@@ -513,7 +559,7 @@ def bench_pipeline(name: str, index: int, work: Path, runs: int, rounds: int, ep
         counted = head_to_head(config, contenders, rounds, e, work / f"{name}-plain.jsonl")
         best = max(contenders, key=lambda c: c.median())
         print_head_to_head(contenders, best, e, rounds, counted, time.perf_counter() - start)
-        judged = judge_picks(now, contenders, best)
+        judged = judge_picks(now, contenders, best, baseline_of(config))
         print_judged(judged)
     else:
         print("  head to head: no candidates (no sweep completed)")
@@ -525,6 +571,28 @@ def bench_pipeline(name: str, index: int, work: Path, runs: int, rounds: int, ep
         line += f", reference {fmt(mean_ref, '.1f')} s: ratio {fmt(result.time_ratio, '.2f')}"
     print(line, flush=True)
     return result
+
+
+def check_picks(results: list[PipelineResult], goals: Goals) -> None:
+    """The goals on the picks head to head: each >= GOAL_PICK of the best; none that changes the
+    baseline without being shown faster than it."""
+    picks = [(r.name, j) for r in results for j in r.judged]
+    low = [(n, j) for n, j in picks if j.median is None or j.median < GOAL_PICK]
+    missing = [r.name for r in results if len(r.judged) < len(r.runs)]
+    medians = [j.median for _, j in picks]
+    lowest = None if not picks or missing or None in medians else min(m for m in medians if m is not None)
+    figures = ", ".join(f"{r.name} {fmt(min((j.median for j in r.judged if j.median is not None), default=None))}"
+                        for r in results)
+    below = ", ".join(f"{n} {j.run}" for n, j in low)
+    goals.check("every run's pick / the best head to head, lowest", lowest, ">=", GOAL_PICK,
+                detail=f" (lowest per pipeline: {figures}" + (f"; below: {below}" if low else "")
+                       + (f"; not judged: {', '.join(missing)}" if missing else "") + ")")
+
+    unshown = ", ".join(f"{n} {j.run}" for n, j in picks if not j.shown_faster)
+    changes = ", ".join(f"{r.name} {sum(1 for j in r.judged if j.change)} of {len(r.judged)}" for r in results)
+    goals.check("picks that change the baseline without being shown faster than it head to head",
+                sum(1 for _, j in picks if not j.shown_faster), "<=", 0, spec="d",
+                detail=f" (picks that change it: {changes}" + (f"; not shown: {unshown}" if unshown else "") + ")")
 
 
 def print_goals(results: list[PipelineResult], ref_commit: str | None, goals: Goals | None = None) -> Goals:
@@ -545,17 +613,7 @@ def print_goals(results: list[PipelineResult], ref_commit: str | None, goals: Go
     goals.check("run j's throughput inside run i's interval, share of the pairs", total.share, ">=", GOAL_COVERAGE,
                 detail=f" (over {total.pairs} pairs; {per})")
 
-    picks = [(r.name, j) for r in results for j in r.judged]
-    low = [(n, j) for n, j in picks if j.median is None or j.median < GOAL_PICK]
-    missing = [r.name for r in results if len(r.judged) < len(r.runs)]
-    medians = [j.median for _, j in picks]
-    lowest = None if not picks or missing or None in medians else min(m for m in medians if m is not None)
-    figures = ", ".join(f"{r.name} {fmt(min((j.median for j in r.judged if j.median is not None), default=None))}"
-                        for r in results)
-    below = ", ".join(f"{n} {j.run}" for n, j in low)
-    goals.check("every run's pick / the best head to head, lowest", lowest, ">=", GOAL_PICK,
-                detail=f" (lowest per pipeline: {figures}" + (f"; below: {below}" if low else "")
-                       + (f"; not judged: {', '.join(missing)}" if missing else "") + ")")
+    check_picks(results, goals)
 
     if ref_commit is None:
         print(f"default sweep <= {GOAL_TIME_RATIO}x the reference's: not checked (no --reference-ref); "

@@ -13,6 +13,7 @@ from rich.table import Table
 from loadtune.duration import duration_text
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
+from loadtune.results.answer import travel_lines
 from loadtune.results.choice import recommended
 from loadtune.results.decision import read_decision
 from loadtune.results.record import Record
@@ -26,7 +27,6 @@ from loadtune.results.report import (
     report_title,
     results_table,
 )
-from loadtune.results.answer import travel_lines
 from loadtune.results.summary import Summary, brief, detail_lines, file_summary, noise_warnings, summary_lines
 from loadtune.results.sweep import SweepResult
 from loadtune.results.transfer import settings_of, travel
