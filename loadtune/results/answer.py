@@ -29,15 +29,18 @@ BEHAVIOUR = {"in_order": "batches may come out of order", "drop_last": "the last
 def settle(decision: Decision) -> str:
     """The one rerun that would settle an undecided pick, the same in the short answer and the
     details: what ended the racing decides it (decision.ended: a kept contender first, then the
-    budget, then the repeats)."""
-    more = max(2 * (decision.resolving.repeats or 1), 5)
+    budget, then the repeats). Each measures what is undecided again: --overwrite measures anew
+    the contenders kept without their raw samples (racing cannot add a repeat to a figure as
+    recorded); --resume keeps every repeat measured (its raw samples) and races the pick and its
+    rivals further, up to more repeats than any trial holds (measure.repeats capped them all)."""
     if decision.ended_by == EndedBy.KEPT:
-        return "rerun with --overwrite instead of --resume (racing measures no trial kept from the file again)"
+        return "rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its raw samples)"
     if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget and --resume"
-    # --resume keeps every repeat measured (its raw samples) and races the kept trials further,
-    # until each contender is shown behind or equal to the pick within this machine's noise.
-    return f"rerun with --repeats {more} --resume"
+    repeats = decision.resolving.repeats
+    if repeats < 1:  # not recorded: no number is known to be above what the contenders hold
+        return "rerun with more --repeats than measure.repeats and --resume"
+    return f"rerun with --repeats {max(2 * repeats, 5)} --resume"
 
 
 def behaviour_changed(change: Mapping[str, Any] | None) -> str:

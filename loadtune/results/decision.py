@@ -135,7 +135,7 @@ def ended(kept: bool, budget_spent: bool) -> EndedBy:
 def ended_words(ended_by: EndedBy | str | None, repeats: int) -> str:
     """What ended the racing, in words (Decision.why)."""
     if ended_by == EndedBy.KEPT:
-        return "trials kept from the file were not measured again"
+        return "trials kept from the file without their raw samples cannot be measured again"
     if ended_by == EndedBy.BUDGET:
         return "the time budget (--budget) ran out"
     return f"measure.repeats={repeats} ran out"

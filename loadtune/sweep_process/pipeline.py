@@ -65,7 +65,8 @@ def refuse_existing(options: SweepOptions, out_path: Path) -> None:
 
 
 def measure_all(options: SweepOptions, runner: Racer) -> None:
-    """The strategy's rounds, then the racing that settles the pick."""
+    """The strategy's rounds, the trials kept by --resume that it did not ask for again (taken up
+    from their raw samples: see Racer.settle_pending), then the racing that settles the pick."""
     cfg = runner.setup.spec.config
     ideal = ideal_trial(cfg)
 

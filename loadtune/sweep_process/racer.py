@@ -35,6 +35,7 @@ from loadtune.sweep_process.trial_run import (
     Repeat,
     TrialRun,
     check_columns,
+    known_in_full,
     merged,
     placeholder,
     restored,
@@ -134,10 +135,20 @@ class Racer:
             self.runs[samples.trial] = restored(samples, record)
 
     def settle_pending(self) -> None:
-        """Kept trials the strategy did not ask for again stay as recorded."""
-        for run in self.runs.values():
-            if run.pending and run.record is not None:
+        """Kept trials the strategy did not ask for again (its path may differ once the kept trials
+        hold more repeats): taken up with their raw samples, in their own rounds, where the config
+        still names their trial in full (known_in_full), so racing measures them further as in one
+        sweep; the rest stay as recorded."""
+        config, accelerator = self.setup.spec.config, self.setup.accelerator
+        rounds: dict[int, list[Trial]] = {}
+        for run in [run for run in self.runs.values() if run.pending]:
+            trial = known_in_full(config, accelerator, run.trial.name, run.record)
+            if trial is not None:
+                rounds.setdefault(run.round, []).append(trial)
+            elif run.record is not None:
                 run.origin, run.score = Origin.KEPT, scored_from_record(run.record)
+        for round_no, trials in sorted(rounds.items()):
+            self.measure(trials, round_no)
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -181,7 +192,9 @@ class Racer:
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
         stop those clearly behind (see race); the current score of every trial so far (racing may
-        have stopped or failed earlier ones, and the data check flagged them). The repeats that
+        have stopped or failed earlier ones, and the data check flagged them), but those kept by
+        --resume that no strategy asked for again yet: to the strategy, as in a sweep that measured
+        nothing before, they are still to measure. The repeats that
         decide the pick come once, after the last round (race): a round's winner only says where
         the next round sits, and contenders a later round overtakes need no more repeats."""
         new, kept = self._take(trials, round_no)
@@ -202,7 +215,7 @@ class Racer:
         while batch := [run for run in todo if run.failure is None and run.repeats < first[run.trial.name]]:
             self._run_round(batch)
         self.race(more=False)
-        return {name: self.scored(name) for name in self.runs}
+        return {name: self.scored(name) for name, run in self.runs.items() if not run.pending}
 
     def _take(self, trials: Sequence[Trial], round_no: int) -> tuple[list[TrialRun], list[TrialRun]]:
         """The runs of the trials asked for: new ones (a trial /dev/shm cannot hold is skipped at

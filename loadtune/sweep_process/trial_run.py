@@ -8,14 +8,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Sequence
 
+from loadtune.config import Config
 from loadtune.measurement import Measurement, TrialStart
+from loadtune.results.choice import recorded_settings
 from loadtune.results.pipeline import Prediction
 from loadtune.results.record import DATA_FLAGGED, RankRecord, Record
 from loadtune.results.samples import TrialSamples
 from loadtune.sweep_process.datacheck import Check
 from loadtune.sweep_process.decide import Scored
 from loadtune.sweep_process.launch import Outcome
-from loadtune.trials import Trial
+from loadtune.sweep_process.plan import grid_plan, ideal_trial, ofat_plan, trial_for
+from loadtune.trials import COMBINED, Trial
 
 
 def merged(measurements: Sequence[Measurement]) -> Measurement:
@@ -162,3 +165,29 @@ def restored(samples: TrialSamples, record: Record | None) -> TrialRun:
     done = [Repeat(m, wall_s) for m, wall_s in zip(samples.measurements, samples.walls_s)]
     return TrialRun(placeholder(samples.trial, record), samples.round, done, record=record, origin=Origin.PENDING,
                     stopped_early=samples.stopped_early, disturbed=samples.disturbed, predicted=predicted)
+
+
+def known_in_full(config: Config, accelerator: bool, name: str, record: Record | None) -> Trial | None:
+    """A kept trial's settings in full again, as the strategies name it: one of the plans' trials
+    (each combination of the swept values, each single change, the ideal), else the baseline with
+    the settings its row records (a value a verdict advised, or `combined`); None where no trial of
+    this config bears its name, or where it would not run here now."""
+    planned = {t.name: t for t in (*grid_plan(config, accelerator), *ofat_plan(config, accelerator),
+                                   ideal_trial(config))}
+    trial = planned.get(name)
+    if trial is None and record is not None:
+        trial = _from_row(config, accelerator, record)
+    if trial is None or trial.name != name or trial.skipped:
+        return None
+    asked_by = record.assessment.asked_by if record is not None else None
+    return dataclasses.replace(trial, asked_by=asked_by) if asked_by else trial
+
+
+def _from_row(config: Config, accelerator: bool, record: Record) -> Trial:
+    """The baseline with the settings the row records (those the loader config holds), named as
+    trial_for names it, or `combined` where the row's value names those changes."""
+    base = config.loader.model_dump()
+    trial = trial_for(config, {k: v for k, v in recorded_settings(record).items() if k in base}, accelerator)
+    if record.settings.changed == COMBINED and record.settings.value == trial.name:
+        return Trial(COMBINED, COMBINED, trial.name, trial.settings, trial.skip_reason)
+    return trial
