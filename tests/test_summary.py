@@ -77,7 +77,8 @@ def test_the_answer_when_not_decided():
 
 @pytest.mark.parametrize("ended_by, settle", [
     ("repeats", "rerun with --repeats 6 --resume"), ("budget", "rerun with a larger --budget and --resume"),
-    ("kept", "rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its raw samples)")])
+    ("kept", "rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its "
+             "raw samples)")])
 def test_the_one_thing_that_settles_it(ended_by, settle):
     from dataclasses import replace
 

@@ -34,7 +34,8 @@ def settle(decision: Decision) -> str:
     recorded); --resume keeps every repeat measured (its raw samples) and races the pick and its
     rivals further, up to more repeats than any trial holds (measure.repeats capped them all)."""
     if decision.ended_by == EndedBy.KEPT:
-        return "rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its raw samples)"
+        return ("rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its "
+                "raw samples)")
     if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget and --resume"
     repeats = decision.resolving.repeats
