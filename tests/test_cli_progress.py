@@ -149,7 +149,7 @@ def test_a_piped_sweep_prints_its_progress_lines_and_ends_with_its_wall_time(tmp
     assert progress_lines[0] == f"Sweeping (model) on cpu, dataset length 1000; rows go to {out}"
     assert progress_lines[1] == "  num_workers=2: 325.2 samples/s, wait ratio 0.452 (3 repeats)"
     last = items(done.stdout)[-1]
-    assert last.startswith(f"Files: {out}; details: --verbose or loadtune report")
+    assert last.startswith(f"Files: {out}; --verbose for details")
     assert last.endswith("; in 2 min 5 s")
 
 

@@ -31,5 +31,5 @@ def test_without_the_sweeps_repeats_no_number_is_named():
 
 
 def test_contenders_kept_without_raw_samples_are_measured_anew():
-    assert settle(undecided(EndedBy.KEPT, 3)).startswith("rerun with --overwrite instead of --resume")
+    assert settle(undecided(EndedBy.KEPT, 3)).startswith("rerun with --overwrite (")
     assert settle(undecided(EndedBy.BUDGET, 3)) == "rerun with a larger --budget and --resume"

@@ -67,9 +67,8 @@ def test_the_answer_when_not_decided():
     lines = summary_lines(summary(UNDECIDED))
     assert lines[0] == ("Recommended: workers=2 prefetch=4: 385.0 samples/s, 2.57x the baseline [2.10x, 3.00x]; "
                         "wait ratio 0.500 -> 0.500.")
-    assert lines[1] == ("Not sure: 'num_workers=2' (and 2 more) might still be up to 12% faster, beyond the 14.8% "
-                        "this machine resolves (±11% between processes, 3 repeats); to settle it, rerun with "
-                        "--repeats 6 --resume.")
+    assert lines[1] == ("Not sure: 'workers=2' (and 2 more) might still be up to 12% faster, beyond the 14.8% "
+                        "this machine resolves; to settle it, rerun with --repeats 6 --resume.")
     assert lines[2] == "Paste: DataLoader(dataset, batch_size=32, num_workers=2, prefetch_factor=4)"
     assert lines[3].startswith("Bottleneck now: data-bound: start-up; 62% of the wait")
     assert len(lines) == 4
@@ -77,8 +76,7 @@ def test_the_answer_when_not_decided():
 
 @pytest.mark.parametrize("ended_by, settle", [
     ("repeats", "rerun with --repeats 6 --resume"), ("budget", "rerun with a larger --budget and --resume"),
-    ("kept", "rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its "
-             "raw samples)")])
+    ("kept", "rerun with --overwrite (a trial kept without its raw samples cannot be raced)")])
 def test_the_one_thing_that_settles_it(ended_by, settle):
     from dataclasses import replace
 
@@ -113,9 +111,8 @@ def test_the_answer_when_decided_or_tied():
 def test_nothing_left_to_gain_beyond_the_zone_is_said_so():
     bounded = Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028), equal=("num_workers=2",))
     assert summary_lines(summary(bounded))[1] == (
-        "Sure: no config can run more than 2.8% faster (the pick's wait ratio and the ideal bound it), within the "
-        "6.7% this machine resolves (±5% between processes, 3 repeats); 1 other config marked =1 is equal and "
-        "this is the cheapest.")
+        "Sure: nothing can run more than 2.8% faster (its wait ratio bounds it), inside the 6.7% this machine "
+        "resolves (±5% between processes, 3 repeats); it is the cheapest of the 2 marked =1.")
 
 
 def test_configs_equal_within_the_zone_are_counted_as_marked_in_the_table():
@@ -279,3 +276,26 @@ def test_each_trial_the_advice_asked_for_is_set_against_the_trial_it_was_advised
     assert details == [f"{asked} num_workers=4: 420.0 samples/s, 1.09x what it was advised on.",
                        f"{asked} num_workers=5, which fed other samples (data_check duplicates): no gain to count.",
                        f"{asked} num_workers=6, which did not run (failed)."]
+
+
+@pytest.mark.parametrize("columns, most", [(100, 8), (80, 11)])
+def test_the_answer_fits_one_screen(columns, most):
+    """The answer, the files line with the wall time included, at most 8 lines at 100 columns (11
+    at 80), and how sure it is in at most 2 (3 at 80), whichever way it ends."""
+    from pathlib import Path
+
+    from loadtune.results.sweep import SweepResult
+    from loadtune.results.view import files_line
+    from loadtune.text import wrap
+
+    out = Path("results/demo-images.csv")
+    decisions = [UNDECIDED, Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028),
+                                     equal=("num_workers=2",)),
+                 Decision(True, 0.03, PICK, resolving=Resolving(0.06, 3, 0.08), equal=("num_workers=2",)),
+                 Decision(True, 0.03, PICK, resolving=Resolving(0.02, 3, 0.03))]
+    for decision in decisions:
+        info = summary(decision)
+        files = files_line(SweepResult(out, tuple(records()), info), out.with_suffix(".png"), False, 74.0)
+        lines = [line for item in [*summary_lines(info), files] for line in wrap(item, columns)]
+        assert len(lines) <= most, lines
+        assert len(wrap(summary_lines(info)[1], columns)) <= (2 if columns == 100 else 3)

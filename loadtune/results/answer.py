@@ -34,8 +34,7 @@ def settle(decision: Decision) -> str:
     recorded); --resume keeps every repeat measured (its raw samples) and races the pick and its
     rivals further, up to more repeats than any trial holds (measure.repeats capped them all)."""
     if decision.ended_by == EndedBy.KEPT:
-        return ("rerun with --overwrite instead of --resume (racing cannot measure again a trial kept without its "
-                "raw samples)")
+        return "rerun with --overwrite (a trial kept without its raw samples cannot be raced)"
     if decision.ended_by == EndedBy.BUDGET:
         return "rerun with a larger --budget and --resume"
     repeats = decision.resolving.repeats
@@ -97,7 +96,7 @@ def _zone_words(decision: Decision) -> str:
 def _named(names: Sequence[str]) -> str:
     """The first name, quoted (names hold commas of their own), and how many more."""
     more = len(names) - 1
-    return f"'{names[0]}'" + (f" (and {more} more)" if more > 0 else "") if names else "another config"
+    return f"'{short_trial(names[0])}'" + (f" (and {more} more)" if more > 0 else "") if names else "another config"
 
 
 def _counted(names: Sequence[str]) -> str:
@@ -122,7 +121,7 @@ def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> s
                 f"{settle(decision)}.")
     if not decision.decided:
         return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster, beyond "
-                f"{_zone_words(decision)}; to settle it, {settle(decision)}.")
+                f"the {share(decision.zone)} this machine resolves; to settle it, {settle(decision)}.")
     return _sure_words(decision, chosen)
 
 
@@ -130,11 +129,10 @@ def _sure_words(decision: Decision, chosen: Record) -> str:
     """Why a decided pick is sure: nothing left can gain more than the zone, the model's ties, the
     configs equal within the zone, or the rest behind."""
     bound = decision.resolving.bound
-    verb = "is" if len(decision.equal) == 1 else "are"
-    equal = f"; {_counted(decision.equal)} {verb} equal and this is the cheapest" if decision.equal else ""
     if bound is not None and bound <= decision.zone:
-        return (f"Sure: no config can run more than {share(bound)} faster (the pick's wait ratio and the ideal "
-                f"bound it), within {_zone_words(decision)}{equal}.")
+        equal = f"; it is the cheapest of the {len(decision.equal) + 1} marked =1" if decision.equal else ""
+        return (f"Sure: nothing can run more than {share(bound)} faster (its wait ratio bounds it), inside "
+                f"{_zone_words(decision)}{equal}.")
     ties = decision.ties
     if ties:
         named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"

@@ -108,7 +108,7 @@ def files_line(result: SweepResult, plot: Path | None, verbose: bool, wall_s: fl
     files = [str(result.out_path)] + ([f"{per_rank_csv} (per rank)"] if per_rank_csv else [])
     files += [f"{plot} (chart)"] if plot is not None else []
     took = "" if wall_s is None else f"; in {duration_text(wall_s)}"
-    more = "" if verbose else "; details: --verbose or loadtune report"
+    more = "" if verbose else "; --verbose for details"
     return f"Files: {', '.join(files)}{more}{took}"
 
 
