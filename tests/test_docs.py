@@ -565,7 +565,7 @@ def test_readme_quick_start_and_demo_output_match_the_makefile():
         .replace("$(DEMO_OUT)", "results/demo-images.csv")
     demo = text[text.index("<!-- demo-output -->"):text.index("<!-- /demo-output -->")]
     assert command in demo
-    assert "Recommended:" in demo and "Files: results/demo-images.csv (CSV)" in demo
+    assert "Recommended:" in demo and "Files: results/demo-images.csv, " in demo
     output = demo[demo.index("```text"):].split("```")[1].splitlines()
     answer = output[next(i for i, line in enumerate(output) if line.startswith("Recommended:")):]
     # Each item wrapped at the width, its continuation lines indented.
