@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 
 import psutil
 import pytest
@@ -125,3 +127,17 @@ def fake_runner(spec, out_path, execute, **info):
 
     files = SweepFiles.open(out_path, spec, "here", resume=False)
     return Racer(fake_setup(spec, **info), files, execute=execute)
+
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch):
+    """Import a benchmark script as a module (the benchmarks folder on sys.path, as when it runs)."""
+    monkeypatch.syspath_prepend(str(BENCH))
+
+    def load(name: str) -> ModuleType:
+        return importlib.import_module(name)
+
+    return load

@@ -6,7 +6,6 @@ slow starts DataLoader workers."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import pickle
@@ -18,19 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 SIZE_KWARGS = ("num_samples", "num_images", "num_docs")
-
-
-@pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch):
-    """Import a benchmark module (the benchmarks folder on sys.path, as when a script runs)."""
-    monkeypatch.syspath_prepend(str(BENCH))
-
-    def load(name: str) -> ModuleType:
-        return importlib.import_module(name)
-
-    return load
 
 
 @pytest.fixture

@@ -5,27 +5,16 @@ no process or DataLoader worker is started."""
 from __future__ import annotations
 
 import ast
-import importlib
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from tests.conftest import BENCH
+
 SCRIPTS = sorted(p for p in BENCH.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
-
-
-@pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch):
-    """Import a benchmark script as a module (the benchmarks folder on sys.path, as when it runs)."""
-    monkeypatch.syspath_prepend(str(BENCH))
-
-    def load(name: str) -> ModuleType:
-        return importlib.import_module(name)
-
-    return load
 
 
 def goals_of(bench) -> tuple[Any, list[str]]:
