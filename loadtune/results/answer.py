@@ -133,11 +133,10 @@ def _sure_words(decision: Decision, chosen: Record) -> str:
         equal = f"; it is the cheapest of the {len(decision.equal) + 1} marked =1" if decision.equal else ""
         return (f"Sure: nothing can run more than {share(bound)} faster (its wait ratio bounds it), inside "
                 f"{_zone_words(decision)}{equal}.")
-    ties = decision.ties
-    if ties:
-        named = ", ".join(f"{t.other} ({t.measured_ratio:.2f}x measured, {t.predicted_ratio:.2f}x predicted)"
-                          for t in ties[:1])
-        return f"Sure: {named} ran as fast, as the model predicts; this is the cheapest of them."
+    if decision.ties:
+        tie = decision.ties[0]
+        return (f"Sure: {tie.other} ({tie.measured_ratio:.2f}x measured, {tie.predicted_ratio:.2f}x predicted) ran "
+                "as fast, as the model predicts; this is the cheapest of them.")
     if decision.equal:
         return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; this is the cheapest of them."
     return (f"Sure: every other config is slower, or at most {share(decision.zone)} faster and dearer; a rerun "
