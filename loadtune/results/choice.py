@@ -76,6 +76,18 @@ def recommended(records: Sequence[Record]) -> Record | None:
     return choose(records, lambda r: bool(r.assessment.tied_with_best), cost)
 
 
+def tied_row(records: Sequence[Record], trial: str | None) -> Record | None:
+    """`trial`'s row where the rows mark it tied with the best; None where they do not."""
+    return next((r for r in records if r.trial == trial and r.assessment.tied_with_best), None)
+
+
+def picked(records: Sequence[Record], pick: str | None) -> Record | None:
+    """The recommendation: the sweep's own pick (racing's, which knows every setting's cost) where
+    the rows still mark it tied with the best (tied_row), else the cheapest tied with the best
+    (recommended)."""
+    return tied_row(records, pick) or recommended(records)
+
+
 # --- a config's settings -----------------------------------------------------------------------
 
 

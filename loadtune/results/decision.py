@@ -7,14 +7,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from loadtune.errors import ResultsError
 from loadtune.kinds import EndedBy
+from loadtune.results.choice import tied_row
 from loadtune.results.record import Record
+from loadtune.results.sidecar import replace_json
 
 # Beside NAME.csv: what the sweep concluded that the CSV does not hold (StoredDecision), with the
 # digest of the CSV it concluded: {"format", "csv_sha256", "recommended", "speedup_interval",
@@ -191,9 +192,9 @@ class StoredDecision:
 
     def row(self, records: Sequence[Record]) -> Record | None:
         """The row of the trial the sweep recommended, where the file still has it among the trials
-        tied with the best (the sweep's rule for its pick); None where it does not: the file is not
-        the one the sweep concluded."""
-        return next((r for r in records if r.trial == self.recommended and r.assessment.tied_with_best), None)
+        tied with the best (the sweep's rule for its pick, choice.picked); None where it does not:
+        the file is not the one the sweep concluded."""
+        return tied_row(records, self.recommended)
 
 
 def decision_file(csv_path: Path | str) -> Path:
@@ -216,14 +217,11 @@ def write_decision(csv_path: Path | str, decision: Decision | None, recommended:
     data = {"format": DECISION_FORMAT, "recommended": recommended.trial if recommended is not None else None,
             "speedup_interval": [lo, hi] if lo is not None and hi is not None else None,
             "decision": decision.to_json() if decision is not None else None}
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
         data["csv_sha256"] = csv_digest(csv_path)
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
     except OSError as exc:
         raise ResultsError(f"{path}: cannot write how sure the sweep was: {exc.strerror or exc}") from None
-    return path
+    return replace_json(path, data, "how sure the sweep was")
 
 
 def read_decision(csv_path: Path | str) -> StoredDecision | None:

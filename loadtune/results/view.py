@@ -14,7 +14,7 @@ from loadtune.duration import duration_text
 from loadtune.errors import ResultsError
 from loadtune.kinds import Status
 from loadtune.results.answer import travel_lines
-from loadtune.results.choice import recommended
+from loadtune.results.choice import picked
 from loadtune.results.decision import read_decision
 from loadtune.results.record import Record
 from loadtune.results.report import (
@@ -126,7 +126,7 @@ def file_summary_of(rows: list[Record], path: Path) -> Summary | None:
     settings beside it (NAME.loader.json) and what the sweep concluded (NAME.decision.json: how
     sure, where the CSV is still the one it wrote), as the sweep said them."""
     stored = read_decision(path)
-    chosen = (stored.row(rows) if stored is not None else None) or recommended(rows)
+    chosen = picked(rows, stored.recommended if stored is not None else None)
     moved, same = travel(rows, settings_of(chosen)) if chosen is not None else ([], [])
     try:
         loaders = {trial: info.loader_kwargs for trial, info in read_loader_info(path).items()}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from loadtune.config import THREAD_KEYS
 from loadtune.errors import ResultsError
 from loadtune.results.choice import SETTING_COLUMNS, config_name, recorded_settings
 from loadtune.results.record import Record
+from loadtune.results.sidecar import replace_json
 from loadtune.results.table import Cell, Column, fitted_table
 from loadtune.text import fmt
 from loadtune.trials import LOADER_DEFAULTS, effective_settings, format_value
@@ -136,13 +136,7 @@ def write_loader_info(csv_path: Path | str, infos: Mapping[str, LoaderInfo]) -> 
     path = loader_file(csv_path)
     data = {trial: {"loader_kwargs": plain_settings(info.loader_kwargs), "dataset": info.dataset,
                     "script": info.script, "argv": list(info.argv)} for trial, info in infos.items()}
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise ResultsError(f"{path}: cannot write the loaders' settings: {exc.strerror or exc}") from None
-    return path
+    return replace_json(path, data, "the loaders' settings")
 
 
 def info_for(infos: Mapping[str, LoaderInfo], name: str) -> LoaderInfo | None:

@@ -16,7 +16,7 @@ from loadtune.errors import ResultsError
 from loadtune.kinds import RankBy
 from loadtune.options import SweepOptions, default_output
 from loadtune.results.advice import Advised, with_checked_advice
-from loadtune.results.choice import recommended
+from loadtune.results.choice import picked, recommended
 from loadtune.results.decision import Decision, Resolving, ended, ended_words, write_decision
 from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
 from loadtune.results.model import ModelReport
@@ -179,14 +179,6 @@ def disagreement(runs: Mapping[str, TrialRun], records: Sequence[Record]) -> lis
     return [Disagreement(lean)]
 
 
-def chosen_record(records: Sequence[Record], decision: Decision | None) -> Record | None:
-    """The recommendation: racing's pick when it is tied with the best (it knows every setting's
-    cost), else the cheapest record tied with the best."""
-    pick = decision.pick if decision is not None else None
-    picked = next((r for r in records if r.trial == pick and r.assessment.tied_with_best), None)
-    return picked or recommended(records)
-
-
 @dataclass(frozen=True)
 class Chosen:
     """What the pick is made from: the ranked rows, the trials as asked (by name), racing's
@@ -217,7 +209,7 @@ def summarize(options: SweepOptions, spec: RunSpec, chosen_from: Chosen, about: 
     """The summary the CLI prints and the API returns: the recommendation, what to change, how
     sure, and with ranks the one-rank sweep of the same config beside it."""
     records, trials = chosen_from.records, chosen_from.trials
-    chosen = chosen_record(records, chosen_from.decision)
+    chosen = picked(records, chosen_from.decision.pick if chosen_from.decision is not None else None)
     elsewhere = Elsewhere()
     speedup: tuple[float | None, float | None] = (None, None)
     if chosen is not None:
