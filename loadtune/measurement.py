@@ -177,6 +177,24 @@ class LoaderEpochs:
     restarts_workers: bool = False
 
 
+# A window is not ended early before this many counted batches: fewer say too little of its pace.
+MIN_BATCHES_BEFORE_BEHIND = 4
+
+
+@dataclass(frozen=True)
+class Behind:
+    """When a counted window ends early, clearly behind (the sweep's racing, batch by batch): once
+    even a window that waited no more for data over its remaining batches (each as short as its
+    shortest transfer and step so far) could not reach `bar_samples_per_s`. The waits of each
+    epoch's first `early_places` batches are left out of that best case (0 where the windows
+    hold the training run's epochs whole: then the window's figures are the run's), so an epoch
+    start the run weighs less than the window does never ends it."""
+
+    bar_samples_per_s: float
+    early_places: int = 0
+    min_batches: int = MIN_BATCHES_BEFORE_BEHIND
+
+
 @dataclass(frozen=True)
 class Measurement:
     """What one trial observed: its start (the first batch and warm-up) and its counted windows."""
@@ -190,6 +208,7 @@ class Measurement:
     # holds their combination (see combine_ranks).
     ranks: tuple["Measurement", ...] = ()
     epochs: LoaderEpochs = LoaderEpochs()
+    behind: bool = False  # racing ended its window early: clearly behind the leader (see Behind)
 
 
 def _summed_cpu(windows: Sequence[CpuWindow | None]) -> CpuWindow | None:

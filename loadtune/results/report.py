@@ -64,7 +64,9 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
     names, styles = [], []
     for r in records:
         flagged = r.status == Status.OK and r.data_flagged
-        names.append(f"{r.trial or ''} ({r.measuring.data_check})" if flagged else r.trial or "")
+        names.append(f"{r.trial or ''} ({r.measuring.data_check})" if flagged
+                     else f"{r.trial or ''} (stopped)" if r.status == Status.OK and r.measuring.stopped_early
+                     else r.trial or "")
         if r.status != Status.OK:
             status = r.status or ""
             row: dict[str, Cell] = {"rank": "-", "samples/s [95%]": Text(status, style=STATUS_STYLE.get(status, ""))}

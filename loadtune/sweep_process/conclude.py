@@ -147,7 +147,7 @@ def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties
     the pick among the best; the ideal a reference, not ranked."""
     records = [run.record for run in runs.values() if run.record is not None]
     placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties,
-                    pick)
+                    pick, frozenset(name for name, run in runs.items() if run.cut_short))
     return apply_ranking(records, placings, throughput(runs, BASELINE), throughput(runs, IDEAL))
 
 

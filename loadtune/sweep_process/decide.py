@@ -24,7 +24,7 @@ import numpy.typing as npt
 from loadtune.kinds import RankBy
 from loadtune.results.choice import choose
 from loadtune.results.interval import Interval
-from loadtune.sweep_process.stats import RERUN_WIDTH
+from loadtune.sweep_process.stats import MACHINE_DRIFT, RERUN_WIDTH
 from loadtune.trials import BASELINE
 
 # Each one-sided bound at 95%: together the two make the 90% interval of the TOST procedure.
@@ -295,6 +295,15 @@ def zone(tolerance: float, spread: float | None, repeats: int) -> float:
     within the sweep's repeats (resolution). Differences inside it are equal; of the equals, the
     cheapest is the pick."""
     return max(tolerance, resolution(spread, repeats))
+
+
+def behind_bar(leader_samples_per_s: float, tolerance: float, spread: float | None) -> float:
+    """The throughput a trial's window must still be able to reach to stay in the race (measure's
+    Behind, checked batch by batch): the leader's, less the larger of the tolerance and what one
+    process each can resolve (resolution with one repeat: the trial's own process may be a slow
+    one), with the machine's usual drift while the sweep has not measured its spread."""
+    margin = max(tolerance, resolution(spread if spread is not None else MACHINE_DRIFT.throughput_log_sd, 1))
+    return leader_samples_per_s / (1 + margin)
 
 
 def gain_bound(item: Scored, ideal: Scored | None = None, by: RankBy = RankBy.THROUGHPUT) -> float:

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from loadtune.kinds import RankBy, Status
+from loadtune.measurement import Behind
 from loadtune.results.choice import contends
 from loadtune.results.findings import Finding
 from loadtune.results.record import RankRecord, Record
 from loadtune.results.samples import TrialSamples
 from loadtune.sweep_process import events
 from loadtune.sweep_process.checking import DataCheck
-from loadtune.sweep_process.decide import RaceStep, Scored, race_step
+from loadtune.sweep_process.decide import RaceStep, Scored, behind_bar, race_step
 from loadtune.sweep_process.derive import Deriving, derive, noised_stats, renoised
 from loadtune.sweep_process.diagnose import outside_share
 from loadtune.sweep_process.files import SweepFiles
@@ -42,7 +43,7 @@ from loadtune.sweep_process.trial_run import (
     samples_of,
 )
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trials import FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
@@ -183,7 +184,22 @@ class Racer:
         cfg = spec.config
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}),
                         self.setup.device, str(spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
-                        spec.ranks, scratch=self.settings.scratch)
+                        spec.ranks, scratch=self.settings.scratch, behind=self._behind(trial))
+
+    def _behind(self, trial: Trial) -> Behind | None:
+        """When the trial's window may end early, clearly behind the leader so far (decide's
+        behind_bar): ranked by throughput on one rank, never the baseline (every figure is set
+        against it) or the ideal, and not before a contender has run."""
+        spec = self.setup.spec
+        if trial.name == BASELINE or trial.feed == FEED_MEMORY or spec.ranks > 1 or spec.torchrun \
+                or self.settings.rank_by != RankBy.THROUGHPUT:
+            return None
+        leaders = [score.measured_throughput.mean for name, run in self.runs.items()
+                   if name != trial.name and (score := run.score) is not None and not run.stopped_early
+                   and contends(name, score.ran, run.flagged)]
+        if not leaders:
+            return None
+        return Behind(behind_bar(max(leaders), self.setup.spec.config.measure.tolerance, self.spread))
 
     def _plan_runs(self, count: int) -> None:
         self.progress.runs_planned += count
@@ -212,7 +228,8 @@ class Racer:
         if kept:
             self.check_data()
             self.pool_noise()
-        while batch := [run for run in todo if run.failure is None and run.repeats < first[run.trial.name]]:
+        while batch := [run for run in todo if run.failure is None and not run.stopped_early
+                        and run.repeats < first[run.trial.name]]:
             self._run_round(batch)
         self.race(more=False)
         return {name: self.scored(name) for name, run in self.runs.items() if not run.pending}
@@ -245,6 +262,11 @@ class Racer:
         and the data checks and the pooled noise between processes once the round is done."""
         batch = [run for run in runs if run.failure is None]
         self.rng.shuffle(batch)
+        # A first round: the baseline first while it has no figure, then the model's likely leaders,
+        # as a trial clearly behind what ran before it ends its window early (_behind).
+        if not any(run.repeats for run in batch):
+            batch.sort(key=lambda run: (run.trial.name != BASELINE or run.score is not None,
+                                        -(run.predicted.throughput if run.predicted is not None else 0.0)))
         for run in batch:
             self._run_once(run)
             self._finish(run)
@@ -355,6 +377,7 @@ class Racer:
             outside = outside_share(outcome.result, self.setup.sampled_cores)
             if outside is None or outside <= m.max_outside_cpu or attempt == MAX_REDONE:
                 run.done.append(Repeat(outcome.result, outcome.wall_s))
+                run.stopped_early = run.stopped_early or outcome.result.behind
                 return
             run.disturbed += 1
             self._plan_runs(1)

@@ -25,16 +25,34 @@ class Placing:
 
 
 def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
-         ties: Ties = frozenset(), pick: str | None = None) -> dict[str, Placing]:
+         ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset()) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
     the leader's rank; one that cannot be told yet starts a group of its own. The pick (the
-    baseline kept because no change is shown to pay) is among the best, wherever it places."""
+    baseline kept because no change is shown to pay) is among the best, wherever it places.
+    A trial `behind` (its window ended early, clearly behind the leader: figures from part of a
+    window) places by its figures, but after the best group and never in another's."""
     by = RankBy(by)  # a ValueError for anything else
     placings: dict[str, Placing] = {}
     leader: Scored | None = None
     group_rank = 0
-    for position, item in enumerate(order(items, by), start=1):
-        if leader is None or not acceptable(item, leader, tolerance, by, ties):
+    ordered = _behind_the_best(order(items, by), by, tolerance, ties, behind)
+    for position, item in enumerate(ordered, start=1):
+        if leader is None or item.name in behind or not acceptable(item, leader, tolerance, by, ties):
             leader, group_rank = item, position
         placings[item.name] = Placing(1 if item.name == pick else group_rank, group_rank == 1 or item.name == pick)
     return placings
+
+
+def _behind_the_best(ordered: list[Scored], by: RankBy, tolerance: float, ties: Ties,
+                     behind: frozenset[str]) -> list[Scored]:
+    """`ordered` with the trials `behind` moved after the best group: the leader measured in full
+    and the trials measured in full that follow it acceptable in its place."""
+    full = [item for item in ordered if item.name not in behind]
+    if not behind or not full:
+        return ordered
+    best = [full[0]]
+    for item in full[1:]:
+        if not acceptable(item, full[0], tolerance, by, ties):
+            break
+        best.append(item)
+    return best + [item for item in ordered if item not in best]

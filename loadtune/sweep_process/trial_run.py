@@ -38,6 +38,7 @@ def merged(measurements: Sequence[Measurement]) -> Measurement:
         ranks=tuple(merged(per_rank) for per_rank in zip(*(m.ranks for m in measurements))),
         epochs=dataclasses.replace(measurements[0].epochs,
                                    sampled=tuple(epoch for m in measurements for epoch in m.epochs.sampled)),
+        behind=any(m.behind for m in measurements),
     )
 
 
@@ -92,6 +93,12 @@ class TrialRun:
     @property
     def measurements(self) -> tuple[Measurement, ...]:
         return tuple(r.measurement for r in self.done)
+
+    @property
+    def cut_short(self) -> bool:
+        """Racing ended one of its windows early, clearly behind the leader (measurement.Behind):
+        its figures hold only the batches before, and rank after every trial measured in full."""
+        return any(r.measurement.behind for r in self.done)
 
     @property
     def walls_s(self) -> tuple[float, ...]:

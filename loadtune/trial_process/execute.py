@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loadtune.config import WORKER_ONLY
-from loadtune.measurement import LoaderEpochs, Measurement, combine_ranks
+from loadtune.measurement import Behind, LoaderEpochs, Measurement, combine_ranks
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
 from loadtune.trial_process.factory import build_source
@@ -75,7 +75,8 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
             epoch_batches=plan.feed_cut, transfer=parts.transfer, default_batch_size=parts.batch_size,
             sampling=sampling, copy_timer=parts.copy_timer, probe=WindowEdges(counters, workers) if loading else None,
             fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
-            extra_warmup_max_s=m.warmup_per_worker_max_s, on_phase=phases.enter if phases is not None else None)
+            extra_warmup_max_s=m.warmup_per_worker_max_s, on_phase=phases.enter if phases is not None else None,
+            behind=_behind(job, plan) if rank is None else None)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
@@ -85,6 +86,17 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
                           restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
     return dataclasses.replace(measurement, start=dataclasses.replace(measurement.start, setup_s=setup_s),
                                pinned=pinned, epochs=epochs)
+
+
+def _behind(job: TrialJob, plan: EpochPlan) -> Behind | None:
+    """When the window ends early (racing): as the sweep asked, the waits of each epoch's first
+    half of places left out of the best case unless the windows hold the run's epochs whole."""
+    if job.behind is None:
+        return None
+    whole = plan.window_batches is not None and plan.window_batches == (job.measure.run_epoch_batches
+                                                                        or plan.dataset_batches)
+    return job.behind if whole else dataclasses.replace(job.behind,
+                                                         early_places=max(1, (plan.window_batches or 0) // 2))
 
 
 class _PinProbe:

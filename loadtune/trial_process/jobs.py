@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadtune.config import DatasetSpec, LoaderSpec, MeasureSpec, StepSpec
+from loadtune.measurement import Behind
 from loadtune.trials import Trial
 
 
@@ -24,6 +25,7 @@ class TrialJob:
     ranks: int = 1  # data-parallel ranks run at once (see loadtune.trial_process.ranks)
     group: Any = None  # ranks.GroupSpec: this process is one rank of a sweep run under torchrun
     scratch: str | None = None  # a folder for files the trial leaves, removed by the sweep
+    behind: Behind | None = None  # when its window ends early, clearly behind the leader (racing)
 
     @property
     def name(self) -> str:

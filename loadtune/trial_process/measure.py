@@ -7,12 +7,13 @@ a fake loader and get exact numbers.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 from loadtune.errors import LoadtuneError
-from loadtune.measurement import Measurement, TrialStart, Window
+from loadtune.measurement import Behind, Measurement, TrialStart, Window
 from loadtune.trial_process.fingerprint import Taken, sample_slice, window_keys
 
 Clock = Callable[[], float]
@@ -108,6 +109,33 @@ class Feed:
         self._it = None
 
 
+class Pace:
+    """A window's best case as its batches come (see Behind), kept in running sums so each
+    batch's check costs the same however long the window."""
+
+    def __init__(self, behind: Behind, batches: int, first_place: int) -> None:
+        self.behind, self.batches, self.place = behind, batches, first_place
+        self.done, self.samples, self.spent_s, self.fastest_s = 0, 0, 0.0, math.inf
+
+    def add(self, wait_s: float, busy_s: float, samples: int, epoch_start: bool) -> None:
+        """One more counted batch: its wait, its transfer and step (`busy_s`), its samples."""
+        self.place = 0 if epoch_start else self.place
+        self.spent_s += busy_s + (0.0 if self.place < self.behind.early_places else wait_s)
+        self.place += 1
+        self.done += 1
+        self.samples += samples
+        self.fastest_s = min(self.fastest_s, busy_s)
+
+    def best_case_samples_per_s(self) -> float:
+        """The most samples per second the whole window could still reach."""
+        total_s = self.spent_s + (self.batches - self.done) * self.fastest_s
+        return self.samples * self.batches / self.done / total_s if total_s > 0 else math.inf
+
+    def clearly_behind(self) -> bool:
+        return self.behind.min_batches <= self.done < self.batches \
+            and self.best_case_samples_per_s() < self.behind.bar_samples_per_s
+
+
 class Sampling(Protocol):
     """The sweep's sampling of this process tree around the counted windows (see execute)."""
 
@@ -199,6 +227,7 @@ def measure_loop(
     extra_warmup_batches: int = 0,
     extra_warmup_max_s: float = 0.0,
     on_phase: Callable[[str], None] | None = None,
+    behind: Behind | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -213,14 +242,15 @@ def measure_loop(
     thread's CPU inside each wait: Window.wait_cpu_s) and `fingerprint` (each counted batch's
     keys and labels: Window.keys, .labels, taken outside the timed parts) and `on_phase` (told
     "first batch", "warm-up", "window 1" ... "window N" and "teardown" as each begins, outside
-    the timed parts: see trial_process.phases).
+    the timed parts: see trial_process.phases). With `behind`, a window clearly behind ends
+    early (see Behind) and no window follows it: Measurement.behind says so.
     """
     feed = Feed(loader, epoch_batches)
     counted = _Counted(fetch=feed.next, position=lambda: feed.position, move=transfer, step=step, clock=clock,
                        cpu_clock=cpu_clock, copy_timer=copy_timer, probe=probe, fingerprint=fingerprint,
                        default_batch_size=default_batch_size)
     plan = _Plan(warmup_batches=warmup_batches, extra_batches=extra_warmup_batches,
-                 extra_max_s=extra_warmup_max_s, batches=batches, repeats=repeats)
+                 extra_max_s=extra_warmup_max_s, batches=batches, repeats=repeats, behind=behind)
     try:
         return _run(feed, counted, region, plan, sampling, on_phase if on_phase is not None else _no_phase)
     finally:
@@ -236,6 +266,7 @@ class _Plan:
     extra_max_s: float
     batches: int
     repeats: int
+    behind: Behind | None = None
 
 
 def _in_regions(counted: _Counted, region: Region) -> _Counted:
@@ -267,14 +298,19 @@ def _run(feed: Feed, counted: _Counted, region: Region | None, plan: _Plan, samp
                     extra_max_s=plan.extra_max_s)
     warmup_s = clock() - t0 - first_batch_s
     windows: list[Window] = []
+    behind = False
     for n in range(1, plan.repeats + 1):
         phase(f"window {n}")
-        windows.append(_window(counted, plan.batches))
+        window = _window(counted, plan.batches, plan.behind)
+        windows.append(window)
+        if len(window) < plan.batches:
+            behind = True
+            break
     phase("teardown")
     if sampling is not None:
         sampling.end()
     return Measurement(TrialStart(first_batch_s, warmup_s=warmup_s, warmup_batches=done), windows=tuple(windows),
-                       batch_bytes=first_batch_bytes)
+                       batch_bytes=first_batch_bytes, behind=behind)
 
 
 def _no_phase(name: str) -> None:
@@ -328,15 +364,22 @@ def _warm_up(feed: Feed, first: Any, run: Step, clock: Clock, sampling: Sampling
             return rule.done
 
 
-def _window(counted: _Counted, batches: int) -> Window:
-    """One window of `batches` counted batches; the probe is read at its edges, outside the timed parts."""
+def _window(counted: _Counted, batches: int, behind: Behind | None = None) -> Window:
+    """One window of `batches` counted batches, or fewer where it is clearly `behind`; the probe
+    is read at its edges, outside the timed parts."""
     columns = _Columns()
     edge = counted.probe.read() if counted.probe is not None else None
     epoch_pos = counted.position()
     t0 = counted.clock()
     c0 = counted.cpu_clock()
+    pace = Pace(behind, batches, epoch_pos) if behind is not None else None
     for _ in range(batches):
         t0 = _counted_batch(counted, columns, t0, c0)
+        if pace is not None:
+            pace.add(columns.wait[-1], columns.h2d[-1] + columns.step[-1], columns.samples[-1], columns.starts[-1])
+            if pace.clearly_behind():
+                break
+            t0 = counted.clock()  # the check adds to no part
         c0 = counted.cpu_clock()
     use = counted.probe.between(edge, counted.probe.read()) if counted.probe is not None else (None, ())
     return columns.window(use, 0 if columns.starts[0] else epoch_pos)

@@ -1,0 +1,137 @@
+"""Racing inside a window: a trial clearly behind the leader ends its counted window early
+(measurement.Behind, measure.Pace), driven by a fake clock: exact batch counts."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from loadtune.measurement import MIN_BATCHES_BEFORE_BEHIND, Behind
+from loadtune.results.interval import Interval
+from loadtune.sweep_process.decide import Z_ONE_SIDED, Scored, behind_bar
+from loadtune.sweep_process.ranking import rank
+from loadtune.sweep_process.stats import MACHINE_DRIFT
+from loadtune.trial_process.measure import Pace, measure_loop
+from tests.conftest import run_cli, tiny_config
+from tests.test_measure import FakeClock, FakeLoader, stepper
+
+
+def _loop(bar: float | None, batches: int = 20, repeats: int = 2):
+    """4 samples a batch, 10 ms waiting and 30 ms of step each: 100 samples/s."""
+    clock = FakeClock()
+    loader = FakeLoader(clock, length=1000, fetch_s=0.010)
+    return measure_loop(loader, stepper(clock, 0.030), warmup_batches=2, batches=batches, repeats=repeats,
+                        clock=clock, behind=Behind(bar) if bar is not None else None)
+
+
+def test_a_window_ends_at_the_first_batch_whose_best_case_falls_below_the_bar():
+    # After k of 20 batches the best case is 80 samples / (0.040 k + 0.030 (20 - k)) s:
+    # 125.0 after 4, 123.1 after 5. A bar of 124 ends the window after the 5th.
+    m = _loop(124.0)
+    assert m.behind
+    assert len(m.windows) == 1 and len(m.windows[0]) == 5
+    assert m.windows[0].wait_s == pytest.approx((0.010,) * 5)
+
+
+def test_a_trial_within_reach_of_the_bar_runs_every_window_in_full():
+    m = _loop(99.0)
+    assert not m.behind
+    assert [len(w) for w in m.windows] == [20, 20]
+    assert [len(w) for w in _loop(None).windows] == [20, 20]
+
+
+def test_no_window_ends_before_its_fewest_batches():
+    m = _loop(1e9)
+    assert m.behind and len(m.windows[0]) == MIN_BATCHES_BEFORE_BEHIND
+
+
+def test_a_window_that_can_still_reach_the_bar_on_its_last_batch_is_not_behind():
+    # The best case of a finished window is what it measured: never "behind", whatever the bar.
+    m = _loop(1e9, batches=MIN_BATCHES_BEFORE_BEHIND)
+    assert not m.behind and len(m.windows) == 2
+
+
+def test_the_waits_of_an_epochs_first_places_are_left_out_of_the_best_case():
+    pace = Pace(Behind(100.0, early_places=2), batches=10, first_place=0)
+    pace.add(wait_s=1.0, busy_s=0.03, samples=4, epoch_start=True)  # place 0: its wait left out
+    pace.add(wait_s=0.5, busy_s=0.03, samples=4, epoch_start=False)  # place 1: left out
+    assert pace.spent_s == pytest.approx(0.06)
+    pace.add(wait_s=0.01, busy_s=0.02, samples=4, epoch_start=False)  # place 2: counted
+    assert pace.spent_s == pytest.approx(0.09)
+    assert pace.best_case_samples_per_s() == pytest.approx(40 / (0.09 + 7 * 0.02))
+    pace.add(wait_s=2.0, busy_s=0.03, samples=4, epoch_start=True)  # a new epoch: place 0 again
+    assert pace.spent_s == pytest.approx(0.12)
+
+
+def test_a_window_that_holds_the_run_s_epochs_counts_every_wait():
+    pace = Pace(Behind(100.0), batches=10, first_place=0)
+    pace.add(wait_s=1.0, busy_s=0.03, samples=4, epoch_start=True)
+    assert pace.spent_s == pytest.approx(1.03)
+
+
+def test_the_bar_is_the_leader_less_the_larger_of_tolerance_and_one_process_s_resolution():
+    assert behind_bar(100.0, 0.03, 0.001) == pytest.approx(100 / 1.03)
+    wide = 0.05
+    assert behind_bar(100.0, 0.03, wide) == pytest.approx(100 / (1 + Z_ONE_SIDED * wide * math.sqrt(2)))
+    unmeasured = Z_ONE_SIDED * MACHINE_DRIFT.throughput_log_sd * math.sqrt(2)
+    assert behind_bar(100.0, 0.0, None) == pytest.approx(100 / (1 + unmeasured))
+
+
+def _scored(name: str, mean: float) -> Scored:
+    return Scored(name, Interval(mean, mean - 0.5, mean + 0.5), Interval(0.5, 0.4995, 0.5005))
+
+
+def test_a_trial_cut_short_places_by_its_figures_but_after_the_best_and_never_tied():
+    # "cut" read fastest over its few batches, but its window ended clearly behind the leader.
+    items = [_scored("a", 100), _scored("b", 99.5), _scored("cut", 130), _scored("cut2", 80), _scored("c", 79.5),
+             _scored("d", 60)]
+    placings = rank(items, tolerance=0.03, behind=frozenset({"cut", "cut2"}))
+    assert list(placings) == ["a", "b", "cut", "cut2", "c", "d"]
+    assert {k: v.rank for k, v in placings.items()} == {"a": 1, "b": 1, "cut": 3, "cut2": 4, "c": 4, "d": 6}
+    assert [k for k, v in placings.items() if v.tied_with_best] == ["a", "b"]
+    assert rank(items, tolerance=0.03)["cut"].rank == 1
+
+
+WORKER_SLOW = """
+import time
+
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+
+class WorkerSlow(Dataset):
+    '''Quick in the main process, 25 ms a sample in a worker: every config with workers is
+    several times behind the baseline.'''
+
+    def __len__(self):
+        return 400
+
+    def __getitem__(self, i):
+        time.sleep(0.025 if get_worker_info() is not None else 0.0005)
+        return torch.zeros(4)
+
+
+def make():
+    return WorkerSlow()
+"""
+
+
+@pytest.mark.slow
+def test_a_sweep_ends_the_windows_of_configs_clearly_behind_and_ranks_them_below(write_config, tmp_path, marker):
+    (tmp_path / "slow_workers.py").write_text(WORKER_SLOW)
+    config = tiny_config(dataset={"factory": "slow_workers.py:make"}, loader={"batch_size": 4, "num_workers": 0},
+                         sweep={"num_workers": [1]},
+                         measure={"warmup_batches": 2, "warmup_batches_per_worker": 0, "batches": 30, "repeats": 2,
+                                  "timeout_s": 60})
+    out = tmp_path / "out.csv"
+    result = run_cli("sweep", str(write_config(config)), "--out", str(out), marker=marker)
+    assert result.returncode == 0, result.stderr
+    df = pd.read_csv(out).set_index("trial")
+    base, worker = df.loc["baseline"], df.loc["num_workers=1"]
+    # Its best case after 4 batches is under a fifth of the baseline's throughput, whatever the noise.
+    assert worker.status == "ok" and bool(worker.stopped_early) and worker.repeats == 1
+    assert MIN_BATCHES_BEFORE_BEHIND <= worker.batches < 30
+    assert base.batches == 30 and not bool(worker.tied_with_best) and worker["rank"] > base["rank"]
+    assert "num_workers=1 (stopped)" in result.stdout
