@@ -18,7 +18,7 @@ def _median(values: Iterable[float | None], default: float = 0.0) -> float:
     return statistics.median(present) if present else default
 
 
-def _uncontended(evidence: Sequence[Evidence]) -> list[Evidence]:
+def uncontended(evidence: Sequence[Evidence]) -> list[Evidence]:
     """Trials whose loading processes had a core each beside the training thread: their fetch
     wall time is the fetch's own, not time spent queued for a core."""
     calm = [e for e in evidence if e.workers == 0 or e.workers <= max(1, math.floor(e.cores) - 1)]
@@ -39,8 +39,8 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     step = _step_figure(evidence, threads)
     # The step's CPU on each of its threads; a step on several threads spins while crowded (its
     # CPU grows with its wall time), so that is read where nothing crowds it.
-    shown = evidence if threads == 1 else _alone(evidence)
-    step_cpu = _median(cpu / (e.batch_size * threads) for e in shown if (cpu := _step_cpu_ms(e, handover)) is not None)
+    shown = evidence if threads == 1 else quiet_steps(evidence)
+    step_cpu = _median(cpu / (e.batch_size * threads) for e in shown if (cpu := step_cpu_ms(e, handover)) is not None)
     step_cpu = min(max(step_cpu, 0.0), step)
     pinned = [e.h2d_ms for e in evidence if e.settings["pin_memory"]]
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
@@ -57,7 +57,7 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
                          ranks=evidence[0].ranks, trials=len(evidence), step_threads=threads)
 
 
-def _alone(evidence: Sequence[Evidence]) -> list[Evidence]:
+def quiet_steps(evidence: Sequence[Evidence]) -> list[Evidence]:
     """The trials whose step had the cores to itself: without workers (else those with the fewest)."""
     fewest = min(e.workers for e in evidence)
     return [e for e in evidence if e.workers == fewest]
@@ -78,7 +78,7 @@ def _step_threads(evidence: Sequence[Evidence], handover_ms_per_sample: float) -
 
     def ratios(with_workers: bool) -> list[float]:
         return [cpu / e.step_ms for e in evidence if bool(e.workers) == with_workers and e.step_ms
-                and e.step_ms > 0 and (cpu := _step_cpu_ms(e, handover_ms_per_sample)) is not None]
+                and e.step_ms > 0 and (cpu := step_cpu_ms(e, handover_ms_per_sample)) is not None]
 
     alone, beside = ratios(False), ratios(True)
     if not alone or (beside and statistics.median(beside) < 0.5):
@@ -96,7 +96,7 @@ def _step_figure(evidence: Sequence[Evidence], threads: int = 1) -> float:
     if timed[0].ranks > 1:
         ready = [e for e in timed if e.workers] or timed
         return min((e.step_ms / e.batch_size for e in ready if e.step_ms is not None), default=0.0)
-    calm = _alone(timed) if threads > 1 else _uncontended(timed)
+    calm = quiet_steps(timed) if threads > 1 else uncontended(timed)
     return _median((e.step_ms / e.batch_size for e in calm if e.step_ms is not None), 0.0)
 
 
@@ -107,7 +107,7 @@ def _fetch_figures(evidence: Sequence[Evidence]) -> tuple[float, float]:
     wait without workers is the fetch."""
     timed = [e for e in evidence if e.loading.fetch_ms is not None]
     with_fetch = [e for e in timed if e.workers] or timed
-    calm = _uncontended(with_fetch) if with_fetch else []
+    calm = uncontended(with_fetch) if with_fetch else []
     fetch_cpu = _median(e.loading.fetch_ms * (e.loading.fetch_cpu_share or 0.0) / e.batch_size
                         for e in with_fetch if e.loading.fetch_ms is not None)
     fetch_wait = _median(e.loading.fetch_ms * (1 - (e.loading.fetch_cpu_share or 0.0)) / e.batch_size
@@ -144,7 +144,7 @@ def _start_figures(evidence: Sequence[Evidence], fetch_cpu: float, fetch_wait: f
     return start0, start_per, resume
 
 
-def _step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
+def step_cpu_ms(e: Evidence, handover_ms_per_sample: float) -> float | None:
     """The step's host CPU per batch: the training process's CPU per batch less what it spent
     receiving batches (with workers) or fetching them (without)."""
     if e.main_cpu_util is None:

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadtune.results.evidence import Evidence, evidence_of, run_epoch_samples
-from loadtune.results.figures import base_figures
+from loadtune.results.figures import base_figures, quiet_steps, step_cpu_ms, uncontended
 from loadtune.results.pipeline import PipelineModel, Prediction, predict_rank, rank_cores, starting
 from loadtune.results.record import Record
 from loadtune.trials import IDEAL, effective_settings, format_value
@@ -43,6 +43,12 @@ FIT_PARSIMONY_FLOOR = 1e-4  # and this much (the loss of a few trials off by abo
 HUBER_LOG_ERROR = 0.05  # log errors beyond this count linearly in the fit, not squared
 # A model fitted to fewer measured trials than this predicts nothing.
 MIN_TRIALS_TO_FIT = 2
+# A step timed only beside workers (own_step): the fitted figures searched again at most this
+# many times with the step's own cost read anew after each search, and each reading a fixed point
+# of at most OWN_STEP_ROUNDS rounds, done when the step moves less than OWN_STEP_TOLERANCE of itself.
+OWN_STEP_REFITS = 3
+OWN_STEP_ROUNDS = 8
+OWN_STEP_TOLERANCE = 1e-4
 
 
 def _core_prediction(model: PipelineModel, e: Evidence) -> Prediction:
@@ -76,12 +82,71 @@ def fit(records: Sequence[Record], dataset_len: int | None = None,
         dataset_len = run_epoch_samples(records)
     base = _factor_baseline(evidence, baseline)
     model = base_figures(evidence, dataset_len)
-    # The fitted figures from the trials the mechanism alone should explain.
-    model = _fitted(model, _search(model, [e for e in evidence if _explained(e, base)] or evidence))
+    # The fitted figures from the trials the mechanism alone should explain; a step timed only
+    # beside workers is read anew as they are fitted (own_step), and they are fitted again on it.
+    core = [e for e in evidence if _explained(e, base)] or evidence
+    for _ in range(OWN_STEP_REFITS):
+        model = _fitted(model, _search(model, core))
+        own = own_step(model, evidence)
+        settled = own.step_threads == model.step_threads and \
+            math.isclose(own.costs.step_ms_per_sample, model.costs.step_ms_per_sample, rel_tol=OWN_STEP_TOLERANCE)
+        model = own
+        if settled:
+            break
     model = replace(model, factors=_factors(model, evidence, base))
     residuals = [math.log(e.throughput * model.ranks / model.predict(e.settings).throughput) for e in evidence]
     spread = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else 0.0
     return replace(model, residual_log_sd=spread)
+
+
+def own_step(model: PipelineModel, evidence: Sequence[Evidence]) -> PipelineModel:
+    """The model with the step's own cost where no trial timed the step without workers (one
+    rank): each trial's timed step less the crowding the model predicts for its config (its
+    step's CPU phase stretched beside the workers, see crowding.step_stretch), in ms per sample,
+    the median over the trials the step is read from (figures: those with the fewest workers on
+    several threads, the uncontended on one), so the model predicts their step as timed. The
+    step's threads likewise: its CPU over its own wall time, not over the stretched one (unless
+    every trial set main_threads). A fixed point: the step's length sets how busy the training
+    thread is, so how much it is crowded. Without workers in a trial that timed the step, or on
+    ranks (their step is read where the workers had every batch ready), the model as it is."""
+    timed = [e for e in evidence if e.step_ms is not None]
+    if model.ranks > 1 or not timed or any(e.workers == 0 for e in timed):
+        return model
+    set_to = {e.settings.get("main_threads") for e in evidence}
+    threads_set = len(set_to) == 1 and None not in set_to
+    cores = max(1, math.floor(min(e.cores for e in evidence)))
+    threads, step = model.step_threads, model.costs.step_ms_per_sample
+    for _ in range(OWN_STEP_ROUNDS):
+        candidate = _with_step(model, evidence, threads, step)
+        own = {id(e): _own_step_ms(candidate, e) for e in timed}
+        read = quiet_steps(timed) if threads > 1 else uncontended(timed)  # as figures reads the step
+        step = statistics.median(own[id(e)] / e.batch_size for e in read)
+        cpu = [c / own[id(e)] for e in quiet_steps(timed)
+               if own[id(e)] > 0 and (c := step_cpu_ms(e, model.costs.handover_ms_per_sample)) is not None]
+        if cpu and not threads_set:
+            threads = int(min(max(round(statistics.median(cpu)), 1), cores))
+        if threads == candidate.step_threads and \
+                math.isclose(step, candidate.costs.step_ms_per_sample, rel_tol=OWN_STEP_TOLERANCE):
+            break
+    return _with_step(model, evidence, threads, step)
+
+
+def _own_step_ms(model: PipelineModel, e: Evidence) -> float:
+    """A trial's step in ms per batch less the crowding `model` predicts its workers add to it."""
+    crowding = _core_prediction(model, e).step_ms - model.costs.step_ms_per_sample * e.batch_size
+    return max(float(e.step_ms or 0.0) - crowding, 0.0)
+
+
+def _with_step(model: PipelineModel, evidence: Sequence[Evidence], threads: int, step: float) -> PipelineModel:
+    """The model with a step of `step` ms per sample on `threads` threads, its CPU on each read as
+    figures.base_figures reads it (over every trial on one thread, over the trials with the fewest
+    workers on several), at most the step."""
+    shown = evidence if threads == 1 else quiet_steps(evidence)
+    handover = model.costs.handover_ms_per_sample
+    cpu = [c / (e.batch_size * threads) for e in shown if (c := step_cpu_ms(e, handover)) is not None]
+    step_cpu = min(max(statistics.median(cpu), 0.0), step) if cpu else model.costs.step_cpu_ms_per_sample
+    costs = replace(model.costs, step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu)
+    return replace(model, costs=costs, step_threads=threads)
 
 
 def _factor_baseline(evidence: Sequence[Evidence], baseline: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -262,11 +262,13 @@ class Racer:
         and the data checks and the pooled noise between processes once the round is done."""
         batch = [run for run in runs if run.failure is None]
         self.rng.shuffle(batch)
-        # A first round: the baseline first while it has no figure, then the model's likely leaders,
-        # as a trial clearly behind what ran before it ends its window early (_behind).
+        # A first round: the baseline first while it has no figure, then the likely leaders (the
+        # model's, else the most workers), as a trial clearly behind what ran before it ends its
+        # window early (_behind).
         if not any(run.repeats for run in batch):
             batch.sort(key=lambda run: (run.trial.name != BASELINE or run.score is not None,
-                                        -(run.predicted.throughput if run.predicted is not None else 0.0)))
+                                        -(run.predicted.throughput if run.predicted is not None else 0.0),
+                                        -int(run.trial.loader_kwargs.get("num_workers") or 0)))
         for run in batch:
             self._run_once(run)
             self._finish(run)
