@@ -184,11 +184,11 @@ MIN_BATCHES_BEFORE_BEHIND = 4
 @dataclass(frozen=True)
 class Behind:
     """When a counted window ends early, clearly behind (the sweep's racing, batch by batch): once
-    even a window that waited no more for data over its remaining batches (each as short as its
-    shortest transfer and step so far) could not reach `bar_samples_per_s`. The waits of each
-    epoch's first `early_places` batches are left out of that best case (0 where the windows
-    hold the training run's epochs whole: then the window's figures are the run's), so an epoch
-    start the run weighs less than the window does never ends it."""
+    even a window whose remaining batches each took as little as its fastest batch so far (its
+    wait, transfer and step) could not reach `bar_samples_per_s`. The waits of each epoch's
+    first `early_places` batches are left out of that best case (0 where the windows hold the
+    training run's epochs whole: then the window's figures are the run's), so an epoch start the
+    run weighs less than the window does never ends it."""
 
     bar_samples_per_s: float
     early_places: int = 0

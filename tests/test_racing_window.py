@@ -27,12 +27,12 @@ def _loop(bar: float | None, batches: int = 20, repeats: int = 2):
 
 
 def test_a_window_ends_at_the_first_batch_whose_best_case_falls_below_the_bar():
-    # After k of 20 batches the best case is 80 samples / (0.040 k + 0.030 (20 - k)) s:
-    # 125.0 after 4, 123.1 after 5. A bar of 124 ends the window after the 5th.
-    m = _loop(124.0)
+    # Steady batches of 40 ms, 4 samples each: the best case is what the window measures, 100
+    # samples/s. A bar above it ends the window after the fewest batches, one below never.
+    m = _loop(101.0)
     assert m.behind
-    assert len(m.windows) == 1 and len(m.windows[0]) == 5
-    assert m.windows[0].wait_s == pytest.approx((0.010,) * 5)
+    assert len(m.windows) == 1 and len(m.windows[0]) == MIN_BATCHES_BEFORE_BEHIND
+    assert m.windows[0].wait_s == pytest.approx((0.010,) * MIN_BATCHES_BEFORE_BEHIND)
 
 
 def test_a_trial_within_reach_of_the_bar_runs_every_window_in_full():
@@ -42,9 +42,19 @@ def test_a_trial_within_reach_of_the_bar_runs_every_window_in_full():
     assert [len(w) for w in _loop(None).windows] == [20, 20]
 
 
-def test_no_window_ends_before_its_fewest_batches():
-    m = _loop(1e9)
-    assert m.behind and len(m.windows[0]) == MIN_BATCHES_BEFORE_BEHIND
+def test_the_best_case_counts_the_rest_at_the_fastest_batch_so_far():
+    # 10 batches of 4 samples: a slow first (0.2 s), then 0.1 s each.
+    pace = Pace(Behind(50.0), batches=10, first_place=3)
+    pace.add(wait_s=0.15, busy_s=0.05, samples=4, epoch_start=False)
+    for _ in range(3):
+        pace.add(wait_s=0.05, busy_s=0.05, samples=4, epoch_start=False)
+    assert pace.best_case_samples_per_s() == pytest.approx(40 / (0.5 + 6 * 0.1))  # 36.4
+    assert pace.clearly_behind()
+    assert not Pace(Behind(50.0), batches=10, first_place=0).clearly_behind()  # nothing counted yet
+    pace = Pace(Behind(36.0), batches=10, first_place=3)
+    for _ in range(4):
+        pace.add(wait_s=0.15 if not pace.done else 0.05, busy_s=0.05, samples=4, epoch_start=False)
+    assert not pace.clearly_behind()
 
 
 def test_a_window_that_can_still_reach_the_bar_on_its_last_batch_is_not_behind():
@@ -60,7 +70,7 @@ def test_the_waits_of_an_epochs_first_places_are_left_out_of_the_best_case():
     assert pace.spent_s == pytest.approx(0.06)
     pace.add(wait_s=0.01, busy_s=0.02, samples=4, epoch_start=False)  # place 2: counted
     assert pace.spent_s == pytest.approx(0.09)
-    assert pace.best_case_samples_per_s() == pytest.approx(40 / (0.09 + 7 * 0.02))
+    assert pace.best_case_samples_per_s() == pytest.approx(40 / (0.09 + 7 * 0.03))
     pace.add(wait_s=2.0, busy_s=0.03, samples=4, epoch_start=True)  # a new epoch: place 0 again
     assert pace.spent_s == pytest.approx(0.12)
 
@@ -135,3 +145,9 @@ def test_a_sweep_ends_the_windows_of_configs_clearly_behind_and_ranks_them_below
     assert MIN_BATCHES_BEFORE_BEHIND <= worker.batches < 30
     assert base.batches == 30 and not bool(worker.tied_with_best) and worker["rank"] > base["rank"]
     assert "num_workers=1 (stopped)" in result.stdout
+    # Resumed, the trial cut short is kept as measured, and still ranks below.
+    again = run_cli("sweep", str(write_config(config)), "--out", str(out), "--resume", marker=marker)
+    assert again.returncode == 0, again.stderr
+    kept = pd.read_csv(out).set_index("trial").loc["num_workers=1"]
+    assert kept.started_at == worker.started_at and kept.throughput == worker.throughput
+    assert bool(kept.stopped_early) and kept["rank"] > base["rank"]

@@ -452,3 +452,12 @@ def test_importing_and_reading_need_neither_the_process_machinery_nor_torch(tmp_
                           cwd=Path(__file__).resolve().parent.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["[]", "[]"]
+
+
+def test_a_window_racing_ended_early_is_stored_and_read_back(tmp_path):
+    cut = Measurement(TrialStart(1.0), (Window((0.5,) * 4, (0.0,) * 4, (0.25,) * 4, (4,) * 4, (False,) * 4),),
+                      behind=True)
+    path = tmp_path / "s.samples.json.gz"
+    write_samples(path, trials=[TrialSamples("t", 1, (cut,), (2.0,), stopped_early=True)], **HEAD)
+    trial = read_samples(path).trials["t"]
+    assert trial.measurements[0].behind and trial.stopped_early

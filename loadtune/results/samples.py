@@ -70,8 +70,11 @@ TYPES: dict[str, str] = {
 FLAT: dict[str, tuple[str, ...]] = {
     "Measurement": ("start.first_batch_s", "windows", "pinned", "batch_bytes", "resources", "start.warmup_s",
                     "start.warmup_batches", "start.setup_s", "ranks", "epochs.sampled", "epochs.dataset_batches",
-                    "epochs.window_epoch_batches", "epochs.restarts_workers"),
+                    "epochs.window_epoch_batches", "epochs.restarts_workers", "behind"),
 }
+# Fields added after files were written, stored only where they differ from this default: a
+# trial without them is written to the same bytes as before (and reads its default back).
+STORED_UNLESS: dict[tuple[str, str], object] = {("Measurement", "behind"): False}
 # Array dtypes stored: booleans, integers and floats, whose tolist() JSON writes.
 _ARRAY_KINDS = "biuf"
 _SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -221,7 +224,9 @@ def _object(value: object) -> dict[str, object]:
         got = value
         for attr in path:
             got = getattr(got, attr)
-        stored[name] = got
+        key = (kind.name, name)
+        if key not in STORED_UNLESS or got != STORED_UNLESS[key]:
+            stored[name] = got
     return stored
 
 

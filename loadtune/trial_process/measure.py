@@ -120,11 +120,12 @@ class Pace:
     def add(self, wait_s: float, busy_s: float, samples: int, epoch_start: bool) -> None:
         """One more counted batch: its wait, its transfer and step (`busy_s`), its samples."""
         self.place = 0 if epoch_start else self.place
-        self.spent_s += busy_s + (0.0 if self.place < self.behind.early_places else wait_s)
+        batch_s = busy_s + (0.0 if self.place < self.behind.early_places else wait_s)
+        self.spent_s += batch_s
         self.place += 1
         self.done += 1
         self.samples += samples
-        self.fastest_s = min(self.fastest_s, busy_s)
+        self.fastest_s = min(self.fastest_s, batch_s)
 
     def best_case_samples_per_s(self) -> float:
         """The most samples per second the whole window could still reach."""
