@@ -151,3 +151,30 @@ def test_a_sweep_ends_the_windows_of_configs_clearly_behind_and_ranks_them_below
     kept = pd.read_csv(out).set_index("trial").loc["num_workers=1"]
     assert kept.started_at == worker.started_at and kept.throughput == worker.throughput
     assert bool(kept.stopped_early) and kept["rank"] > base["rank"]
+
+
+def test_the_model_is_fitted_to_trials_measured_in_full_only(tmp_path):
+    from loadtune.config import config_from_data
+    from loadtune.measurement import Measurement, TrialStart
+    from loadtune.sweep_process import events
+    from loadtune.sweep_process.modelling import Modelling
+    from loadtune.sweep_process.trial_run import Repeat, TrialRun
+    from loadtune.trials import Trial
+    from tests.test_model import TRUTH, first_round
+
+    records = first_round(TRUTH)
+    cut = records[-1].trial
+    spec = config_from_data(tiny_config(), tmp_path / "c.yaml")
+
+    def runs(cut_short: frozenset[str]) -> dict[str, TrialRun]:
+        window = Measurement(TrialStart(1.0), (), behind=True)
+        return {r.trial: TrialRun(Trial(r.trial, r.settings.changed or "", None, ()), 1, record=r,
+                                  done=[Repeat(window, 1.0)] if r.trial in cut_short else [])
+                for r in records}
+
+    whole = Modelling(runs(frozenset()), spec.config, events.ignore).fit()
+    without = Modelling(runs(frozenset({cut})), spec.config, events.ignore).fit()
+    assert whole is not None and without is not None
+    fitted_to = Modelling({r.trial: run for r, run in zip(records, runs(frozenset()).values())
+                           if r.trial != cut}, spec.config, events.ignore).fit()
+    assert without == fitted_to and without != whole

@@ -46,9 +46,11 @@ class Modelling:
 
     def _modelled(self) -> list[Record]:
         """The records the model is fitted to: trials measured in this sweep that ran (the ideal
-        and trials the data check flagged are not the pipeline)."""
+        and trials the data check flagged are not the pipeline), each window in full (a window
+        racing ended early holds no epoch's end, which persistence and the epoch start are read from)."""
         return [run.record for name, run in self.runs.items()
-                if run.record is not None and contends(name, run.record.ran, run.flagged) and not run.pending]
+                if run.record is not None and contends(name, run.record.ran, run.flagged) and not run.pending
+                and not run.cut_short]
 
     def fit(self) -> PipelineModel | None:
         """The pipeline model fitted to every trial measured so far (None with too few)."""
