@@ -37,11 +37,7 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
     handover = _handover_figure(evidence)
     threads = _step_threads(evidence, handover)
     step = _step_figure(evidence, threads)
-    # The step's CPU on each of its threads; a step on several threads spins while crowded (its
-    # CPU grows with its wall time), so that is read where nothing crowds it.
-    shown = evidence if threads == 1 else quiet_steps(evidence)
-    step_cpu = _median(cpu / (e.batch_size * threads) for e in shown if (cpu := step_cpu_ms(e, handover)) is not None)
-    step_cpu = min(max(step_cpu, 0.0), step)
+    step_cpu = min(max(step_cpu_figure(evidence, threads, handover) or 0.0, 0.0), step)
     pinned = [e.h2d_ms for e in evidence if e.settings["pin_memory"]]
     plain = [e.h2d_ms for e in evidence if not e.settings["pin_memory"]]
     h2d = _median(plain, _median(pinned))
@@ -55,6 +51,15 @@ def base_figures(evidence: Sequence[Evidence], dataset_len: int | None) -> Pipel
         worker_start_ms=start0, worker_start_per_worker_ms=start_per, persistent_resume_ms=resume)
     return PipelineModel(costs, FittedFigures(), cores=evidence[0].cores, dataset_len=dataset_len,
                          ranks=evidence[0].ranks, trials=len(evidence), step_threads=threads)
+
+
+def step_cpu_figure(evidence: Sequence[Evidence], threads: int, handover_ms_per_sample: float) -> float | None:
+    """The step's CPU on each of its `threads` threads, ms per sample (None where no trial shows
+    it). A step on several threads spins while crowded (its CPU grows with its wall time), so that
+    is read where nothing crowds it (quiet_steps)."""
+    shown = evidence if threads == 1 else quiet_steps(evidence)
+    cpu = [c / (e.batch_size * threads) for e in shown if (c := step_cpu_ms(e, handover_ms_per_sample)) is not None]
+    return statistics.median(cpu) if cpu else None
 
 
 def quiet_steps(evidence: Sequence[Evidence]) -> list[Evidence]:

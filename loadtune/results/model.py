@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from loadtune.results.evidence import Evidence, evidence_of, run_epoch_samples
-from loadtune.results.figures import base_figures, quiet_steps, step_cpu_ms, uncontended
+from loadtune.results.figures import base_figures, quiet_steps, step_cpu_figure, step_cpu_ms, uncontended
 from loadtune.results.pipeline import PipelineModel, Prediction, predict_rank, rank_cores, starting
 from loadtune.results.record import Record
 from loadtune.trials import IDEAL, effective_settings, format_value
@@ -141,10 +141,8 @@ def _with_step(model: PipelineModel, evidence: Sequence[Evidence], threads: int,
     """The model with a step of `step` ms per sample on `threads` threads, its CPU on each read as
     figures.base_figures reads it (over every trial on one thread, over the trials with the fewest
     workers on several), at most the step."""
-    shown = evidence if threads == 1 else quiet_steps(evidence)
-    handover = model.costs.handover_ms_per_sample
-    cpu = [c / (e.batch_size * threads) for e in shown if (c := step_cpu_ms(e, handover)) is not None]
-    step_cpu = min(max(statistics.median(cpu), 0.0), step) if cpu else model.costs.step_cpu_ms_per_sample
+    cpu = step_cpu_figure(evidence, threads, model.costs.handover_ms_per_sample)
+    step_cpu = min(max(cpu, 0.0), step) if cpu is not None else model.costs.step_cpu_ms_per_sample
     costs = replace(model.costs, step_ms_per_sample=step, step_cpu_ms_per_sample=step_cpu)
     return replace(model, costs=costs, step_threads=threads)
 

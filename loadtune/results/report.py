@@ -63,10 +63,10 @@ def results_table(records: Sequence[Record], title: str = "", width: int | None 
     cells: dict[str, list[Cell]] = {name: [] for name in RESULT_COLUMNS}
     names, styles = [], []
     for r in records:
-        flagged = r.status == Status.OK and r.data_flagged
-        names.append(f"{r.trial or ''} ({r.measuring.data_check})" if flagged
-                     else f"{r.trial or ''} (stopped)" if r.status == Status.OK and r.measuring.stopped_early
-                     else r.trial or "")
+        ok = r.status == Status.OK
+        note = r.measuring.data_check if ok and r.data_flagged else "stopped" if ok and r.measuring.stopped_early \
+            else None
+        names.append(f"{r.trial or ''} ({note})" if note else r.trial or "")
         if r.status != Status.OK:
             status = r.status or ""
             row: dict[str, Cell] = {"rank": "-", "samples/s [95%]": Text(status, style=STATUS_STYLE.get(status, ""))}

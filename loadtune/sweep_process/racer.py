@@ -199,7 +199,7 @@ class Racer:
                    and contends(name, score.ran, run.flagged)]
         if not leaders:
             return None
-        return Behind(behind_bar(max(leaders), self.setup.spec.config.measure.tolerance, self.spread))
+        return Behind(behind_bar(max(leaders), spec.config.measure.tolerance, self.spread))
 
     def _plan_runs(self, count: int) -> None:
         self.progress.runs_planned += count
