@@ -41,6 +41,7 @@ SPEC_KEYS = ("collate_fn", "worker_init_fn")
 THREAD_KEYS = ("main_threads", "worker_threads")
 WARMUP_BATCHES_PER_WORKER = 5  # measure.warmup_batches_per_worker's default
 WARMUP_PER_WORKER_MAX_S = 0.3  # measure.warmup_per_worker_max_s's default
+IDEAL_BATCHES = 10  # the most batches the ideal row's window counts (MeasureSpec.ideal_batches)
 # Settings that only mean something with worker processes, and their defaults: dropped when
 # num_workers becomes 0.
 WORKER_ONLY = {"prefetch_factor": None, "persistent_workers": False, "multiprocessing_context": None,
@@ -193,6 +194,12 @@ class MeasureSpec(_Model):
     # Share of the usable cores other processes may use during a window before it is measured again.
     max_outside_cpu: float = Field(default=0.25, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
+
+    @property
+    def ideal_batches(self) -> int:
+        """The ideal row's window: the step alone, on one batch kept on the device, varies little
+        from batch to batch, so it counts at most IDEAL_BATCHES."""
+        return min(self.batches, IDEAL_BATCHES)
 
     def extra_warmup_for(self, num_workers: int, persistent_workers: bool = True,
                          epoch_length: int | None = None, window_batches: int | None = None) -> int:

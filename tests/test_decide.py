@@ -188,12 +188,12 @@ def test_a_rerun_picks_what_its_own_draws_make_the_cheapest_acceptable():
 TRUE = {"baseline": 200.0, "no workers": 100.0, "num_workers=2": 400.0, "num_workers=3": 398.0}
 
 
-def fake_measurement(throughput: float, repeat: int) -> Measurement:
-    """20 batches of 8 samples whose times give `throughput`, with a small alternating wobble."""
+def fake_measurement(throughput: float, repeat: int, batches: int = 20) -> Measurement:
+    """`batches` batches of 8 samples whose times give `throughput`, with a small alternating wobble."""
     per_batch = 8 / throughput
-    wobble = [per_batch * (1 + 0.01 * ((i + repeat) % 3 - 1)) for i in range(20)]
-    window = Window(tuple(0.2 * t for t in wobble), (0.0,) * 20, tuple(0.8 * t for t in wobble), (8,) * 20,
-                    (False,) * 20)
+    wobble = [per_batch * (1 + 0.01 * ((i + repeat) % 3 - 1)) for i in range(batches)]
+    window = Window(tuple(0.2 * t for t in wobble), (0.0,) * batches, tuple(0.8 * t for t in wobble),
+                    (8,) * batches, (False,) * batches)
     return Measurement(TrialStart(0.1), (window,))
 
 

@@ -8,6 +8,7 @@ import math
 import pandas as pd
 import pytest
 
+from loadtune.config import IDEAL_BATCHES
 from loadtune.measurement import MIN_BATCHES_BEFORE_BEHIND, Behind
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Z_ONE_SIDED, Scored, behind_bar
@@ -145,12 +146,16 @@ def test_a_sweep_ends_the_windows_of_configs_clearly_behind_and_ranks_them_below
     assert MIN_BATCHES_BEFORE_BEHIND <= worker.batches < 30
     assert base.batches == 30 and not bool(worker.tied_with_best) and worker["rank"] > base["rank"]
     assert "num_workers=1 (stopped)" in result.stdout
-    # Resumed, the trial cut short is kept as measured, and still ranks below.
+    # The ideal (the step alone) counts a short window of its own.
+    assert df.loc["ideal"].batches == IDEAL_BATCHES < 30
+    # Resumed, the trial cut short is kept as measured, and still ranks below; the ideal is kept too.
     again = run_cli("sweep", str(write_config(config)), "--out", str(out), "--resume", marker=marker)
     assert again.returncode == 0, again.stderr
-    kept = pd.read_csv(out).set_index("trial").loc["num_workers=1"]
+    resumed = pd.read_csv(out).set_index("trial")
+    kept = resumed.loc["num_workers=1"]
     assert kept.started_at == worker.started_at and kept.throughput == worker.throughput
     assert bool(kept.stopped_early) and kept["rank"] > base["rank"]
+    assert resumed.loc["ideal"].throughput == df.loc["ideal"].throughput
 
 
 def test_the_model_is_fitted_to_trials_measured_in_full_only(tmp_path):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from loadtune.config import RunSpec
+from loadtune.config import MeasureSpec, RunSpec
 from loadtune.errors import ResultsError
 from loadtune.measurement import MIN_BATCHES_BEFORE_BEHIND
 from loadtune.results.record import RUN_FIGURES_FORMAT, RankRecord, Record, ResultsFile, rank_file, read_records
@@ -76,7 +76,7 @@ class SweepFiles:
         """Measured as asked now: as many batches, no more repeats than allowed, by a loadtune that
         measures the run's figures."""
         m = self.spec.config.measure
-        return row is not None and row.ran and counted_as_asked(row, m.batches) and 1 <= repeats <= m.repeats \
+        return row is not None and row.ran and counted_as_asked(row, m) and 1 <= repeats <= m.repeats \
             and (row.run.format_version or 1) >= RUN_FIGURES_FORMAT
 
     def append(self, record: Record, rank_records: Sequence[RankRecord] = ()) -> None:
@@ -110,12 +110,14 @@ def resumable_records(records: Iterable[Record], spec: RunSpec, host: str, any_f
             and (r.measuring.ranks or 1) == spec.ranks
             and r.ran and r.measuring.repeats is not None and (m.min_repeats <= r.measuring.repeats or r.trial == IDEAL)
             and r.measuring.repeats <= m.repeats
-            and counted_as_asked(r, m.batches) and (any_format or (r.run.format_version or 1) >= RUN_FIGURES_FORMAT)]
+            and counted_as_asked(r, m) and (any_format or (r.run.format_version or 1) >= RUN_FIGURES_FORMAT)]
 
 
-def counted_as_asked(record: Record, batches: int) -> bool:
-    """The row's windows counted `batches` batches, or fewer where racing ended its window early
-    (stopped_early, with at least the batches a window runs before it may end: measurement.Behind)."""
+def counted_as_asked(record: Record, measure: MeasureSpec) -> bool:
+    """The row's windows counted the batches `measure` asks (measure.batches; the ideal's,
+    measure.ideal_batches), or fewer where racing ended its window early (stopped_early, with at
+    least the batches a window runs before it may end: measurement.Behind)."""
+    batches = measure.ideal_batches if record.trial == IDEAL else measure.batches
     counted = record.measuring.batches
     return counted == batches or (bool(record.measuring.stopped_early) and counted is not None
                                   and MIN_BATCHES_BEFORE_BEHIND <= counted < batches)

@@ -182,14 +182,16 @@ class Racer:
     def _job(self, trial: Trial) -> TrialJob:
         spec = self.setup.spec
         cfg = spec.config
-        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update={"repeats": 1}),
+        measure = {"repeats": 1, **({"batches": cfg.measure.ideal_batches} if trial.feed == FEED_MEMORY else {})}
+        return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update=measure),
                         self.setup.device, str(spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
                         spec.ranks, scratch=self.settings.scratch, behind=self._behind(trial))
 
     def _behind(self, trial: Trial) -> Behind | None:
         """When the trial's window may end early, clearly behind the leader so far (decide's
         behind_bar): ranked by throughput on one rank, never the baseline (every figure is set
-        against it) or the ideal, and not before a contender has run."""
+        against it, and the start of a window reads a slow config faster than its whole epoch) or
+        the ideal, and not before a contender has run."""
         spec = self.setup.spec
         if trial.name == BASELINE or trial.feed == FEED_MEMORY or spec.ranks > 1 or spec.torchrun \
                 or self.settings.rank_by != RankBy.THROUGHPUT:

@@ -69,7 +69,9 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
             else EpochPlan(None, None)
         if parts.recorder is not None:
             parts.recorder.cut = plan.sampler_cut
-        extra = m.extra_warmup_for(workers, bool(kwargs.get("persistent_workers")), plan.window_batches)
+        # Without a loader (the ideal) no worker starts: no warm-up for workers.
+        extra = m.extra_warmup_for(workers, bool(kwargs.get("persistent_workers")), plan.window_batches) \
+            if loading else 0
         measurement = measure_loop(
             parts.loader, parts.step, warmup_batches=m.warmup_batches, batches=m.batches, repeats=m.repeats,
             epoch_batches=plan.feed_cut, transfer=parts.transfer, default_batch_size=parts.batch_size,
