@@ -76,31 +76,61 @@ def build(columns: Sequence[Column], title: str | None = None, row_styles: Seque
     return table
 
 
-def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
-    """The narrowest the table can be drawn with every figure whole: as drawn with room to
-    spare, less what its free-text columns give up by wrapping down to their longest word."""
+# Between two columns: the padding on either side of the (blank) rule of the SIMPLE_HEAD box; none at
+# the table's edges.
+COLUMN_GAP = 3
+
+
+def _drawn_width(columns: Sequence[Column], flat: bool) -> int:
+    """How wide the table is drawn with room to spare."""
     drawn = io.StringIO()
     console = Console(width=10_000, file=drawn, color_system=None)
     console.print(build(columns, flat=flat))
-    natural = max((len(line.rstrip()) for line in drawn.getvalue().splitlines()), default=0)
-
-    def widest(c: Column) -> int:
-        header = c.header if flat else c.wrapped_header
-        cells = max((len(_plain(cell)) for cell in c.cells), default=0)
-        return max(cells, max((len(line) for line in header.splitlines()), default=0))
-
-    return natural - sum(widest(c) - c.min_width for c in columns if c.wrap)
+    return max((len(line.rstrip()) for line in drawn.getvalue().splitlines()), default=0)
 
 
-def fits(columns: Sequence[Column], width: int, flat: bool = False) -> bool:
-    return width_needed(columns, flat) <= width
+def _widest(c: Column, flat: bool) -> int:
+    header = c.header if flat else c.wrapped_header
+    cells = max((len(_plain(cell)) for cell in c.cells), default=0)
+    return max(cells, max((len(line) for line in header.splitlines()), default=0))
 
 
-def fitted(columns: Sequence[Column], width: int, flat: bool = False) -> list[Column]:
+class Widths:
+    """Each column's width as drawn alone, measured once: a table with room to spare is as wide
+    as its columns and the gaps between them, so the fitting below tries column sets without
+    drawing each."""
+
+    def __init__(self) -> None:
+        self._drawn: dict[tuple[int, bool], int] = {}
+
+    def needed(self, columns: Sequence[Column], flat: bool = False) -> int:
+        """The narrowest the table can be drawn with every figure whole: as drawn with room to
+        spare, less what its free-text columns give up by wrapping down to their longest word."""
+        natural = sum(self._alone(c, flat) for c in columns) + COLUMN_GAP * max(len(columns) - 1, 0)
+        return natural - sum(_widest(c, flat) - c.min_width for c in columns if c.wrap)
+
+    def _alone(self, column: Column, flat: bool) -> int:
+        key = (id(column), flat)
+        if key not in self._drawn:
+            self._drawn[key] = _drawn_width([column], flat)
+        return self._drawn[key]
+
+
+def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
+    """The narrowest the table can be drawn with every figure whole (Widths.needed)."""
+    return Widths().needed(columns, flat)
+
+
+def fits(columns: Sequence[Column], width: int, flat: bool = False, widths: Widths | None = None) -> bool:
+    return (widths or Widths()).needed(columns, flat) <= width
+
+
+def fitted(columns: Sequence[Column], width: int, flat: bool = False, widths: Widths | None = None) -> list[Column]:
     """The columns that fit `width`: the least important left out first (the last of equal
     priority first)."""
+    widths = widths or Widths()
     kept = list(columns)
-    while not fits(kept, width, flat):
+    while not fits(kept, width, flat, widths):
         droppable = [i for i, c in enumerate(kept) if c.priority > 0]
         if not droppable or width < NARROWEST:
             break
@@ -120,11 +150,13 @@ def fitted_table(choices: Sequence[Sequence[Column]], width: int | None, title: 
         return build(choices[0], title, row_styles, flat=True)
     last = [dataclasses.replace(c, wrap=True) if c.names else c for c in choices[-1]]
     best: tuple[tuple[bool, int, int, bool], list[Column], bool] | None = None
+    widths = Widths()
     for index, columns in enumerate([*choices, last]):
         for flat in (True, False):
             # The last resort keeps the essential columns alone, so that the names wrap least.
-            kept = fitted(columns, width, flat) if index < len(choices) else [c for c in columns if not c.priority]
-            needed = width_needed(kept, flat)
+            kept = fitted(columns, width, flat, widths) if index < len(choices) else \
+                [c for c in columns if not c.priority]
+            needed = widths.needed(kept, flat)
             fit = needed <= width
             score = (fit, (len(kept) if index < len(choices) else 0) if fit else -needed, -index, flat)
             if best is None or score > best[0]:

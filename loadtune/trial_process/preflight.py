@@ -68,11 +68,17 @@ def preflight(job: PreflightJob) -> PreflightInfo:
                          torch_version=str(torch.__version__), gpu=gpu_name())
 
 
+# A map-style dataset's first samples read twice to tell whether its bytes are stable: random
+# augmentation changes every sample, so a few show it as well as a whole batch.
+STABLE_CHECK_SAMPLES = 8
+
+
 def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
-    """Whether the first batch, read twice (the first samples of a map-style dataset, whatever
-    its sampler; the start of a stream), holds the same bytes: the sample keys can then tell
-    samples apart across trials. False where samples change from one read to the next (random
-    augmentation); None where it cannot be told (no per-sample tensor, no batch)."""
+    """Whether the first batch, read twice (the first STABLE_CHECK_SAMPLES samples of a
+    map-style dataset, whatever its sampler; the start of a stream), holds the same bytes: the
+    sample keys can then tell samples apart across trials. False where samples change from one
+    read to the next (random augmentation); None where it cannot be told (no per-sample tensor,
+    no batch)."""
     from torch.utils.data import DataLoader, IterableDataset, default_collate
 
     from loadtune.trial_process.fingerprint import sample_keys
@@ -84,7 +90,7 @@ def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
         if isinstance(dataset, IterableDataset) or not size:
             return next(iter(DataLoader(dataset, **{**kwargs, "shuffle": False})), _NO_BATCH)
         samples = []
-        for index in range(size):
+        for index in range(min(size, STABLE_CHECK_SAMPLES)):
             try:
                 samples.append(dataset[index])
             except IndexError:
