@@ -14,7 +14,7 @@ from loadtune.results.interval import Interval
 from loadtune.sweep_process.decide import Z_ONE_SIDED, Scored, behind_bar
 from loadtune.sweep_process.ranking import rank
 from loadtune.sweep_process.stats import MACHINE_DRIFT
-from loadtune.trial_process.measure import Pace, measure_loop
+from loadtune.trial_process.measure import MIN_BATCHES_FOR_MEAN, Pace, measure_loop
 from tests.conftest import run_cli, tiny_config
 from tests.test_measure import FakeClock, FakeLoader, stepper
 
@@ -56,6 +56,34 @@ def test_the_best_case_counts_the_rest_at_the_fastest_batch_so_far():
     for _ in range(4):
         pace.add(wait_s=0.15 if not pace.done else 0.05, busy_s=0.05, samples=4, epoch_start=False)
     assert not pace.clearly_behind()
+
+
+def _alternating(bar: float, batches: int = 50) -> Pace:
+    """A config whose batches of 4 samples take 0.06 s and 0.14 s in turn (40 samples/s on
+    average, 67 at its fastest batch), fed batch by batch until its window ends or is behind."""
+    pace = Pace(Behind(bar), batches=batches, first_place=3)
+    while pace.done < batches and not pace.clearly_behind():
+        pace.add(wait_s=0.01 if pace.done % 2 else 0.09, busy_s=0.05, samples=4, epoch_start=False)
+    return pace
+
+
+def test_from_enough_batches_the_rest_is_bounded_by_the_mean_so_far():
+    pace = _alternating(bar=0.0, batches=20)
+    assert pace.done == 20
+    sd = 0.04 * math.sqrt(20 / 19)  # the sample spread of 0.06, 0.14, ... (20 batches)
+    expected = 0.1 - (1.645 + (1.645 ** 3 + 1.645) / 4 / 19) * sd / math.sqrt(20)
+    assert pace.rest_batch_s() == pytest.approx(expected)
+    few = _alternating(bar=0.0, batches=MIN_BATCHES_FOR_MEAN - 1)
+    assert few.rest_batch_s() == pytest.approx(0.06)  # too few for the mean: the fastest batch
+
+
+def test_a_noisy_config_clearly_below_the_bar_stops_well_before_its_window_ends():
+    # 10% below the bar: its fastest batches alone would keep it running to batch 39 of 50.
+    behind = _alternating(bar=44.0)
+    assert behind.clearly_behind() and MIN_BATCHES_FOR_MEAN <= behind.done <= 30
+    # Its own mean above the bar: never stopped.
+    ahead = _alternating(bar=39.0)
+    assert ahead.done == 50 and not ahead.clearly_behind()
 
 
 def test_a_window_that_can_still_reach_the_bar_on_its_last_batch_is_not_behind():

@@ -109,27 +109,53 @@ class Feed:
         self._it = None
 
 
+# Batches counted before the rest of a window is bounded by their mean (Pace): fewer leave the
+# spread of the batches too unsure.
+MIN_BATCHES_FOR_MEAN = 8
+# The one-sided 95% point of the normal, and the first-order correction that makes it Student's t
+# for the degrees of freedom of a spread from few batches (Cornish-Fisher: within 2% of t's from 7).
+_Z = 1.645
+_T_CORRECTION = (_Z ** 3 + _Z) / 4
+
+
 class Pace:
     """A window's best case as its batches come (see Behind), kept in running sums so each
-    batch's check costs the same however long the window."""
+    batch's check costs the same however long the window.
+
+    Each batch still to come takes, at best, the larger of the fastest batch so far and the
+    lower one-sided 95% bound of the mean batch so far (from MIN_BATCHES_FOR_MEAN batches on):
+    the rest of the window runs at the config's own mean, which its batches so far bound from
+    below; the fastest batch alone (a bound no batch beats) would let noise keep a config
+    clearly behind running to nearly the end of its window."""
 
     def __init__(self, behind: Behind, batches: int, first_place: int) -> None:
         self.behind, self.batches, self.place = behind, batches, first_place
         self.done, self.samples, self.spent_s, self.fastest_s = 0, 0, 0.0, math.inf
+        self.squares_s2 = 0.0
 
     def add(self, wait_s: float, busy_s: float, samples: int, epoch_start: bool) -> None:
         """One more counted batch: its wait, its transfer and step (`busy_s`), its samples."""
         self.place = 0 if epoch_start else self.place
         batch_s = busy_s + (0.0 if self.place < self.behind.early_places else wait_s)
         self.spent_s += batch_s
+        self.squares_s2 += batch_s * batch_s
         self.place += 1
         self.done += 1
         self.samples += samples
         self.fastest_s = min(self.fastest_s, batch_s)
 
+    def rest_batch_s(self) -> float:
+        """The least time each batch still to come may take (see the class)."""
+        n = self.done
+        if n < MIN_BATCHES_FOR_MEAN:
+            return self.fastest_s
+        mean = self.spent_s / n
+        sd = math.sqrt(max(self.squares_s2 / n - mean * mean, 0.0) * n / (n - 1))
+        return max(self.fastest_s, mean - (_Z + _T_CORRECTION / (n - 1)) * sd / math.sqrt(n))
+
     def best_case_samples_per_s(self) -> float:
         """The most samples per second the whole window could still reach."""
-        total_s = self.spent_s + (self.batches - self.done) * self.fastest_s
+        total_s = self.spent_s + (self.batches - self.done) * self.rest_batch_s()
         return self.samples * self.batches / self.done / total_s if total_s > 0 else math.inf
 
     def clearly_behind(self) -> bool:
