@@ -58,3 +58,6 @@ def choices(kind: type[Word]) -> str:
 # Configs whose throughput is within this share of each other are as good (measure.tolerance,
 # predict --tolerance).
 TOLERANCE = 0.03
+# The one-sided 95% quantile of the normal: a difference of Z_ONE_SIDED standard errors is shown
+# (the sweep's decisions), and a window's rest is bounded by it (racing inside a window).
+Z_ONE_SIDED = 1.645

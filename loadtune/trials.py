@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from loadtune.config import LoaderSpec
+from loadtune.config import LoaderSpec, MeasureSpec
 
 BASELINE = "baseline"
 COMBINED = "combined"
@@ -18,6 +18,12 @@ FEED_MEMORY = "memory"  # the ideal: one batch kept on the device, no data cost 
 LOADER_DEFAULTS: dict[str, Any] = LoaderSpec().model_dump()
 # What DataLoader uses for prefetch_factor when workers run and it is left unset.
 DEFAULT_PREFETCH = 2
+
+
+def counted_batches(trial: str | None, measure: MeasureSpec) -> int:
+    """The batches a trial's window counts: the ideal's short window (measure.ideal_batches),
+    every other trial's measure.batches."""
+    return measure.ideal_batches if trial == IDEAL else measure.batches
 
 
 def format_value(value: Any) -> str:

@@ -116,21 +116,11 @@ class Widths:
         return self._drawn[key]
 
 
-def width_needed(columns: Sequence[Column], flat: bool = False) -> int:
-    """The narrowest the table can be drawn with every figure whole (Widths.needed)."""
-    return Widths().needed(columns, flat)
-
-
-def fits(columns: Sequence[Column], width: int, flat: bool = False, widths: Widths | None = None) -> bool:
-    return (widths or Widths()).needed(columns, flat) <= width
-
-
-def fitted(columns: Sequence[Column], width: int, flat: bool = False, widths: Widths | None = None) -> list[Column]:
+def fitted(columns: Sequence[Column], width: int, flat: bool, widths: Widths) -> list[Column]:
     """The columns that fit `width`: the least important left out first (the last of equal
     priority first)."""
-    widths = widths or Widths()
     kept = list(columns)
-    while not fits(kept, width, flat, widths):
+    while widths.needed(kept, flat) > width:
         droppable = [i for i, c in enumerate(kept) if c.priority > 0]
         if not droppable or width < NARROWEST:
             break

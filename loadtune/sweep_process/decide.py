@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from loadtune.kinds import RankBy
+from loadtune.kinds import Z_ONE_SIDED, RankBy
 from loadtune.results.choice import choose
 from loadtune.results.interval import Interval
 from loadtune.sweep_process.stats import MACHINE_DRIFT, RERUN_WIDTH
@@ -32,8 +32,6 @@ ONE_SIDED_TAIL_PCT = 5.0
 # Repeats (processes) the pick and each contender it is judged against need before the pick is
 # called decided: one process's windows alone do not show how much processes differ.
 MIN_REPEATS_TO_DECIDE = 2
-# The one-sided 95% quantile of the normal: a difference of Z_ONE_SIDED standard errors is shown.
-Z_ONE_SIDED = 1.645
 
 # A figure's bootstrap draws, one per resample.
 Draws = npt.NDArray[np.float64]

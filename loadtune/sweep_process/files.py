@@ -13,7 +13,7 @@ from loadtune.errors import ResultsError
 from loadtune.measurement import MIN_BATCHES_BEFORE_BEHIND
 from loadtune.results.record import RUN_FIGURES_FORMAT, RankRecord, Record, ResultsFile, rank_file, read_records
 from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
-from loadtune.trials import IDEAL
+from loadtune.trials import IDEAL, counted_batches
 
 
 @dataclass
@@ -117,7 +117,7 @@ def counted_as_asked(record: Record, measure: MeasureSpec) -> bool:
     """The row's windows counted the batches `measure` asks (measure.batches; the ideal's,
     measure.ideal_batches), or fewer where racing ended its window early (stopped_early, with at
     least the batches a window runs before it may end: measurement.Behind)."""
-    batches = measure.ideal_batches if record.trial == IDEAL else measure.batches
+    batches = counted_batches(record.trial, measure)
     counted = record.measuring.batches
     return counted == batches or (bool(record.measuring.stopped_early) and counted is not None
                                   and MIN_BATCHES_BEFORE_BEHIND <= counted < batches)

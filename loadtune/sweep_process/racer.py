@@ -43,7 +43,7 @@ from loadtune.sweep_process.trial_run import (
     samples_of,
 )
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial
+from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
@@ -182,7 +182,7 @@ class Racer:
     def _job(self, trial: Trial) -> TrialJob:
         spec = self.setup.spec
         cfg = spec.config
-        measure = {"repeats": 1, **({"batches": cfg.measure.ideal_batches} if trial.feed == FEED_MEMORY else {})}
+        measure = {"repeats": 1, "batches": counted_batches(trial.name, cfg.measure)}
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update=measure),
                         self.setup.device, str(spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
                         spec.ranks, scratch=self.settings.scratch, behind=self._behind(trial))

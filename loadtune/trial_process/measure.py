@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol
 
 from loadtune.errors import LoadtuneError
+from loadtune.kinds import Z_ONE_SIDED
 from loadtune.measurement import Behind, Measurement, TrialStart, Window
 from loadtune.trial_process.fingerprint import Taken, sample_slice, window_keys
 
@@ -112,10 +113,9 @@ class Feed:
 # Batches counted before the rest of a window is bounded by their mean (Pace): fewer leave the
 # spread of the batches too unsure.
 MIN_BATCHES_FOR_MEAN = 8
-# The one-sided 95% point of the normal, and the first-order correction that makes it Student's t
-# for the degrees of freedom of a spread from few batches (Cornish-Fisher: within 2% of t's from 7).
-_Z = 1.645
-_T_CORRECTION = (_Z ** 3 + _Z) / 4
+# The first-order correction that makes the normal's one-sided 95% point Student's t for the
+# degrees of freedom of a spread from few batches (Cornish-Fisher: within 2% of t's from 7).
+_T_CORRECTION = (Z_ONE_SIDED ** 3 + Z_ONE_SIDED) / 4
 
 
 class Pace:
@@ -151,7 +151,7 @@ class Pace:
             return self.fastest_s
         mean = self.spent_s / n
         sd = math.sqrt(max(self.squares_s2 / n - mean * mean, 0.0) * n / (n - 1))
-        return max(self.fastest_s, mean - (_Z + _T_CORRECTION / (n - 1)) * sd / math.sqrt(n))
+        return max(self.fastest_s, mean - (Z_ONE_SIDED + _T_CORRECTION / (n - 1)) * sd / math.sqrt(n))
 
     def best_case_samples_per_s(self) -> float:
         """The most samples per second the whole window could still reach."""
