@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from loadtune.config import RunSpec
+    from loadtune.asked.config import RunSpec
+    from loadtune.decide.stats import TrialStats
     from loadtune.sweep_process.launch import Outcome
-    from loadtune.sweep_process.stats import TrialStats
 
 WORK = Path(tempfile.mkdtemp(prefix="loadtune-bench-"))
 atexit.register(shutil.rmtree, WORK, ignore_errors=True)
@@ -96,7 +96,7 @@ class Goals:
 def spec_from(config: dict[str, Any], name: str = "bench", scale: float = 1.0) -> RunSpec:
     import yaml
 
-    from loadtune.config import load_config
+    from loadtune.asked.config import load_config
 
     path = WORK / f"{name}.yaml"
     path.write_text(yaml.safe_dump({"name": name, **config}, sort_keys=False))
@@ -107,9 +107,9 @@ def run_baseline(spec: RunSpec) -> tuple[Outcome, TrialStats | None]:
     """The spec's baseline, measured in its own process exactly as a sweep measures a trial."""
     import multiprocessing
 
+    from loadtune.asked.plan import baseline_trial
+    from loadtune.decide.stats import summarize
     from loadtune.sweep_process.launch import run_in_trial_process
-    from loadtune.sweep_process.plan import baseline_trial
-    from loadtune.sweep_process.stats import summarize
     from loadtune.trial_process.jobs import TrialJob
 
     cfg = spec.config
@@ -121,7 +121,7 @@ def run_baseline(spec: RunSpec) -> tuple[Outcome, TrialStats | None]:
 
 
 def machine_line() -> str:
-    from loadtune.machine import cpu_model, usable_cores
+    from loadtune.measure.machine import cpu_model, usable_cores
 
     return (f"machine: {cpu_model()}, {usable_cores()} usable cores, Python {platform.python_version()}, "
             f"torch {__import__('torch').__version__}")

@@ -22,8 +22,8 @@ import sys
 
 from _common import Goals, machine_line, run_baseline, spec_from
 
-from loadtune.machine import usable_cores
-from loadtune.sweep_process.diagnose import resource_figures, window_evidence
+from loadtune.measure.diagnose import resource_figures, window_evidence
+from loadtune.measure.machine import usable_cores
 
 GOAL = 0.05
 

@@ -10,7 +10,7 @@ and the demo, configs/demo.yaml as it is):
      one repeat nothing is raced afterwards, so the CSV's round-1 rows are the very records the
      model was fitted to. Read from it: its JSON summary (the final model's error over the trials
      predicted before they ran, and whether it fell back to ofat) and its CSV;
-  2. the round-1 model: `loadtune.results.model.fit` over the round-1 rows that ran (the ideal
+  2. the round-1 model: `loadtune.model.model.fit` over the round-1 rows that ran (the ideal
      and rows the data check flagged left out), with the config's loader block as the baseline
      and the dataset length the rows give (the run's epoch), as the sweep's modelling fits it.
      Checked against the sweep itself: every row of round 2 carries the prediction the sweep's
@@ -59,12 +59,12 @@ sys.path.insert(0, str(BENCH))
 from _common import Goals  # noqa: E402
 from recommend import PIPELINES, machine_line, write_config  # noqa: E402
 
-from loadtune.config import load_config  # noqa: E402
-from loadtune.results.model import fit, leave_one_out_error  # noqa: E402
-from loadtune.results.pipeline import PipelineModel  # noqa: E402
-from loadtune.results.record import Record, read_records  # noqa: E402
-from loadtune.results.transfer import config_text, settings_key, settings_of  # noqa: E402
-from loadtune.trials import IDEAL  # noqa: E402
+from loadtune.asked.config import load_config  # noqa: E402
+from loadtune.asked.trials import IDEAL  # noqa: E402
+from loadtune.model.fitted import PipelineModel  # noqa: E402
+from loadtune.model.model import fit, leave_one_out_error  # noqa: E402
+from loadtune.model.predict import config_text, settings_key, settings_of
+from loadtune.record.record import Record, read_records  # noqa: E402
 
 GOAL_MEDIAN = 0.10
 GOAL_SAME_MODEL = 0.001  # the refitted model's round-2 predictions against the sweep's, relative

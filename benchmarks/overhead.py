@@ -28,10 +28,10 @@ from _common import Goals, machine_line, run_baseline, spec_from
 from torch.utils.data import DataLoader
 
 import loadtune.sweep_process.launch as run
-from loadtune.sweep_process.stats import summarize
+from loadtune.decide.stats import summarize
+from loadtune.measure.loop import measure_loop
+from loadtune.parts.steps import sleep_step
 from loadtune.synthetic import sleep_cost
-from loadtune.trial_process.measure import measure_loop
-from loadtune.trial_process.steps import sleep_step
 
 GOAL_RATIO = 0.99
 BATCH = 16

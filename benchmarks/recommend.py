@@ -77,7 +77,7 @@ sys.path.insert(0, str(BENCH))
 from _common import Goals  # noqa: E402
 from pipelines import PIPELINES as STEP_PIPELINES  # noqa: E402
 
-from loadtune.machine import cpu_model, usable_cores  # noqa: E402
+from loadtune.measure.machine import cpu_model, usable_cores  # noqa: E402
 
 GOAL_QUALITY = 0.98
 GOAL_TIME_RATIO = 0.5

@@ -43,8 +43,8 @@ import yaml
 from _common import Goals, machine_line
 from recommend import EPOCH_BATCHES, PIPELINES, SWEEP, fetch_reference, run_sweep, workspace
 
-from loadtune.config import load_config
-from loadtune.options import SweepOptions
+from loadtune.asked.config import load_config
+from loadtune.asked.options import SweepOptions
 from loadtune.sweep_process import events
 from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.modelling import Modelling
@@ -121,7 +121,7 @@ def write_config(work: Path, name: str) -> Path:
 def build_once(config: Path) -> None:
     """The dataset's files made before timing (the demo's JPEG cache, saturated-text's documents):
     not a cost of the sweep."""
-    from loadtune.trial_process.factory import build_source
+    from loadtune.parts.factory import build_source
 
     spec = load_config(config)
     build_source(spec.config.dataset.factory, spec.config.dataset.kwargs, spec.base_dir)

@@ -18,7 +18,7 @@ import time
 
 from _common import WORK, machine_line, spec_from
 
-from loadtune.options import SweepOptions
+from loadtune.asked.options import SweepOptions
 from loadtune.sweep_process import events
 from loadtune.sweep_process.pipeline import run_sweep
 

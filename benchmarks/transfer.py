@@ -59,10 +59,9 @@ from _common import Goals  # noqa: E402
 from ranked_referee import referee  # noqa: E402
 from recommend import PIPELINES, machine_line, plain_run, write_config  # noqa: E402
 
-from loadtune.results.record import Record, read_records  # noqa: E402
-from loadtune.results.transfer import settings_key as key  # noqa: E402
-from loadtune.results.transfer import settings_of  # noqa: E402
-from loadtune.trials import IDEAL  # noqa: E402
+from loadtune.asked.trials import IDEAL  # noqa: E402
+from loadtune.model.predict import settings_key as key, settings_of
+from loadtune.record.record import Record, read_records  # noqa: E402
 
 GOAL_PICK = 0.95
 GOAL_MEDIAN_ERROR = 0.15

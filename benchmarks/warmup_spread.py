@@ -29,10 +29,10 @@ from pathlib import Path
 
 from _common import machine_line, spec_from
 
-from loadtune.config import WARMUP_BATCHES_PER_WORKER
+from loadtune.asked.config import WARMUP_BATCHES_PER_WORKER
+from loadtune.asked.plan import trial_for
+from loadtune.decide.stats import summarize
 from loadtune.sweep_process.launch import run_in_trial_process
-from loadtune.sweep_process.plan import trial_for
-from loadtune.sweep_process.stats import summarize
 from loadtune.trial_process.jobs import TrialJob
 
 BENCH = Path(__file__).resolve().parent

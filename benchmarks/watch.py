@@ -49,7 +49,7 @@ from ranked_referee import t975  # noqa: E402
 from recommend import EPOCH_BATCHES, PIPELINES, SWEEP, machine_line, plain_run, settings_of  # noqa: E402
 from transfer import GOAL_PICK, key, predict  # noqa: E402
 
-from loadtune.results.record import read_records  # noqa: E402
+from loadtune.record.record import read_records  # noqa: E402
 
 GOAL_OVERHEAD = 0.99
 GOAL_WAIT_RATIO = 0.05  # absolute

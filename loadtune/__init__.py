@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from loadtune.version import __version__  # noqa: F401 - part of the package's interface
+from loadtune.core.version import __version__  # noqa: F401 - part of the package's interface
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from loadtune.api import PredictKeywords, Swept
-    from loadtune.options import ConfigSource, Overrides, SweepKeywords
-    from loadtune.results.compare_values import Comparison
-    from loadtune.results.transfer_values import Forecast
+    from loadtune.asked.options import ConfigSource, Overrides, SweepKeywords
+    from loadtune.comparison.values import Comparison
+    from loadtune.model.predict_values import Forecast
     from loadtune.sweep_process.events import Event
     from loadtune.training_process.watched import Watched
 

@@ -15,18 +15,18 @@ import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence, TypedDict
 
-from loadtune.errors import LoadtuneError
-from loadtune.options import ConfigSource, Overrides, SweepOptions
-from loadtune.results.choice import SPEC_KEYS, loader_keywords, thread_settings
-from loadtune.results.sweep import SweepResult
+from loadtune.asked.options import ConfigSource, Overrides, SweepOptions
+from loadtune.core.errors import LoadtuneError
+from loadtune.present.sweep import SweepResult
+from loadtune.record.settings import SPEC_KEYS, loader_keywords, thread_settings
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from loadtune.config import RunSpec
-    from loadtune.options import MeasureKeywords, SweepKeywords
-    from loadtune.results.compare_values import Comparison
-    from loadtune.results.transfer_values import Forecast
+    from loadtune.asked.config import RunSpec
+    from loadtune.asked.options import MeasureKeywords, SweepKeywords
+    from loadtune.comparison.values import Comparison
+    from loadtune.model.predict_values import Forecast
     from loadtune.sweep_process.events import Event
     from loadtune.training_process.watched import Watched
 
@@ -81,7 +81,7 @@ class Swept(SweepResult):
     def _keywords(self, settings: dict[str, Any]) -> dict[str, Any]:
         from torch.utils.data import DataLoader
 
-        from loadtune.trial_process.factory import load_callable
+        from loadtune.parts.factory import load_callable
 
         accepted = inspect.signature(DataLoader).parameters
         out = {}
@@ -109,7 +109,7 @@ def sweep(config: ConfigSource, *, out: str | Path | None = None, overrides: Ove
 
     `config` is a YAML path or a mapping of the same keys. `overrides` are `--set` assignments
     ("KEY=VALUE" strings, or a mapping of dotted keys to values). `options` are the keywords of
-    loadtune.options.SweepOptions.of: repeats, batches, warmup, tolerance, budget, device (config
+    loadtune.asked.options.SweepOptions.of: repeats, batches, warmup, tolerance, budget, device (config
     shorthands, as the CLI's), scale, strategy ("model"), rank_by ("throughput"), ranks (1),
     resume (False: an existing `out` is refused unless resumed or, with overwrite=True, replaced),
     overwrite (False), seed. `on_event` is given each sweep event. Raises LoadtuneError for
@@ -131,10 +131,9 @@ def base_dir(asked: SweepOptions) -> Path:
 
 
 def compare(*csvs: str | Path, force: bool = False) -> "Comparison":
-    """Compare results CSVs as `loadtune compare` does: a results.compare_values.Comparison (its
+    """Compare results CSVs as `loadtune compare` does: a comparison.values.Comparison (its
     `verdict`, `changed`, `winners` and aligned `table`)."""
-    from loadtune.results.compare import compare as compare_results
-    from loadtune.results.compare import load_results
+    from loadtune.comparison.files import compare as compare_results, load_results
 
     paths: Sequence[str | Path] = csvs
     if len(csvs) == 1 and isinstance(csvs[0], (list, tuple)):
@@ -145,11 +144,11 @@ def compare(*csvs: str | Path, force: bool = False) -> "Comparison":
 def predict(csv: str | Path, *, cores: float | None = None, ranks: int = 1, step_ms: float | None = None,
             scale: float | None = None, ram_gb: float | None = None, shm_gb: float | None = None,
             tolerance: float | None = None) -> "Forecast":
-    """What `loadtune predict` says of another machine: a results.transfer_values.Forecast (its
+    """What `loadtune predict` says of another machine: a model.predict_values.Forecast (its
     `recommended` row, every config's `rows`, `extrapolated`, `to_json()`)."""
-    from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import forecast_file
-    from loadtune.results.transfer_values import Target
+    from loadtune.core.kinds import TOLERANCE
+    from loadtune.model.predict import forecast_file
+    from loadtune.model.predict_values import Target
 
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     return forecast_file(csv, target, TOLERANCE if tolerance is None else tolerance)

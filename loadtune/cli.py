@@ -14,16 +14,16 @@ import typer
 from rich.console import Console, RenderableType
 from rich.text import Text
 
-from loadtune.errors import LoadtuneError
-from loadtune.text import output_width, wrap
-from loadtune.version import __version__
+from loadtune.core.errors import LoadtuneError
+from loadtune.core.text import output_width, wrap
+from loadtune.core.version import __version__
 
 if TYPE_CHECKING:
-    from loadtune.options import SweepOptions
+    from loadtune.asked.options import SweepOptions
+    from loadtune.present.sweep import SweepResult
+    from loadtune.present.view import Shown
     from loadtune.progress import SweepView
-    from loadtune.results.sweep import SweepResult
-    from loadtune.results.view import Shown
-from loadtune.kinds import RankBy, Strategy
+from loadtune.core.kinds import RankBy, Strategy
 
 EXIT_USER_ERROR = 1
 EXIT_FLIPPED = 3
@@ -83,7 +83,7 @@ def _table(console: Console, table: RenderableType) -> None:
 
 def _show(console: Console, shown: Iterable["Shown"]) -> None:
     """A command's output in order: tables (never cut), prose and warnings."""
-    from loadtune.results.view import Prose, Warned
+    from loadtune.present.view import Prose, Warned
 
     for piece in shown:
         if isinstance(piece, Prose):
@@ -163,7 +163,7 @@ def sweep(
 ) -> None:
     """Measure each one-at-a-time change of the DataLoader settings and write a ranked CSV."""
     from loadtune import progress
-    from loadtune.options import MeasureShorthands, OutputOptions, SweepOptions
+    from loadtune.asked.options import MeasureShorthands, OutputOptions, SweepOptions
 
     started_s = progress.CLOCK()
 
@@ -192,7 +192,7 @@ def _run_sweep(options: "SweepOptions", debug: bool) -> "SweepResult | None":
     """The sweep with its progress view, under torchrun when launched by it; Ctrl-C, SIGTERM and
     a closed terminal stop it with the rows so far kept. An existing output is refused unless
     --resume or --overwrite."""
-    from loadtune.results.summary import failure
+    from loadtune.present.summary import failure
     from loadtune.sweep_process import torchrun
     from loadtune.sweep_process.pipeline import run_sweep
 
@@ -247,8 +247,8 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
     `wall_s`) on stdout and the rest on stderr. A sweep in which no trial ran is an error (exit 1)
     naming the first failure; its rows stay in the CSV."""
     from loadtune import progress
-    from loadtune.results.summary import failure, summary_lines
-    from loadtune.results.view import files_line, sweep_shown
+    from loadtune.present.summary import failure, summary_lines
+    from loadtune.present.view import files_line, sweep_shown
 
     none_ran = failure(result.records)
     if none_ran is not None:
@@ -262,7 +262,7 @@ def _print_sweep(result: "SweepResult", plot: Path | None, as_json: bool, verbos
     _say_lines(console, summary_lines(info))
     if plot is not None:
         try:
-            from loadtune.results.plot import draw_csvs
+            from loadtune.present.plot import draw_csvs
 
             info = dataclasses.replace(info, plot=str(draw_csvs([result.out_path], plot)))
         except LoadtuneError as exc:
@@ -290,9 +290,8 @@ def compare(
 ) -> None:
     """Align sweeps from several machines or scales and say whether the conclusion holds; set a
     watched run beside what a sweep measured or predicted for its loader's config."""
-    from loadtune.results.compare import compare as compare_results
-    from loadtune.results.compare import load_results
-    from loadtune.results.compare_text import comparison_lines, comparison_tables, write_aligned
+    from loadtune.comparison.files import compare as compare_results, load_results
+    from loadtune.present.compare_text import comparison_lines, comparison_tables, write_aligned
 
     console = _err() if as_json else _console()
     try:
@@ -336,10 +335,10 @@ def predict(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Predict the settings for another machine (cores, ranks, step) from a sweep's or a watched run's CSV."""
-    from loadtune.kinds import TOLERANCE
-    from loadtune.results.transfer import forecast_file, out_of_range
-    from loadtune.results.transfer_text import forecast_lines, forecast_table, write_forecast
-    from loadtune.results.transfer_values import Target
+    from loadtune.core.kinds import TOLERANCE
+    from loadtune.model.predict import forecast_file, out_of_range
+    from loadtune.model.predict_values import Target
+    from loadtune.present.predict_text import forecast_lines, forecast_table, write_forecast
 
     target = Target(cores=cores, ranks=ranks, step_ms=step_ms, scale=scale, ram_gb=ram_gb, shm_gb=shm_gb)
     wrong = out_of_range(target, tolerance)
@@ -373,14 +372,14 @@ def report(
 ) -> None:
     """Show results CSVs as ranked tables with what limits each trial, each ending with the answer
     its sweep gave (a watched run: each loader and rank, and what to run next), and draw them."""
-    from loadtune.results.record import load_records
-    from loadtune.results.view import report_shown
+    from loadtune.present.view import report_shown
+    from loadtune.record.record import load_records
 
     console = _err() if as_json else _console()
     try:
         tables = [(path, load_records(path)) for path in csvs]
         if plot is not None:
-            from loadtune.results.plot import draw_csvs
+            from loadtune.present.plot import draw_csvs
 
             draw_csvs(csvs, plot)
     except LoadtuneError as exc:
@@ -403,7 +402,7 @@ def profile(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Run the baseline under torch.profiler with the loop's regions named, and show where time goes."""
-    from loadtune.options import MeasureShorthands, SweepOptions
+    from loadtune.asked.options import MeasureShorthands, SweepOptions
     from loadtune.profile import profile_run
 
     try:
@@ -427,8 +426,8 @@ def init(
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
     """Write a commented starter config that runs the demo dataset, or one from a watched run (--from)."""
-    from loadtune.results.view import written_line
-    from loadtune.starter import DEFAULT_STARTER_PATH, write_from_run, write_starter
+    from loadtune.present.starter import DEFAULT_STARTER_PATH, write_from_run, write_starter
+    from loadtune.present.view import written_line
 
     try:
         if source is not None:

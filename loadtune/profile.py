@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtune.config import Config, RunSpec
-from loadtune.errors import LoadtuneError
-from loadtune.measurement import Measurement
-from loadtune.trial_process.measure import PARTS
-from loadtune.trials import Trial
+from loadtune.asked.config import Config, RunSpec
+from loadtune.asked.trials import Trial
+from loadtune.core.errors import LoadtuneError
+from loadtune.measure.loop import PARTS
+from loadtune.record.measurement import Measurement
 
 TABLE_ROWS = 25
 # Kineto (the profiler's C++ side) logs its stages and, without a GPU, a harmless
@@ -151,10 +151,10 @@ def profile_run(
     """
     import torch
 
-    from loadtune.trial_process.device import make_synced_step, make_transfer, resolve_device
-    from loadtune.trial_process.failures import describe
-    from loadtune.trial_process.measure import measure_loop
-    from loadtune.trial_process.steps import build_step
+    from loadtune.measure.loop import measure_loop
+    from loadtune.parts.device import make_synced_step, make_transfer, resolve_device
+    from loadtune.parts.failures import describe
+    from loadtune.parts.steps import build_step
 
     if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
         raise LoadtuneError(f"--batches {batches!r}: must be a whole number of at least 1")
@@ -193,11 +193,11 @@ def _baseline_loader(spec: RunSpec) -> tuple[Config, Trial, Any, dict[str, Any]]
     the loader block completes, and its sampler, collate_fn and the rest."""
     from torch.utils.data import DataLoader
 
-    from loadtune.config import adopt_loader
-    from loadtune.sweep_process.plan import baseline_trial
-    from loadtune.trial_process.factory import build_source
-    from loadtune.trial_process.failures import describe
-    from loadtune.trial_process.loader import loader_kwargs
+    from loadtune.asked.config import adopt_loader
+    from loadtune.asked.plan import baseline_trial
+    from loadtune.parts.factory import build_source
+    from loadtune.parts.failures import describe
+    from loadtune.parts.loader import loader_kwargs
 
     config, base_dir = spec.config, str(spec.base_dir)
     source = build_source(config.dataset.factory, config.dataset.kwargs, base_dir)
@@ -217,7 +217,7 @@ def _warmup(config: Config, kwargs: dict[str, Any], loader: Any, batches: int,
             warmup_batches: int | None) -> tuple[int, int]:
     """The warm-up batches (at least 1) and the extra ones for the workers: a sweep's, unless
     `warmup_batches` is given (then no extra)."""
-    from loadtune.trial_process.loader import epoch_length
+    from loadtune.parts.loader import epoch_length
 
     warmup = config.measure.warmup_batches if warmup_batches is None else warmup_batches
     extra = 0 if warmup_batches is not None else config.measure.extra_warmup_for(
@@ -250,7 +250,7 @@ def _write_trace(prof: Any, trace: Path | None) -> None:
 def _result(device: str, trial: Trial, measurement: Measurement, batches: int, table: str,
             trace: Path | None) -> ProfileResult:
     """The ProfileResult of the profiled (only) window."""
-    from loadtune.results.choice import dataloader_line
+    from loadtune.record.settings import dataloader_line
 
     counted = measurement.windows[0]
     return ProfileResult(

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from loadtune.duration import Clock, duration_text
-from loadtune.results.view import Prose, Shown, Warned, started_lines, trial_line
+from loadtune.core.duration import Clock, duration_text
+from loadtune.present.view import Prose, Shown, Warned, started_lines, trial_line
 from loadtune.sweep_process import events
 
 # The clock a sweep's wall time and the bar's estimate are read from.

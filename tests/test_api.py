@@ -12,7 +12,7 @@ import pytest
 
 import loadtune
 from loadtune.api import load
-from loadtune.errors import ConfigError
+from loadtune.core.errors import ConfigError
 from loadtune.synthetic import sleep_cost
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 

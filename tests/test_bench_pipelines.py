@@ -30,7 +30,7 @@ def torch_threads():
 
 def tiny(pipeline: dict[str, Any], batches: int, cache_dir: Path) -> dict[str, Any]:
     """The pipeline with a dataset of `batches` batches, its files (where it writes any) in `cache_dir`."""
-    from loadtune.trial_process.factory import load_callable
+    from loadtune.parts.factory import load_callable
 
     kwargs = dict(pipeline["dataset"].get("kwargs") or {})
     size = next(k for k in SIZE_KWARGS if k in kwargs)
@@ -43,9 +43,9 @@ def tiny(pipeline: dict[str, Any], batches: int, cache_dir: Path) -> dict[str, A
 def first_batch(config: Path) -> tuple[Any, Any, int]:
     """The config loaded and checked as `loadtune sweep` loads it, its parts built as a trial builds
     them (dataset factory, loader.collate_fn spec, step): the first batch, the step, the batch size."""
-    from loadtune.config import load_config
-    from loadtune.trial_process.factory import build_source, load_callable
-    from loadtune.trial_process.steps import build_step
+    from loadtune.asked.config import load_config
+    from loadtune.parts.factory import build_source, load_callable
+    from loadtune.parts.steps import build_step
 
     spec = load_config(config)
     cfg = spec.config
@@ -57,7 +57,7 @@ def first_batch(config: Path) -> tuple[Any, Any, int]:
 
 
 def test_every_pipeline_builds_and_trains_on_one_batch(bench, tmp_path: Path, torch_threads) -> None:
-    from loadtune.trial_process.measure import batch_len
+    from loadtune.measure.loop import batch_len
 
     recommend = bench("recommend")
     assert {"cnn-threads", "saturated-text"} <= set(recommend.PIPELINES)

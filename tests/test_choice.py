@@ -4,11 +4,11 @@ caller uses them: racing's pick, the recommended row and the model strategy's ta
 
 from __future__ import annotations
 
-from loadtune.kinds import RankBy
-from loadtune.results.choice import beats, choose, contends, recommended, record_contends, within_tolerance
-from loadtune.results.interval import Interval
-from loadtune.results.record import Record
-from loadtune.sweep_process.decide import Scored, pick
+from loadtune.core.kinds import RankBy
+from loadtune.decide.choice import beats, choose, contends, recommended, record_contends, within_tolerance
+from loadtune.decide.selection import Scored, pick
+from loadtune.record.interval import Interval
+from loadtune.record.record import Record
 
 
 def test_choose_takes_the_cheapest_within_then_the_first_of_equal_cost():
@@ -32,9 +32,9 @@ def test_beats_by_more_than_the_tolerance_on_either_scale():
 
 
 def test_predict_and_travel_use_the_one_rule():
-    """transfer.choose: the cheapest within the tolerance, ties by fewest kept settings changed,
+    """predict.choose: the cheapest within the tolerance, ties by fewest kept settings changed,
     then cost; the pick travels while it is within the tolerance of the recommendation."""
-    from loadtune.results.transfer import choose as predict_choose
+    from loadtune.model.predict import choose as predict_choose
 
     configs = [({"num_workers": 4}, 100.0), ({"num_workers": 2}, 96.0), ({"num_workers": 1}, 90.0)]
     assert predict_choose(configs, 0.05) == 1

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from loadtune.config import Config, RunSpec, load_config
+from loadtune.asked.config import Config, RunSpec, load_config
 from tests.conftest import run_cli, tiny_config
 
 pytestmark = pytest.mark.slow  # every test runs the CLI in a process of its own

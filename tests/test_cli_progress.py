@@ -13,13 +13,13 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from loadtune import progress
+from loadtune.asked.trials import Trial
 from loadtune.cli import app
-from loadtune.duration import duration_text
+from loadtune.core.duration import duration_text
+from loadtune.present.view import Prose, Shown, Warned, started_lines, trial_line
 from loadtune.progress import ESTIMATING, EtaColumn, RunTally, SweepView, eta_text
-from loadtune.results.view import Prose, Shown, Warned, started_lines, trial_line
 from loadtune.sweep_process import events
 from loadtune.sweep_process.launch import Outcome
-from loadtune.trials import Trial
 from tests.conftest import tiny_config
 from tests.test_one_voice import items, sweep_result
 

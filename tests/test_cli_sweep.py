@@ -11,8 +11,8 @@ import time
 import pandas as pd
 import pytest
 
-from loadtune.machine import usable_cores
-from loadtune.results.record import COLUMNS
+from loadtune.measure.machine import usable_cores
+from loadtune.record.record import COLUMNS
 from tests.conftest import run_cli, tiny_config
 from tests.test_one_voice import items
 

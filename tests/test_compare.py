@@ -21,10 +21,8 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
-from loadtune.errors import ResultsError
-from loadtune.results.compare import compare, kendall_tau_b, load_results
-from loadtune.results.compare_text import comparison_lines, comparison_table, write_aligned
-from loadtune.results.compare_values import (
+from loadtune.comparison.files import compare, kendall_tau_b, load_results
+from loadtune.comparison.values import (
     ABSENT,
     HELPS_TO_HURTS,
     HURTS_TO_HELPS,
@@ -36,7 +34,9 @@ from loadtune.results.compare_values import (
     WINNER_WITHIN_NOISE,
     Comparison,
 )
-from loadtune.results.record import COLUMNS
+from loadtune.core.errors import ResultsError
+from loadtune.present.compare_text import comparison_lines, comparison_table, write_aligned
+from loadtune.record.record import COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compare"
 SPEC_COLUMNS = COLUMNS[:COLUMNS.index("started_at") + 1]

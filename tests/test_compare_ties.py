@@ -11,9 +11,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from loadtune.cli import app
-from loadtune.results.compare import compare, load_results
-from loadtune.results.compare_text import FLAGS_HEADER, comparison_table
-from loadtune.results.compare_values import (
+from loadtune.comparison.files import compare, load_results
+from loadtune.comparison.values import (
     FLAG_CODES,
     VERDICT_CHANGED,
     VERDICT_HOLDS,
@@ -22,7 +21,8 @@ from loadtune.results.compare_values import (
     WINNER_WITHIN_NOISE,
     Comparison,
 )
-from loadtune.results.record import ResultsFile, load_records
+from loadtune.present.compare_text import FLAGS_HEADER, comparison_table
+from loadtune.record.record import ResultsFile, load_records
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compare"
 EXIT_FLIPPED = 3

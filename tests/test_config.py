@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtune.config import apply_override, load_config
-from loadtune.errors import ConfigError
+from loadtune.asked.config import apply_override, load_config
+from loadtune.core.errors import ConfigError
 from tests.conftest import tiny_config
 
 

@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from loadtune.config import RunSpec, load_config
-from loadtune.errors import ConfigError
+from loadtune.asked.config import RunSpec, load_config
+from loadtune.core.errors import ConfigError
 from tests.conftest import tiny_config
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from loadtune.config import load_config
-from loadtune.config_yaml import did_you_mean
-from loadtune.errors import ConfigError
+from loadtune.asked.config import load_config
+from loadtune.asked.config_yaml import did_you_mean
+from loadtune.core.errors import ConfigError
 from tests.conftest import run_cli, tiny_config
 
 

@@ -51,7 +51,7 @@ def test_the_resnet18_config_sweeps_on_cpu(tmp_path, marker):
 
 @cuda
 def test_a_pinned_copy_is_non_blocking_and_timed_on_the_device():
-    from loadtune.trial_process.device import make_transfer
+    from loadtune.parts.device import make_transfer
 
     batch = (torch.randn(64, 3, 224, 224).pin_memory(), torch.arange(64).pin_memory())
     transfer = make_transfer("cuda", pin_memory=True)

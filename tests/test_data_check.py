@@ -19,13 +19,10 @@ import pytest
 import torch
 
 from loadtune import synthetic
-from loadtune.config import load_config
-from loadtune.kinds import RankBy
-from loadtune.measurement import LoaderEpochs, Measurement, SamplerEpoch, TrialStart, Window, combine_ranks
-from loadtune.results.findings import RepeatingSampler
-from loadtune.results.record import read_records
-from loadtune.sweep_process.conclude import decision, ranked
-from loadtune.sweep_process.datacheck import (
+from loadtune.asked.config import load_config
+from loadtune.asked.plan import trial_for
+from loadtune.core.kinds import RankBy
+from loadtune.measure.datacheck import (
     ACROSS_RANKS,
     EPOCH_CONTENT,
     EPOCH_SIZE,
@@ -45,14 +42,17 @@ from loadtune.sweep_process.datacheck import (
     segments,
     streams,
 )
+from loadtune.measure.fingerprint import sample_keys
+from loadtune.measure.loop import measure_loop
+from loadtune.record.findings import RepeatingSampler
+from loadtune.record.measurement import LoaderEpochs, Measurement, SamplerEpoch, TrialStart, Window, combine_ranks
+from loadtune.record.record import read_records
+from loadtune.sweep_process.conclude import decision, ranked
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
-from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.trial_run import merged
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_here
-from loadtune.trial_process.fingerprint import sample_keys
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trial_process.measure import measure_loop
 from loadtune.trial_process.preflight import stable_bytes
 from loadtune.trial_process.sampled import recording
 from tests.conftest import fake_runner, run_cli, tiny_config
@@ -323,7 +323,7 @@ def test_keys_are_the_same_for_the_same_values_in_any_layout_or_process():
     keys, _ = sample_keys((images,), 4)
     assert keys.tolist() == sample_keys((images.to(memory_format=torch.channels_last),), 4)[0].tolist()
     assert keys.tolist() == sample_keys((images.numpy(),), 4)[0].tolist()
-    code = ("import sys, torch\nfrom loadtune.trial_process.fingerprint import sample_keys\n"
+    code = ("import sys, torch\nfrom loadtune.measure.fingerprint import sample_keys\n"
             "torch.manual_seed(0)\nprint(sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist())")
     torch.manual_seed(0)
     here = sample_keys((torch.rand(4, 3, 8, 8),), 4)[0].tolist()

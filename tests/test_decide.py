@@ -9,13 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtune.config import load_config
-from loadtune.kinds import RankBy
-from loadtune.measurement import Measurement, TrialStart, Window
-from loadtune.results.interval import Interval
-from loadtune.results.record import read_records
-from loadtune.sweep_process.conclude import decision as decision_of
-from loadtune.sweep_process.decide import (
+from loadtune.asked.config import load_config
+from loadtune.asked.plan import trial_for
+from loadtune.asked.trials import cost_of
+from loadtune.core.kinds import RankBy
+from loadtune.decide.selection import (
     MIN_REPEATS_TO_DECIDE,
     RERUN_AGREEMENT,
     Scored,
@@ -28,10 +26,12 @@ from loadtune.sweep_process.decide import (
     rerun_ties,
     throughput_ratio_lower,
 )
+from loadtune.record.interval import Interval
+from loadtune.record.measurement import Measurement, TrialStart, Window
+from loadtune.record.record import read_records
+from loadtune.sweep_process.conclude import decision as decision_of
 from loadtune.sweep_process.launch import Outcome
-from loadtune.sweep_process.plan import trial_for
 from loadtune.sweep_process.racer import Racer
-from loadtune.trials import cost_of
 from tests.conftest import fake_runner, tiny_config
 
 
@@ -302,9 +302,8 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     """The trials the advice names are found by the names the runner gave the trials it ran."""
     import dataclasses
 
-    from loadtune.results.advice import with_checked_advice
-    from loadtune.sweep_process.conclude import advised as advised_by
-    from loadtune.sweep_process.conclude import ranked
+    from loadtune.decide.advice import with_checked_advice
+    from loadtune.sweep_process.conclude import advised as advised_by, ranked
 
     monkeypatch.setitem(TRUE, "num_workers=2, persistent_workers=true", 300.0)
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)

@@ -28,8 +28,8 @@ import typer
 import yaml
 from pydantic import BaseModel
 
+from loadtune.asked.config import LOADER_KEYS, Config, LoaderSpec, load_config
 from loadtune.cli import app
-from loadtune.config import LOADER_KEYS, Config, LoaderSpec, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -208,7 +208,7 @@ def test_the_readme_factory_builds_its_dataset(tmp_path):
     from the config, called with the config's kwargs names, on a folder of real JPEGs."""
     from PIL import Image
 
-    from loadtune.trial_process.factory import load_callable
+    from loadtune.parts.factory import load_callable
 
     config = next(b for b in fenced_blocks(README) if b.lang == "yaml" and "data.py:make_dataset" in b.text)
     factory = next(b for b in fenced_blocks(README) if b.lang == "python" and b.text.startswith("# data.py"))
@@ -438,7 +438,7 @@ def _table_first_cells(text: str) -> list[str]:
 
 
 def test_the_reference_lists_the_csv_columns_in_order():
-    from loadtune.results.record import RankRecord, Record
+    from loadtune.record.record import RankRecord, Record
 
     csv = section(REFERENCE_TEXT, "## The CSV")
     table = csv[:csv.index("\n\n", csv.index("| column"))]
@@ -449,7 +449,7 @@ def test_the_reference_lists_the_csv_columns_in_order():
 
 
 def _summary_json() -> dict:
-    from loadtune.results.summary import summarize_sweep
+    from loadtune.present.summary import summarize_sweep
     from tests.test_model import TRUTH, first_round
 
     records = first_round(TRUTH)
@@ -459,8 +459,9 @@ def _summary_json() -> dict:
 
 
 def test_the_reference_lists_every_sweep_json_key():
-    from loadtune.results.summary_parts import DataFindings, Flagged, OneRank, Travel
-    from loadtune.results.sweep import ModelTie
+    from loadtune.model.predict_values import Travel
+    from loadtune.present.summary_parts import DataFindings, Flagged, OneRank
+    from loadtune.present.sweep import ModelTie
     from tests.test_model import TRUTH
 
     part = section(REFERENCE_TEXT, "### `loadtune sweep --json`")
@@ -473,8 +474,8 @@ def test_the_reference_lists_every_sweep_json_key():
 
 
 def test_the_reference_lists_every_predict_json_key():
-    from loadtune.results.transfer import forecast
-    from loadtune.results.transfer_values import Target
+    from loadtune.model.predict import forecast
+    from loadtune.model.predict_values import Target
     from tests.test_model import TRUTH, first_round
 
     part = section(REFERENCE_TEXT, "### `loadtune predict --json`")

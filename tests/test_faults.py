@@ -19,10 +19,10 @@ import pandas as pd
 import psutil
 import pytest
 
-from loadtune.config import load_config
+from loadtune.asked.config import load_config
+from loadtune.asked.plan import baseline_trial
 from loadtune.sweep_process import launch
 from loadtune.sweep_process.launch import run_in_trial_process
-from loadtune.sweep_process.plan import baseline_trial
 from loadtune.trial_process.jobs import TrialJob
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config
 from tests.fault_datasets import MEMORY_LIMIT_VAR

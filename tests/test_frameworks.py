@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.errors import ConfigError
-from loadtune.kinds import Status
-from loadtune.results.record import read_records
-from loadtune.results.watched import loader_file
+from loadtune.core.errors import ConfigError
+from loadtune.core.kinds import Status
+from loadtune.record.record import read_records
+from loadtune.record.watched import loader_file
 from loadtune.training_process import hook
 from loadtune.training_process.frameworks import FrameworkWatch, batches_of, flat_loaders
 from loadtune.training_process.run import RunWatch

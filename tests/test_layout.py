@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle, and the offline readers never reach the process
-machinery or torch (read statically, every import, those inside functions included)."""
+"""The package's shape: each room (a folder of loadtune) imports only the rooms below it, no
+import cycle, and the offline rooms never reach the process machinery or torch (read statically,
+every import, those inside functions included)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,27 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "loadtune"
-OFFLINE = "loadtune.results"
-PROCESS_SIDES = ("loadtune.sweep_process", "loadtune.trial_process")
+# Each room and the rooms it may import, lowest first: no arrow back up. The modules at the top
+# (the CLI, the API, the callbacks, the built-in datasets) may import any room.
+ROOMS: dict[str, tuple[str, ...]] = {
+    "core": (),
+    "asked": ("core",),
+    "record": ("core", "asked"),
+    "decide": ("core", "asked", "record"),
+    "model": ("core", "asked", "record", "decide"),
+    "comparison": ("core", "asked", "record", "decide", "model"),
+    "present": ("core", "asked", "record", "decide", "model", "comparison"),
+    "measure": ("core", "asked", "record", "decide"),
+    "parts": ("core", "asked", "record", "measure"),
+    "trial_process": ("core", "asked", "record", "measure", "parts"),
+    "training_process": ("core", "asked", "record", "decide", "measure", "parts"),
+    "sweep_process": ("core", "asked", "record", "decide", "model", "present", "measure", "parts", "trial_process"),
+}
+# Read results without starting anything: no process room, no torch, whatever they reach.
+OFFLINE = ("core", "asked", "record", "decide", "model", "comparison", "present")
+PROCESS_SIDES = tuple(f"loadtune.{r}" for r in ROOMS if r not in OFFLINE)
+# Measure and run the user's parts: never reach a sentence, table or chart (present).
+MEASURING = ("measure", "parts", "trial_process", "training_process")
 HEAVY = ("torch", "torchvision")
 FIXTURE = Path(__file__).parent / "fixtures" / "v1" / "sweep.csv"
 
@@ -92,7 +112,7 @@ def _inside(module: str, packages: tuple[str, ...]) -> bool:
 
 def test_the_graph_sees_imports_inside_functions():
     graph = import_graph()
-    assert "loadtune.results.plot" in graph["loadtune.cli"], "cli imports plot inside a command"
+    assert "loadtune.present.plot" in graph["loadtune.cli"], "cli imports plot inside a command"
     assert "loadtune.trial_process.main" in graph["loadtune.sweep_process.launch"]
 
 
@@ -105,14 +125,62 @@ def test_no_import_cycle_in_the_package():
     assert _cycles(import_graph()) == []
 
 
+def room_of(module: str) -> str | None:
+    """The room a module of the package lives in; None for the modules at the top."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "loadtune" else None
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Each import from one room into another that ROOMS does not let it import."""
+    bad = []
+    for module, targets in graph.items():
+        room = room_of(module)
+        if room is None:
+            continue
+        for target in targets:
+            other = room_of(target) if target in graph else None
+            if other is not None and other != room and other not in ROOMS.get(room, ()):
+                bad.append((module, target))
+    return sorted(bad)
+
+
+def test_every_folder_is_a_room_and_the_rooms_are_in_order():
+    folders = sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+    assert folders == sorted(ROOMS)
+    order = list(ROOMS)
+    for room, below in ROOMS.items():
+        assert all(order.index(b) < order.index(room) for b in below), room
+
+
+def test_no_room_imports_one_above_it():
+    assert arrows_back_up(import_graph()) == []
+
+
+def test_an_arrow_back_up_is_found():
+    """Planted: a measuring room importing a presentation module, the model reaching the strategies."""
+    graph = {"loadtune.measure.loop": {"loadtune.present.table"}, "loadtune.present.table": set(),
+             "loadtune.model.fitted": {"loadtune.sweep_process.strategy"}, "loadtune.sweep_process.strategy": set(),
+             "loadtune.present.view": {"loadtune.model.fitted"}}
+    assert arrows_back_up(graph) == [("loadtune.measure.loop", "loadtune.present.table"),
+                                     ("loadtune.model.fitted", "loadtune.sweep_process.strategy")]
+
+
 def test_offline_readers_import_neither_the_process_machinery_nor_torch():
     graph = import_graph()
-    offline = [m for m in graph if m == OFFLINE or m.startswith(OFFLINE + ".")]
-    assert len(offline) >= 5
+    offline = [m for m in graph if room_of(m) in OFFLINE]
+    assert len(offline) >= 40
     for module in offline:
         reached = _reach(graph, module)
         bad = sorted(r for r in reached if _inside(r, PROCESS_SIDES) or r.split(".")[0] in HEAVY)
         assert not bad, f"{module} reaches {bad}"
+
+
+def test_the_measuring_side_reaches_no_presentation():
+    graph = import_graph()
+    for module in (m for m in graph if room_of(m) in MEASURING):
+        reached = _reach(graph, module)
+        assert not [r for r in reached if room_of(r) == "present"], module
 
 
 def test_the_trial_side_imports_nothing_of_the_sweep_side():
@@ -123,9 +191,11 @@ def test_the_trial_side_imports_nothing_of_the_sweep_side():
 
 
 # What renders results for the user (tables, charts, the answer's sentences): the sweep side
-# builds values (results.summary, results.summary_parts) and leaves their rendering to the CLI.
-PRESENTATION = ("loadtune.results.report", "loadtune.results.answer", "loadtune.results.plot",
-                "loadtune.results.table", "rich")
+# builds values (present.summary, present.summary_parts, present.sweep) and leaves their
+# rendering to the CLI.
+PRESENTATION = ("loadtune.present.report", "loadtune.present.answer", "loadtune.present.plot",
+                "loadtune.present.table", "loadtune.present.view", "loadtune.present.compare_text",
+                "loadtune.present.predict_text", "loadtune.present.watched_run", "rich")
 
 
 def test_the_sweep_side_imports_no_presentation_module():
@@ -148,7 +218,7 @@ def test_report_and_compare_start_without_torch(command, tmp_path):
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
-    assert "loadtune.results.record" in imported
+    assert "loadtune.record.record" in imported
     assert not [m for m in imported if m.split(".")[0] in HEAVY], "torch was imported"
 
 
@@ -169,8 +239,23 @@ def test_a_sweep_leaves_torch_to_its_trial_processes(tmp_path, write_config, mar
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env)
     assert "Recommended:" in done.stdout, done.stderr
     assert "torch imported: False" in done.stdout
-    from loadtune.results.record import read_records
+    from loadtune.record.record import read_records
 
     rows = {r.trial: r for r in read_records(tmp_path / "out.csv")}
     baseline = rows["baseline"]
     assert baseline.status == "ok" and baseline.run.machine.torch_version, "torch's version, from the preflight"
+
+
+def test_no_room_hides_a_function_of_the_api():
+    """A room named as one of loadtune's functions (loadtune.compare) would replace it once imported."""
+    import importlib
+    import pkgutil
+
+    import loadtune
+
+    api = [name for name in ("sweep", "compare", "predict", "watch") if callable(getattr(loadtune, name))]
+    assert len(api) == 4
+    for module in pkgutil.walk_packages(loadtune.__path__, "loadtune."):
+        importlib.import_module(module.name)
+    assert [name for name in api if not callable(getattr(loadtune, name))] == []
+    assert not set(api) & set(ROOMS)

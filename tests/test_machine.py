@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from loadtune.machine import cpu_quota, fingerprint, shm_free_gb
+from loadtune.measure.machine import cpu_quota, fingerprint, shm_free_gb
 
 
 def test_fingerprint_of_this_machine_is_plausible():
@@ -26,7 +26,7 @@ def usable_cores_pinned_to(cores: set[int]) -> int:
     """usable_cores() in a fresh Python whose affinity mask is set to `cores` first."""
     code = ("import os, sys\n"
             "os.sched_setaffinity(0, {int(c) for c in sys.argv[1:]})\n"
-            "from loadtune.machine import usable_cores\n"
+            "from loadtune.measure.machine import usable_cores\n"
             "print(usable_cores())\n")
     done = subprocess.run([sys.executable, "-c", code, *map(str, sorted(cores))],
                           capture_output=True, text=True, timeout=60)

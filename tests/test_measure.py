@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtune.sweep_process.stats import ProcessNoise, summarize
-from loadtune.trial_process.measure import EmptyLoaderError, batch_len, measure_loop
+from loadtune.decide.stats import ProcessNoise, summarize
+from loadtune.measure.loop import EmptyLoaderError, batch_len, measure_loop
 
 
 class FakeClock:

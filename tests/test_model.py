@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from loadtune.config import Config
-from loadtune.kinds import Status
-from loadtune.results.evidence import evidence_of
-from loadtune.results.interval import Interval
-from loadtune.results.model import fit, leave_one_out_error, prediction_error
-from loadtune.results.pipeline import FittedFigures, MeasuredCosts, PipelineModel
-from loadtune.results.record import Record
-from loadtune.results.simulation import simulate
-from loadtune.sweep_process.decide import Scored, pick
-from loadtune.sweep_process.plan import grid_plan
+from loadtune.asked.config import Config
+from loadtune.asked.plan import grid_plan
+from loadtune.asked.trials import cost_of, effective_settings
+from loadtune.core.kinds import Status
+from loadtune.decide.selection import Scored, pick
+from loadtune.model.evidence import evidence_of
+from loadtune.model.fitted import FittedFigures, MeasuredCosts, PipelineModel
+from loadtune.model.model import fit, leave_one_out_error, prediction_error
+from loadtune.model.simulation import simulate
+from loadtune.record.interval import Interval
+from loadtune.record.record import Record
 from loadtune.sweep_process.strategy import Search, config_key, model_targets, search_model, search_ofat
-from loadtune.trials import cost_of, effective_settings
 
 BATCH = 16
 CORES = 2.0
@@ -342,7 +342,7 @@ def test_ranks_step_together_at_the_slowest_ranks_pace():
     """No workers, fetches that vary: each step waits for the slowest of the ranks' fetches, so
     the period is the mean of the maximum over the ranks' draws, not of one rank's; without
     variation, ranks change nothing. The wait is the ranks' mean wait for their own batch."""
-    from loadtune.results.simulation import SIM_EPOCHS, _draws
+    from loadtune.model.simulation import SIM_EPOCHS, _draws
 
     fetch_ms, step_ms, n = 10.0, 5.0, 40
     flat = [simulate(0, 0, False, fetch_ms, 0.0, 0.0, step_ms, 0.0, n, ranks=r).period_ms for r in (1, 2, 4)]
@@ -360,7 +360,7 @@ def test_ranks_share_the_machines_cores_not_a_slice_each():
     """Two ranks of one worker each on 2 cores, each thread busy half the time: a worker meets the
     other rank's worker, and both training threads at once (ranks step together), on 2 cores; on
     a core of its own it would meet its own training thread alone."""
-    from loadtune.results.crowding import contention
+    from loadtune.model.crowding import contention
 
     # Worker: 1 other worker (k = 0, 1), the training threads with p 0.5: max(1, (1 + k + 2) / 2) or
     # max(1, (1 + k) / 2). Training thread: both training threads and k of 2 workers: max(1, (2 + k) / 2).
@@ -373,7 +373,7 @@ def test_ranks_meet_in_a_collective_unless_the_step_was_timed_there():
     """A step the fetch never holds up: on ranks the period is the step and its collective
     (COLLECTIVE_MS); a model fitted on ranks holds it in its step already; a step timed on the
     target's ranks holds its own."""
-    from loadtune.results.pipeline import COLLECTIVE_MS
+    from loadtune.model.fitted import COLLECTIVE_MS
 
     quick = varied(TRUTH, main_fetch_ms_per_sample=0.0, fetch_cpu_ms_per_sample=0.0, fetch_wait_ms_per_sample=0.0,
                    fetch_cv=0.0, step_cpu_ms_per_sample=0.0, cores=8.0, dataset_len=None)
@@ -402,7 +402,7 @@ def test_report_shows_predictions_beside_measurements_and_counts_predicted_rows(
 
     from rich.console import Console
 
-    from loadtune.results.report import not_run_lines, predicted_lines, results_table
+    from loadtune.present.report import not_run_lines, predicted_lines, results_table
 
     measured = Record.of(trial="num_workers=2", status="ok", rank=1, throughput=500.0, throughput_lo=490.0,
                       throughput_hi=510.0, wait_ratio=0.2, wait_ratio_lo=0.19, wait_ratio_hi=0.21,

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 import loadtune
-from loadtune.kinds import Status
-from loadtune.results.record import read_records
+from loadtune.core.kinds import Status
+from loadtune.record.record import read_records
 from tests.conftest import tiny_config
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from loadtune.results.evidence import evidence_of
-from loadtune.results.model import fit, own_step
+from loadtune.model.evidence import evidence_of
+from loadtune.model.model import fit, own_step
 from tests.test_model import BATCH, DATASET_LEN, TRUTH, first_round, made_up, varied
 
 # A CPU step on two threads that keeps both cores busy, its fetch pure-Python work (tokenizing).

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from loadtune.errors import LoadtuneError
-from loadtune.machine import usable_cores
-from loadtune.options import SweepOptions
-from loadtune.results.choice import recommended
-from loadtune.results.findings import BusyMachine
+from loadtune.asked.options import SweepOptions
+from loadtune.core.errors import LoadtuneError
+from loadtune.decide.choice import recommended
+from loadtune.measure.machine import usable_cores
+from loadtune.record.findings import BusyMachine
 from loadtune.sweep_process import events
-from loadtune.sweep_process.output import OutputLock, check_writable, lock_path
+from loadtune.sweep_process.files import OutputLock, check_writable, lock_path
 from loadtune.sweep_process.pipeline import run_sweep
 from tests.conftest import run_cli, tiny_config
 
@@ -68,7 +68,7 @@ def test_a_second_writer_is_refused_naming_the_first_and_a_stale_lock_is_taken_o
 import sys, time
 sys.argv = ["loadtune", "sweep", "other.yaml"]
 from pathlib import Path
-from loadtune.sweep_process.output import OutputLock
+from loadtune.sweep_process.files import OutputLock
 lock = OutputLock(Path({str(out)!r})).acquire()
 print("held", flush=True)
 time.sleep(60)

@@ -16,15 +16,15 @@ from typer.testing import CliRunner
 
 from loadtune import cli
 from loadtune.cli import app
-from loadtune.kinds import EndedBy, Status
-from loadtune.results.choice import dataloader_line
-from loadtune.results.decision import Decision, Resolving
-from loadtune.results.record import Record, ResultsFile, load_records
-from loadtune.results.summary import file_summary, summarize_sweep, summary_lines
-from loadtune.results.summary_parts import DataFindings, Flagged
-from loadtune.results.sweep import SweepResult
-from loadtune.text import HANGING_INDENT, wrap
-from loadtune.version import __version__
+from loadtune.core.kinds import EndedBy, Status
+from loadtune.core.text import HANGING_INDENT, wrap
+from loadtune.core.version import __version__
+from loadtune.decide.decision import Decision, Resolving
+from loadtune.present.summary import file_summary, summarize_sweep, summary_lines
+from loadtune.present.summary_parts import DataFindings, Flagged
+from loadtune.present.sweep import SweepResult
+from loadtune.record.record import Record, ResultsFile, load_records
+from loadtune.record.settings import dataloader_line
 from tests.conftest import tiny_config
 from tests.test_model import TRUTH, made_up
 from tests.test_watched_readers import ranked_sweep, watched, write
@@ -114,8 +114,8 @@ def sweep_result(out: Path, records: list[Record] | None = None) -> SweepResult:
 def fake_sweep(monkeypatch, tmp_path):
     """`loadtune sweep` through the CLI, its measuring replaced: the progress events and the
     result of sweep_result (or of the records set in `rows`), its rows written to the CSV."""
+    from loadtune.asked.trials import Trial
     from loadtune.sweep_process import events, pipeline
-    from loadtune.trials import Trial
 
     state: dict = {"rows": None, "ran": 0}
 
@@ -246,7 +246,7 @@ def test_report_ends_with_the_answer_of_the_sweep():
 
 
 def test_report_pastes_the_sweeps_line_from_the_loader_settings_beside_the_csv(tmp_path):
-    from loadtune.results.watched import LoaderInfo, write_loader_info
+    from loadtune.record.watched import LoaderInfo, write_loader_info
 
     csv = tmp_path / REPORT_CSV.name
     csv.write_text(REPORT_CSV.read_text())

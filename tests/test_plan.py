@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from loadtune.config import Config
-from loadtune.sweep_process.plan import combined_trial, grid_plan, ofat_plan, swept_values
+from loadtune.asked.config import Config
+from loadtune.asked.plan import combined_trial, grid_plan, ofat_plan, swept_values
 from tests.conftest import tiny_config
 
 
@@ -100,7 +100,7 @@ def test_a_config_without_workers_is_named_as_ofat_names_it_whoever_asks_for_it(
     """From a baseline with workers, num_workers=0 drops their settings: its name never carries them
     (`num_workers=0`, not `num_workers=0, prefetch_factor=null`), whether ofat or a strategy's
     follow-up asks for it, so --resume and every reader find it by the same name."""
-    from loadtune.sweep_process.plan import trial_for
+    from loadtune.asked.plan import trial_for
 
     cfg = Config(**tiny_config(sweep={"num_workers": [0, 2], "prefetch_factor": [4]},
                                loader={"batch_size": 8, "num_workers": 1, "prefetch_factor": 2}))

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from loadtune.errors import ResultsError
-from loadtune.results.plot import draw_results, read_results_csv, trial_order
-from loadtune.results.record import COLUMNS
+from loadtune.core.errors import ResultsError
+from loadtune.present.plot import draw_results, read_results_csv, trial_order
+from loadtune.record.record import COLUMNS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "report"
 VM = FIXTURES / "demo-vm-x1.csv"        # ok, skipped, failed, timeout and ideal rows
@@ -87,7 +87,7 @@ def test_nothing_ran_still_draws(tmp_path):
 PYPLOT_PROBE = """
 import json, sys
 import matplotlib
-from loadtune.results.plot import draw_results, read_results_csv
+from loadtune.present.plot import draw_results, read_results_csv
 before = matplotlib.rcParams["backend"]
 out = draw_results([("vm", read_results_csv(sys.argv[1]))], sys.argv[2])
 pyplot = "matplotlib.pyplot" in sys.modules  # read before anything below could import it

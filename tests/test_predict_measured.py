@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from loadtune.cli import app
-from loadtune.kinds import TOLERANCE
-from loadtune.results.model import RUN_RESTARTING_WORKERS
-from loadtune.results.record import Record
-from loadtune.results.transfer import JUDGED_BY, Target, forecast, forecast_file, settings_key, settings_of
-from loadtune.results.transfer_text import forecast_lines
+from loadtune.core.kinds import TOLERANCE
+from loadtune.model.model import RUN_RESTARTING_WORKERS
+from loadtune.model.predict import JUDGED_BY, Target, forecast, forecast_file, settings_key, settings_of
+from loadtune.present.predict_text import forecast_lines
+from loadtune.record.record import Record
 from tests.test_model import TRUTH, made_up, varied
 from tests.test_readers_voice import as_swept, write_sweep
 

@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from loadtune.config import load_config
-from loadtune.errors import LoadtuneError
+from loadtune.asked.config import load_config
+from loadtune.core.errors import LoadtuneError
 from loadtune.profile import ProfileResult, profile_run
 
 SAMPLE_COST_S = 0.002  # the dataset sleeps this long per sample: 16 ms a batch of 8, in one worker

@@ -8,13 +8,13 @@ import math
 import pandas as pd
 import pytest
 
-from loadtune.config import IDEAL_BATCHES
-from loadtune.measurement import MIN_BATCHES_BEFORE_BEHIND, Behind
-from loadtune.results.interval import Interval
-from loadtune.sweep_process.decide import Z_ONE_SIDED, Scored, behind_bar
-from loadtune.sweep_process.ranking import rank
-from loadtune.sweep_process.stats import MACHINE_DRIFT
-from loadtune.trial_process.measure import MIN_BATCHES_FOR_MEAN, Pace, measure_loop
+from loadtune.asked.config import IDEAL_BATCHES
+from loadtune.decide.ranking import rank
+from loadtune.decide.selection import Z_ONE_SIDED, Scored, behind_bar
+from loadtune.decide.stats import MACHINE_DRIFT
+from loadtune.measure.loop import MIN_BATCHES_FOR_MEAN, Pace, measure_loop
+from loadtune.record.interval import Interval
+from loadtune.record.measurement import MIN_BATCHES_BEFORE_BEHIND, Behind
 from tests.conftest import run_cli, tiny_config
 from tests.test_measure import FakeClock, FakeLoader, stepper
 
@@ -187,12 +187,12 @@ def test_a_sweep_ends_the_windows_of_configs_clearly_behind_and_ranks_them_below
 
 
 def test_the_model_is_fitted_to_trials_measured_in_full_only(tmp_path):
-    from loadtune.config import config_from_data
-    from loadtune.measurement import Measurement, TrialStart
+    from loadtune.asked.config import config_from_data
+    from loadtune.asked.trials import Trial
+    from loadtune.record.measurement import Measurement, TrialStart
     from loadtune.sweep_process import events
     from loadtune.sweep_process.modelling import Modelling
     from loadtune.sweep_process.trial_run import Repeat, TrialRun
-    from loadtune.trials import Trial
     from tests.test_model import TRUTH, first_round
 
     records = first_round(TRUTH)

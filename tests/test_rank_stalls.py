@@ -179,9 +179,9 @@ def stall_config(dataset: dict | None = None, step: dict | None = None, **loader
 
 TRIAL = """
 import json, multiprocessing, os, sys
-from loadtune.config import load_config
+from loadtune.asked.config import load_config
 from loadtune.sweep_process.launch import run_in_trial_process
-from loadtune.sweep_process.plan import baseline_trial
+from loadtune.asked.plan import baseline_trial
 from loadtune.trial_process.jobs import TrialJob
 spec = load_config(sys.argv[1])
 cfg = spec.config

@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from loadtune.errors import ConfigError
-from loadtune.measurement import Measurement, TrialStart, Window, combine_ranks
+from loadtune.core.errors import ConfigError
+from loadtune.decide.stats import summarize
+from loadtune.record.measurement import Measurement, TrialStart, Window, combine_ranks
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
-from loadtune.sweep_process.stats import summarize
 from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config, wait_until
 
@@ -108,8 +108,8 @@ def test_building_the_launch_config_leaves_cuda_usable_in_forked_ranks(tmp_path)
 
 
 def test_ranks_write_beside_the_one_rank_csv(tmp_path):
-    from loadtune.config import load_config
-    from loadtune.options import default_output
+    from loadtune.asked.config import load_config
+    from loadtune.asked.options import default_output
 
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({**tiny_config(), "output": "out/run.csv"}))

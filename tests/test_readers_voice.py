@@ -1,9 +1,9 @@
 """The offline readers say what the sweep says, the same way: `loadtune predict`'s paste line
-carries the loader's settings the sweep's own paste line does (one builder, choice.dataloader_line);
+carries the loader's settings the sweep's own paste line does (one builder, settings.dataloader_line);
 the Python API's loader_kwargs are DataLoader's keywords only; the model's error is one figure,
 worded alike; predict recommends within the tolerance of its table's best; compare cannot tell,
 rather than call changed, where a file never measured the other's winner; and a config has one name
-everywhere (choice.config_name, the sweep's trial names). Made-up rows drawn from a known model:
+everywhere (settings.config_name, the sweep's trial names). Made-up rows drawn from a known model:
 exact, whatever the machine."""
 
 from __future__ import annotations
@@ -16,28 +16,23 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+from loadtune.asked.config import config_from_data
+from loadtune.asked.trials import BASELINE, cost_of
 from loadtune.cli import app
-from loadtune.config import config_from_data
-from loadtune.results.choice import config_name, dataloader_line, loader_keywords, paste_settings, thread_settings
-from loadtune.results.compare import compare, load_results
-from loadtune.results.compare_text import comparison_lines
-from loadtune.results.compare_values import VERDICT_CANNOT_TELL, VERDICT_HOLDS, WINNER_CHANGED, WINNER_NOT_MEASURED
-from loadtune.results.findings import MODEL_FIT_ERROR, CheaperWaitsMore, ModelError, ModelFellBack
-from loadtune.results.model import ModelReport, prediction_error
-from loadtune.results.record import Record, ResultsFile
-from loadtune.results.summary import summarize_sweep
-from loadtune.results.sweep import SweepResult
-from loadtune.results.transfer import (
-    Target,
-    forecast,
-    forecast_file,
-    settings_key,
-    settings_of,
-)
-from loadtune.results.transfer_checks import transfer_check
-from loadtune.results.transfer_text import forecast_lines
-from loadtune.results.watched import LoaderInfo, plain_settings, run_line, write_loader_info
-from loadtune.trials import BASELINE, cost_of
+from loadtune.comparison.checks import transfer_check
+from loadtune.comparison.files import compare, load_results
+from loadtune.comparison.values import VERDICT_CANNOT_TELL, VERDICT_HOLDS, WINNER_CHANGED, WINNER_NOT_MEASURED
+from loadtune.model.model import ModelReport, prediction_error
+from loadtune.model.predict import Target, forecast, forecast_file, settings_key, settings_of
+from loadtune.present.compare_text import comparison_lines
+from loadtune.present.predict_text import forecast_lines
+from loadtune.present.summary import summarize_sweep
+from loadtune.present.sweep import SweepResult
+from loadtune.present.watched_run import run_line
+from loadtune.record.findings import MODEL_FIT_ERROR, CheaperWaitsMore, ModelError, ModelFellBack
+from loadtune.record.record import Record, ResultsFile
+from loadtune.record.settings import config_name, dataloader_line, loader_keywords, paste_settings, thread_settings
+from loadtune.record.watched import LoaderInfo, plain_settings, write_loader_info
 from tests.conftest import tiny_config
 from tests.test_model import BATCH, TRUTH, first_round, made_up, varied
 from tests.test_watched_readers import watched
@@ -199,10 +194,10 @@ def predicted_before(records: list[Record]) -> list[Record]:
 
 
 def test_predict_on_a_sweeps_file_reports_the_sweeps_model_error(tmp_path):
+    from loadtune.asked.trials import Trial
     from loadtune.sweep_process import events
     from loadtune.sweep_process.modelling import Modelling
     from loadtune.sweep_process.trial_run import TrialRun
-    from loadtune.trials import Trial
 
     records = as_swept(predicted_before(first_round(TRUTH)))
     path = write_sweep(tmp_path / "sweep.csv", records)
@@ -344,7 +339,7 @@ def test_config_name_is_the_sweeps_trial_name():
     baseline without workers, is named as config_name names its settings against the baseline
     (from a baseline with workers, plan.trial_for names a combination without them with
     `prefetch_factor=null`, which the one-at-a-time trial of the same config does not)."""
-    from loadtune.sweep_process.plan import grid_plan, ofat_plan
+    from loadtune.asked.plan import grid_plan, ofat_plan
 
     for sweep in ({"num_workers": [0, 2, 4], "prefetch_factor": [1, 4], "persistent_workers": [True]},
                   {"persistent_workers": [True], "num_workers": [0, 3], "shuffle": [False]}):
@@ -385,7 +380,7 @@ def test_compare_and_the_run_readers_name_configs_as_the_sweep_does(tmp_path):
         r.settings for r in forecast(records, Target(cores=1)).rows if r.config == check.predicted_pick)}, LOADER)
     # A run of the sweep's baseline config is named as the sweep names it.
     run = watched(made_up(TRUTH, 1, 2, False))
-    from loadtune.results.transfer_checks import run_checks
+    from loadtune.comparison.checks import run_checks
 
     (said,) = run_checks(records, [run])
     assert said.config == BASELINE
@@ -408,7 +403,7 @@ def test_compare_aligns_a_combined_trial_by_its_configs_name(tmp_path):
 
 
 def test_the_sweep_file_keeps_each_trials_loader_settings_beside_it(tmp_path):
-    from loadtune.results.watched import loader_file, read_loader_info
+    from loadtune.record.watched import loader_file, read_loader_info
 
     records = as_swept(first_round(TRUTH))
     path = write_sweep(tmp_path / "s.csv", records)
@@ -422,7 +417,7 @@ def test_the_sweep_file_keeps_each_trials_loader_settings_beside_it(tmp_path):
 def test_a_sweeps_own_file_lets_predict_paste_the_loaders_other_settings(tmp_path, write_config):
     """A whole sweep (fake trials: the files are what is tested) writes NAME.loader.json beside its
     CSV; `loadtune predict` on it pastes shuffle=True as the sweep's own answer does."""
-    from loadtune.results.watched import loader_file
+    from loadtune.record.watched import loader_file
     from tests.test_resume import SameMeasurements, sweep
 
     config = tiny_config(sweep={"num_workers": [0, 2]}, loader={"batch_size": 8, "shuffle": True},
@@ -437,6 +432,6 @@ def test_a_sweeps_own_file_lets_predict_paste_the_loaders_other_settings(tmp_pat
 
 
 def read_loader_info_of(path: Path) -> dict:
-    from loadtune.results.watched import read_loader_info
+    from loadtune.record.watched import read_loader_info
 
     return {name: info.loader_kwargs for name, info in read_loader_info(path).items()}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtune.config import load_config
+from loadtune.asked.config import load_config
 from loadtune.demo import RemoteJpegs, remote_images, stop_servers
 from tests.conftest import ANY_LOAD, MARKER_VAR, run_cli, wait_until
 

@@ -15,9 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from loadtune.kinds import EndedBy
-from loadtune.measurement import CpuWindow
-from loadtune.results.decision import (
+from loadtune.core.kinds import EndedBy
+from loadtune.decide.decision import (
     Decision,
     ModelTie,
     Resolving,
@@ -26,9 +25,10 @@ from loadtune.results.decision import (
     read_decision,
     write_decision,
 )
-from loadtune.results.record import ResultsFile, load_records, read_records
-from loadtune.results.summary import file_summary, summary_lines
-from loadtune.results.watched import loader_file
+from loadtune.present.summary import file_summary, summary_lines
+from loadtune.record.measurement import CpuWindow
+from loadtune.record.record import ResultsFile, load_records, read_records
+from loadtune.record.watched import loader_file
 from tests.conftest import fake_setup
 from tests.test_one_voice import WIDE, invoke, items
 from tests.test_resume import CONFIG, SameMeasurements

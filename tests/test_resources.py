@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from loadtune.machine import usable_cores
-from loadtune.measurement import CpuWindow, Measurement, TrialStart, Window
-from loadtune.sweep_process.diagnose import diagnose
-from loadtune.sweep_process.resource_figures import ResourceFigures, summarize_resources
-from loadtune.sweep_process.resources import (
+from loadtune.decide.stats import summarize
+from loadtune.measure.diagnose import diagnose
+from loadtune.measure.loop import batch_bytes
+from loadtune.measure.machine import usable_cores
+from loadtune.measure.resource_figures import ResourceFigures, summarize_resources
+from loadtune.measure.resources import (
     BYTES_PER_MB,
     MEMORY_USS,
     SHM_SAFETY_MARGIN,
@@ -28,8 +29,7 @@ from loadtune.sweep_process.resources import (
     shm_fits,
     shm_need_mb,
 )
-from loadtune.sweep_process.stats import summarize
-from loadtune.trial_process.measure import batch_bytes
+from loadtune.record.measurement import CpuWindow, Measurement, TrialStart, Window
 from tests.conftest import wait_until
 
 MB = BYTES_PER_MB

@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from loadtune.errors import ResultsError
-from loadtune.results.record import (
+from loadtune.core.errors import ResultsError
+from loadtune.record.record import (
     BOOL,
     COLUMNS,
     FLOAT,
@@ -191,10 +190,10 @@ def test_records_are_frozen():
 
 
 def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
-    from loadtune.results.columns import FIGURES, Figures
-    from loadtune.results.record import Measured
-    from loadtune.sweep_process.records import stats_columns
-    from loadtune.sweep_process.stats import summarize
+    from loadtune.decide.stats import summarize
+    from loadtune.measure.records import stats_columns
+    from loadtune.record.columns import FIGURES, Figures
+    from loadtune.record.record import Measured
     from tests.test_decide import fake_measurement
 
     shared = {c.name: c for c in Figures.columns()} if hasattr(Figures, "columns") else None
@@ -213,7 +212,7 @@ def test_the_figure_columns_are_defined_once_and_shared_by_both_record_types():
 
 
 def test_each_column_is_held_once_by_the_record_or_one_of_its_groups():
-    from loadtune.results.columns import places
+    from loadtune.record.columns import places
 
     for kind in (Record, RankRecord):
         assert sorted(places(kind)) == sorted(kind.names()) and len(set(kind.names())) == len(kind.names())

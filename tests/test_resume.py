@@ -13,15 +13,15 @@ from typing import NamedTuple
 import pytest
 import yaml
 
-from loadtune.kinds import EndedBy, Status, Strategy
-from loadtune.options import SweepOptions
-from loadtune.results.answer import settle
-from loadtune.results.record import read_records
-from loadtune.results.samples import samples_file
-from loadtune.results.sweep import SweepResult
+from loadtune.asked.options import SweepOptions
+from loadtune.asked.trials import BASELINE, FEED_MEMORY, Trial
+from loadtune.core.kinds import EndedBy, Status, Strategy
+from loadtune.present.answer import settle
+from loadtune.present.sweep import SweepResult
+from loadtune.record.record import read_records
+from loadtune.record.samples import samples_file
 from loadtune.sweep_process.launch import Outcome
 from loadtune.sweep_process.pipeline import run_sweep
-from loadtune.trials import BASELINE, FEED_MEMORY, Trial
 from tests.conftest import fake_setup, tiny_config
 from tests.test_decide import fake_measurement
 
@@ -152,8 +152,8 @@ def test_a_csv_without_its_samples_file_resumes_with_rows_as_recorded(whole, tmp
 
 
 def test_report_verbose_shows_each_repeat_from_the_raw_samples(whole, tmp_path):
-    from loadtune.results.record import load_records
-    from loadtune.results.report import repeat_lines
+    from loadtune.present.report import repeat_lines
+    from loadtune.record.record import load_records
 
     _, out = whole.copy_to(tmp_path)
     rows = load_records(out)
@@ -169,7 +169,7 @@ def test_report_verbose_shows_each_repeat_from_the_raw_samples(whole, tmp_path):
 
 def test_an_existing_output_is_refused_unless_resumed_or_overwritten(whole, tmp_path):
     """The pipeline itself (so the CLI and loadtune.sweep() alike) never replaces a result unasked."""
-    from loadtune.errors import OutputExists
+    from loadtune.core.errors import OutputExists
 
     path, out = whole.copy_to(tmp_path)
     first = whole.result
@@ -215,8 +215,8 @@ def test_a_kept_trial_the_strategy_does_not_ask_for_again_is_raced_on_from_its_r
     """A resumed strategy may take another path once the kept trials hold more repeats: a kept
     contender it does not ask for again is still raced further, from its raw samples, its
     repeats of both sweeps in its row."""
+    from loadtune.asked.plan import baseline_trial
     from loadtune.sweep_process import pipeline
-    from loadtune.sweep_process.plan import baseline_trial
 
     config, out = write_config(CONFIG), tmp_path / "out.csv"
     machine = OneCloseRival()
@@ -240,11 +240,11 @@ def test_a_kept_trial_is_known_in_full_again_by_its_name(write_config):
     """What racing a kept trial further needs: its settings in full, from the plans or its row."""
     import dataclasses
 
-    from loadtune.config import load_config
-    from loadtune.sweep_process.plan import on_top, trial_for
-    from loadtune.sweep_process.records import trial_record
+    from loadtune.asked.config import load_config
+    from loadtune.asked.plan import on_top, trial_for
+    from loadtune.asked.trials import COMBINED
+    from loadtune.measure.records import trial_record
     from loadtune.sweep_process.trial_run import known_in_full
-    from loadtune.trials import COMBINED
 
     config = load_config(write_config(CONFIG)).config
     two = trial_for(config, {"num_workers": 2}, False)

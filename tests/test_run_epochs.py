@@ -1,4 +1,4 @@
-"""The training run's figures from windows that may cut epochs (loadtune.run_epochs): exact
+"""The training run's figures from windows that may cut epochs (loadtune.record.run_epochs): exact
 arithmetic on made-up windows, and a real DataLoader whose sampler ends each epoch as the
 dataset's end does."""
 
@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from loadtune.measurement import LoaderEpochs, Measurement, TrialStart, Window
-from loadtune.run_epochs import RunEpochs, run_epochs, run_figures
-from loadtune.sweep_process.stats import ProcessNoise, summarize
+from loadtune.decide.stats import ProcessNoise, summarize
+from loadtune.record.measurement import LoaderEpochs, Measurement, TrialStart, Window
+from loadtune.record.run_epochs import RunEpochs, run_epochs, run_figures
 
 
 def window(periods, starts, epoch_pos=0, wait_share=0.5, samples=8) -> Window:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
-from loadtune.errors import ResultsError
-from loadtune.measurement import (
+from loadtune.core.errors import ResultsError
+from loadtune.measure.resources import ProcessSample, ResourceSamples, Sample, TreeSampler
+from loadtune.record import samples
+from loadtune.record.measurement import (
     CpuWindow,
     LoaderEpochs,
     LoaderUse,
@@ -31,8 +32,7 @@ from loadtune.measurement import (
     Window,
     combine_ranks,
 )
-from loadtune.results import samples
-from loadtune.results.samples import (
+from loadtune.record.samples import (
     SAMPLES_FORMAT_VERSION,
     TYPES,
     SamplesFile,
@@ -42,7 +42,6 @@ from loadtune.results.samples import (
     samples_file,
     write_samples,
 )
-from loadtune.sweep_process.resources import ProcessSample, ResourceSamples, Sample, TreeSampler
 
 HEAD = {"config_sha": "abc123", "host": "box", "scale": 0.5, "ranks": 2}
 
@@ -187,8 +186,8 @@ def test_any_floats_and_ints_come_back(tmp_path_factory, floats, ints, busy):
 def test_a_measurement_from_the_real_loop_comes_back(tmp_path):
     """The measured loop run in this process (a fake clock, numpy batches, the real CPU probe and
     process-tree sampler), as two ranks combined: stored and read back field by field."""
-    from loadtune.trial_process.cpu import read_cpu, window_between
-    from loadtune.trial_process.measure import measure_loop
+    from loadtune.measure.cpu import read_cpu, window_between
+    from loadtune.measure.loop import measure_loop
     from tests.test_measure import FakeClock
 
     class Loader:
@@ -436,12 +435,12 @@ def test_every_registered_type_is_where_its_path_says():
 
 def test_importing_and_reading_need_neither_the_process_machinery_nor_torch(tmp_path):
     """Reading a file, with process-tree samples or without, imports none of the process
-    machinery and never torch: every type it holds lives in loadtune.measurement."""
+    machinery and never torch: every type it holds lives in loadtune.record.measurement."""
     plain, rich = tmp_path / "plain.samples.json.gz", tmp_path / "rich.samples.json.gz"
     write_samples(plain, trials=[TrialSamples("t", 1, (rank_measurement(0),), (1.0,))], **HEAD)
     write_samples(rich, trials=[rich_trial()], **HEAD)
     code = ("import sys\n"
-            "from loadtune.results.samples import read_samples\n"
+            "from loadtune.record.samples import read_samples\n"
             "def seen(): return sorted(m for m in sys.modules if m.split('.')[0] == 'torch' or "
             "m.startswith(('loadtune.sweep_process', 'loadtune.trial_process')))\n"
             f"assert read_samples({str(plain)!r}).trials['t'].measurements[0].windows\n"

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from loadtune.kinds import EndedBy
-from loadtune.results.answer import settle
-from loadtune.results.decision import Decision, Resolving
+from loadtune.core.kinds import EndedBy
+from loadtune.decide.decision import Decision, Resolving
+from loadtune.present.answer import settle
 
 
 def undecided(ended_by: EndedBy | None, repeats: int) -> Decision:

@@ -6,7 +6,7 @@ attributes (dataclass or pydantic fields, and the distinct `self.x` its methods 
 `__init__` written by hand of at most MAX_INIT_PARAMETERS parameters (self not counted), and no
 run of REPEAT_LINES lines written twice. What still exceeds a limit is listed in KNOWN with its
 size today: the list may only shrink, so a new excess or a grown one fails, and so does an entry
-that no longer exceeds (remove it)."""
+that no longer exceeds (remove it). No folder holds more than MAX_FOLDER_MODULES modules."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 50
 MAX_CLASS_ATTRIBUTES = 12
 MAX_INIT_PARAMETERS = 6
+# Modules in one folder, its __init__ (the room's description) not counted.
+MAX_FOLDER_MODULES = 12
 REPEAT_LINES = 6
 
 # What exceeds a limit today: "kind path[:name]" -> its size.
@@ -121,3 +123,11 @@ def test_the_checks_see_an_excess(tmp_path):
     assert (functions[0].end_lineno or 0) - functions[0].lineno + 1 > MAX_FUNCTION_LINES
     wide = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
     assert len(_class_attributes(wide)) == MAX_CLASS_ATTRIBUTES + 1
+
+
+def test_no_folder_holds_more_than_a_room_of_modules():
+    folders = {p.parent for p in _files()}
+    crowded = {_where(f): n for f in folders
+               if (n := len([p for p in f.glob("*.py") if p.name != "__init__.py"])) > MAX_FOLDER_MODULES}
+    assert not crowded, f"folders over {MAX_FOLDER_MODULES} modules: {crowded}"
+

@@ -5,9 +5,9 @@ import re
 import pytest
 import yaml
 
-from loadtune.config import LOADER_KEYS, Config, DatasetSpec, MeasureSpec, StepSpec, load_config
-from loadtune.errors import LoadtuneError
-from loadtune.starter import STARTER_CONFIG, write_starter
+from loadtune.asked.config import LOADER_KEYS, Config, DatasetSpec, MeasureSpec, StepSpec, load_config
+from loadtune.core.errors import LoadtuneError
+from loadtune.present.starter import STARTER_CONFIG, write_starter
 
 
 def test_written_starter_loads_and_points_at_the_demo(tmp_path):

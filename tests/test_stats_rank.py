@@ -3,11 +3,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtune.measurement import Measurement, TrialStart, Window
-from loadtune.results.interval import Interval
-from loadtune.sweep_process.decide import Scored
-from loadtune.sweep_process.ranking import rank
-from loadtune.sweep_process.stats import MACHINE_DRIFT, PRIOR, ProcessNoise, pooled_noise, summarize
+from loadtune.decide.ranking import rank
+from loadtune.decide.selection import Scored
+from loadtune.decide.stats import MACHINE_DRIFT, PRIOR, ProcessNoise, pooled_noise, summarize
+from loadtune.record.interval import Interval
+from loadtune.record.measurement import Measurement, TrialStart, Window
 
 
 def window(wait, step, samples=8, starts=None):

@@ -6,9 +6,10 @@ import dataclasses
 
 import pytest
 
-from loadtune.config import Config
-from loadtune.results.interval import Interval
-from loadtune.sweep_process.decide import Scored
+from loadtune.asked.config import Config
+from loadtune.asked.trials import Trial, cost_of
+from loadtune.decide.selection import Scored
+from loadtune.record.interval import Interval
 from loadtune.sweep_process.strategy import (
     MAX_GREEDY_ROUNDS,
     Search,
@@ -17,7 +18,6 @@ from loadtune.sweep_process.strategy import (
     search_grid,
     search_ofat,
 )
-from loadtune.trials import Trial, cost_of
 
 SWEEP = {"num_workers": [0, 1, 2, 3, 4, 6], "prefetch_factor": [1, 2, 4, 8], "persistent_workers": [False, True],
          "in_order": [True, False]}

@@ -9,13 +9,13 @@ import re
 import pytest
 from rich.console import Console
 
-from loadtune.results.advice import Advised, checked_advice, weigh, with_checked_advice
-from loadtune.results.decision import Resolving
-from loadtune.results.record import Record
-from loadtune.results.report import results_table, short_trial
-from loadtune.results.summary import Summary, detail_lines, summarize_sweep, summary_lines
-from loadtune.results.summary_parts import DataFindings, Flagged
-from loadtune.results.sweep import Decision, ModelTie
+from loadtune.decide.advice import Advised, checked_advice, weigh, with_checked_advice
+from loadtune.decide.decision import Resolving
+from loadtune.present.report import results_table, short_trial
+from loadtune.present.summary import Summary, detail_lines, summarize_sweep, summary_lines
+from loadtune.present.summary_parts import DataFindings, Flagged
+from loadtune.present.sweep import Decision, ModelTie
+from loadtune.record.record import Record
 
 PICK = "num_workers=2, prefetch_factor=4"
 PERSISTENT = f"{PICK}, persistent_workers=true"
@@ -224,9 +224,9 @@ def test_the_baseline_picked_or_flagged():
 
 @pytest.mark.parametrize("width", [80, 100, 160])
 def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
-    from loadtune.results.compare import compare, load_results
-    from loadtune.results.compare_text import comparison_table
-    from loadtune.results.record import ResultsFile
+    from loadtune.comparison.files import compare, load_results
+    from loadtune.present.compare_text import comparison_table
+    from loadtune.record.record import ResultsFile
 
     paths = []
     for label, factor in (("here", 1.0), ("there", 1.1), ("third", 0.9)):
@@ -250,7 +250,7 @@ def test_the_compare_table_never_cuts_a_figure(width, tmp_path):
 
 
 def test_report_says_the_bottlenecks_the_data_check_the_model_and_the_scale():
-    from loadtune.results.report import finding_lines
+    from loadtune.present.report import finding_lines
 
     rows = [Record.of(**{**r.to_dict(), "scale": 2.0, "data_check": "same" if r.trial != "num_workers=2" else None,
                       "predicted_throughput": 350.0 if r.trial == PICK else None}) for r in records()]
@@ -284,9 +284,9 @@ def test_the_answer_fits_one_screen(columns, most):
     at 80), and how sure it is in at most 2 (3 at 80), whichever way it ends."""
     from pathlib import Path
 
-    from loadtune.results.sweep import SweepResult
-    from loadtune.results.view import files_line
-    from loadtune.text import wrap
+    from loadtune.core.text import wrap
+    from loadtune.present.sweep import SweepResult
+    from loadtune.present.view import files_line
 
     out = Path("results/demo-images.csv")
     decisions = [UNDECIDED, Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028),

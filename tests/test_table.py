@@ -10,7 +10,7 @@ import itertools
 from rich.console import Console
 from rich.text import Text
 
-from loadtune.results.table import Column, Widths, build, fitted_table
+from loadtune.present.table import Column, Widths, build, fitted_table
 
 
 def _drawn(columns, flat):

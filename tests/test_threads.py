@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from loadtune.config import load_config
-from loadtune.sweep_process.plan import ofat_plan
+from loadtune.asked.config import load_config
+from loadtune.asked.plan import ofat_plan
 from tests.conftest import run_cli, tiny_config
 
 pytestmark = pytest.mark.slow

@@ -10,21 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from loadtune.errors import ResultsError
-from loadtune.results.compare import compare, load_results
-from loadtune.results.record import Record, ResultsFile
-from loadtune.results.transfer import (
-    TOLERANCE,
-    Target,
-    choose,
-    config_text,
-    forecast,
-    forecast_file,
-    space,
-    travel,
-)
-from loadtune.results.transfer_checks import transfer_check
-from loadtune.trials import cost_of
+from loadtune.asked.trials import cost_of
+from loadtune.comparison.checks import transfer_check
+from loadtune.comparison.files import compare, load_results
+from loadtune.core.errors import ResultsError
+from loadtune.model.predict import TOLERANCE, Target, choose, config_text, forecast, forecast_file, space, travel
+from loadtune.record.record import Record, ResultsFile
 from tests.conftest import run_cli
 from tests.test_model import BATCH, TRUTH, first_round, made_up
 

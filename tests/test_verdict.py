@@ -7,9 +7,8 @@ from dataclasses import fields, is_dataclass, replace
 
 import pytest
 
-from loadtune.measurement import Measurement, TrialStart, Window
-from loadtune.sweep_process.stats import summarize
-from loadtune.sweep_process.verdict import (
+from loadtune.decide.stats import summarize
+from loadtune.measure.verdict import (
     BASE_WORKER_THREADS,
     COMPUTE_BOUND,
     COMPUTE_BOUND_WAIT_RATIO,
@@ -32,6 +31,7 @@ from loadtune.sweep_process.verdict import (
     suggestions,
     verdict,
 )
+from loadtune.record.measurement import Measurement, TrialStart, Window
 
 BASE = Evidence(
     wait_ratio=0.62,

@@ -9,8 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from loadtune.machine import usable_cores
-from loadtune.sweep_process.verdict import (
+from loadtune.measure.machine import usable_cores
+from loadtune.measure.verdict import (
     DATA_BOUND_CPU,
     DATA_BOUND_HANDOVER,
     DATA_BOUND_IO,
@@ -184,7 +184,7 @@ def test_python_list_read_by_every_worker_is_a_memory_risk(write_config, tmp_pat
 def test_trials_that_would_not_fit_in_dev_shm_are_skipped_with_the_figures(write_config, tmp_path, marker):
     """Against a faked free /dev/shm of 0.01 MB: every trial with workers is skipped, with the
     figures in its reason; the trial without workers (no shared memory) still runs."""
-    from loadtune.options import SweepOptions
+    from loadtune.asked.options import SweepOptions
     from loadtune.sweep_process.pipeline import run_sweep
 
     config = tiny_config(dataset={"factory": "loadtune.synthetic:sleep_cost",

@@ -8,13 +8,13 @@ import os
 
 import pytest
 
-from loadtune.config import MeasureSpec, load_config
-from loadtune.sweep_process.plan import trial_for
+from loadtune.asked.config import MeasureSpec, load_config
+from loadtune.asked.plan import trial_for
+from loadtune.measure.loop import measure_loop
+from loadtune.parts.loader import epoch_length
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_here
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trial_process.loader import epoch_length
-from loadtune.trial_process.measure import measure_loop
 from tests.conftest import tiny_config
 from tests.test_measure import FakeClock, FakeLoader, stepper
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from loadtune.kinds import Status
-from loadtune.results.record import read_records
-from loadtune.results.samples import read_samples, samples_file
-from loadtune.results.watched import loader_file
-from loadtune.run_epochs import AS_MEASURED
-from loadtune.sweep_process.stats import summarize, window_figures
+from loadtune.core.kinds import Status
+from loadtune.decide.stats import summarize, window_figures
+from loadtune.record.record import read_records
+from loadtune.record.run_epochs import AS_MEASURED
+from loadtune.record.samples import read_samples, samples_file
+from loadtune.record.watched import loader_file
 from loadtune.training_process.run import WARN_WAIT_RATIO, RunWatch, end_line
 from loadtune.training_process.tally import SHORT_TAIL_SHARE, Clocks
 from loadtune.training_process.watch import _MEASURE, LoaderWatch, WatchHooks, WatchSampling

@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler
 
-from loadtune.results.choice import dataloader_line, paste_settings
-from loadtune.results.watched import LoaderInfo, kept_settings, loader_file, read_loader_info
+from loadtune.parts.factory import load_callable
+from loadtune.record.settings import dataloader_line, paste_settings
+from loadtune.record.watched import LoaderInfo, kept_settings, loader_file, read_loader_info
 from loadtune.training_process.probe import Counting, callable_spec, loader_objects
 from loadtune.training_process.watch import LoaderFacts
-from loadtune.trial_process.factory import load_callable
 from tests.conftest import run_cli
 
 DATA = [torch.zeros(2) for _ in range(8)]

@@ -16,35 +16,22 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+from loadtune.asked.config import load_config
+from loadtune.asked.trials import effective_settings
 from loadtune.cli import app
-from loadtune.config import load_config
-from loadtune.errors import LoadtuneError, ResultsError
-from loadtune.results.choice import recommended
-from loadtune.results.compare import compare, load_results
-from loadtune.results.compare_text import comparison_lines, run_table, write_aligned
-from loadtune.results.evidence import evidence_of
-from loadtune.results.record import Record, ResultsFile, read_records
-from loadtune.results.report import not_run_lines, results_table
-from loadtune.results.transfer import (
-    fit_records,
-    forecast,
-    forecast_file,
-    settings_key,
-    settings_of,
-    space,
-)
-from loadtune.results.transfer_text import forecast_lines
-from loadtune.results.transfer_values import MEASURED, PREDICTED
-from loadtune.results.watched import (
-    combine_ranks,
-    default_sweep,
-    loader_file,
-    loaders,
-    watched_lines,
-    watched_table,
-)
-from loadtune.starter import FACTORY_PLACEHOLDER, from_run, write_from_run
-from loadtune.trials import effective_settings
+from loadtune.comparison.files import compare, load_results
+from loadtune.core.errors import LoadtuneError, ResultsError
+from loadtune.decide.choice import recommended
+from loadtune.model.evidence import evidence_of
+from loadtune.model.predict import fit_records, forecast, forecast_file, settings_key, settings_of, space
+from loadtune.model.predict_values import MEASURED, PREDICTED
+from loadtune.present.compare_text import comparison_lines, run_table, write_aligned
+from loadtune.present.predict_text import forecast_lines
+from loadtune.present.report import not_run_lines, results_table
+from loadtune.present.starter import FACTORY_PLACEHOLDER, from_run, write_from_run
+from loadtune.present.watched_run import watched_lines, watched_table
+from loadtune.record.record import Record, ResultsFile, read_records
+from loadtune.record.watched import combine_ranks, default_sweep, loader_file, loaders
 from tests.test_model import BATCH, TRUTH, first_round, made_up
 
 RUN_EPOCH_BATCHES = 50  # TRUTH's dataset of 800 samples in batches of 16

@@ -9,18 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from loadtune.results.interval import Interval
-from loadtune.sweep_process.decide import (
-    Z_ONE_SIDED,
-    Scored,
-    gain_bound,
-    pick,
-    race_step,
-    resolution,
-    shown_ahead,
-    zone,
-)
-from loadtune.trials import BASELINE, cost_of
+from loadtune.asked.trials import BASELINE, cost_of
+from loadtune.decide.selection import Z_ONE_SIDED, Scored, gain_bound, pick, race_step, resolution, shown_ahead, zone
+from loadtune.record.interval import Interval
 
 DRAWS = 2000
 
@@ -144,7 +135,7 @@ def test_all_within_the_zone_stops_early_and_keeps_the_baseline():
 
 
 def test_a_wait_ratio_interval_stays_in_zero_to_one():
-    from loadtune.sweep_process.stats import rerun_interval
+    from loadtune.decide.stats import rerun_interval
 
     rng = np.random.default_rng(8)
     low = rerun_interval(0.067, 0.067 + 0.05 * rng.standard_normal(DRAWS), log=False, drift_sd=0.025)

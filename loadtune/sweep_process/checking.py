@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from loadtune.measurement import Measurement
-from loadtune.results.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
-from loadtune.results.summary_parts import DataFindings, Flagged
-from loadtune.sweep_process.datacheck import (
+from loadtune.asked.trials import BASELINE, IDEAL
+from loadtune.measure.datacheck import (
     CONTENT,
     LABEL,
     Check,
@@ -20,9 +18,11 @@ from loadtune.sweep_process.datacheck import (
     sampled,
     streams,
 )
+from loadtune.present.summary_parts import DataFindings, Flagged
+from loadtune.record.findings import ComparedByLabels, Finding, NotChecked, RepeatingSampler
+from loadtune.record.measurement import Measurement
 from loadtune.sweep_process.trial_run import TrialRun, merged
 from loadtune.trial_process.jobs import PreflightInfo
-from loadtune.trials import BASELINE, IDEAL
 
 
 class DataCheck:

@@ -11,31 +11,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Mapping, Sequence
 
-from loadtune.config import Config, RunSpec
-from loadtune.errors import ResultsError
-from loadtune.kinds import RankBy
-from loadtune.options import SweepOptions, default_output
-from loadtune.results.advice import Advised, with_checked_advice
-from loadtune.results.choice import picked, recommended
-from loadtune.results.decision import Decision, Resolving, ended, ended_words, write_decision
-from loadtune.results.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
-from loadtune.results.model import ModelReport
-from loadtune.results.record import RankRecord, Record, rank_file, read_records
-from loadtune.results.summary import Summary, noise_warnings
-from loadtune.results.summary_parts import DataFindings, Elsewhere, Findings, Labels, OneRank, OnRanks, Pick, Standing
-from loadtune.results.sweep import SweepResult
-from loadtune.results.transfer import settings_of, travel
-from loadtune.results.watched import LoaderInfo, plain_settings, write_loader_info
-from loadtune.sweep_process.decide import Scored, Ties, order, throughput_ratios
+from loadtune.asked.config import Config, RunSpec
+from loadtune.asked.options import SweepOptions, default_output
+from loadtune.asked.plan import on_top, trial_for
+from loadtune.asked.trials import BASELINE, IDEAL, Trial
+from loadtune.core.errors import ResultsError
+from loadtune.core.kinds import RankBy
+from loadtune.decide.advice import Advised, with_checked_advice
+from loadtune.decide.choice import picked, recommended
+from loadtune.decide.decision import Decision, Resolving, ended, ended_words, write_decision
+from loadtune.decide.ranking import rank
+from loadtune.decide.selection import Scored, Ties, order, throughput_ratios
+from loadtune.decide.stats import rerun_interval
+from loadtune.measure.records import apply_ranking
+from loadtune.model.model import ModelReport
+from loadtune.model.predict import settings_of, travel
+from loadtune.present.summary import Summary, noise_warnings
+from loadtune.present.summary_parts import DataFindings, Elsewhere, Findings, Labels, OneRank, OnRanks, Pick, Standing
+from loadtune.present.sweep import SweepResult
+from loadtune.record.findings import BusyMachine, Disagreement, Finding, WorkersBeyondCores
+from loadtune.record.record import RankRecord, Record, rank_file, read_records
+from loadtune.record.watched import LoaderInfo, plain_settings, write_loader_info
 from loadtune.sweep_process.files import SweepFiles
-from loadtune.sweep_process.plan import on_top, trial_for
 from loadtune.sweep_process.racer import Racer
-from loadtune.sweep_process.ranking import rank
-from loadtune.sweep_process.records import apply_ranking
 from loadtune.sweep_process.setup import Setup
-from loadtune.sweep_process.stats import rerun_interval
 from loadtune.sweep_process.trial_run import TrialRun
-from loadtune.trials import BASELINE, IDEAL, Trial
 
 
 @dataclass(frozen=True)

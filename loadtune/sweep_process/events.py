@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from loadtune.results.record import Record
-from loadtune.trials import Trial
+from loadtune.asked.trials import Trial
+from loadtune.record.record import Record
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable
 
-from loadtune.kinds import Status
-from loadtune.measurement import Measurement, ResourceSamples
-from loadtune.sweep_process.resources import TreeSampler
+from loadtune.core.kinds import Status
+from loadtune.measure.resources import TreeSampler
+from loadtune.parts.failures import signal_text
+from loadtune.record.measurement import Measurement, ResourceSamples
 from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, MAIN_NAME_VAR, MAIN_PATH_VAR, SAMPLING
-from loadtune.trial_process.failures import signal_text
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
 from loadtune.trial_process.main import trial_main
 
@@ -30,9 +30,9 @@ _context = multiprocessing.get_context("forkserver")
 # Trials are forked from a server that has torch imported once, not from the sweep's own
 # process: cheap to start, and nothing the sweep did (threads, CUDA) leaks into a trial.
 # What every trial needs: torch, the trial's own code, psutil (its CPU readings, through
-# loadtune.machine) and what a DataLoader with workers imports.
+# loadtune.measure.machine) and what a DataLoader with workers imports.
 SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.data", "loadtune.trial_process.main",
-                  "loadtune.machine", "multiprocessing.queues", "multiprocessing.sharedctypes",
+                  "loadtune.measure.machine", "multiprocessing.queues", "multiprocessing.sharedctypes",
                   "multiprocessing.synchronize"]
 _context.set_forkserver_preload(SERVER_MODULES)
 

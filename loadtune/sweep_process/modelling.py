@@ -8,21 +8,21 @@ import itertools
 import math
 from typing import Any, Mapping, Sequence
 
-from loadtune.config import Config
-from loadtune.kinds import RankBy, Status
-from loadtune.results.choice import contends
-from loadtune.results.findings import ModelFellBack
-from loadtune.results.model import ModelReport, fit, leave_one_out_error, prediction_error
-from loadtune.results.pipeline import PipelineModel, Prediction
-from loadtune.results.record import Record
-from loadtune.results.sweep import ModelTie
+from loadtune.asked.config import Config
+from loadtune.asked.plan import config_key, grid_plan
+from loadtune.asked.trials import FEED_MEMORY, Trial
+from loadtune.core.kinds import RankBy, Status
+from loadtune.decide.choice import contends
+from loadtune.decide.selection import Ties
+from loadtune.decide.stats import ProcessNoise
+from loadtune.measure.records import trial_record
+from loadtune.model.fitted import PipelineModel, Prediction
+from loadtune.model.model import ModelReport, fit, leave_one_out_error, prediction_error
+from loadtune.present.sweep import ModelTie
+from loadtune.record.findings import ModelFellBack
+from loadtune.record.record import Record
 from loadtune.sweep_process import events
-from loadtune.sweep_process.decide import Ties
-from loadtune.sweep_process.plan import config_key, grid_plan
-from loadtune.sweep_process.records import trial_record
-from loadtune.sweep_process.stats import ProcessNoise
 from loadtune.sweep_process.trial_run import TrialRun
-from loadtune.trials import FEED_MEMORY, Trial
 
 # Two trials the model explains as equal are tied when their measured throughputs differ by at
 # most this many standard deviations of the spread between processes (about 95%).

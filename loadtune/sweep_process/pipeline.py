@@ -9,22 +9,21 @@ import tempfile
 from pathlib import Path
 from typing import ContextManager, Sequence
 
-from loadtune.config import RunSpec
-from loadtune.errors import OutputExists
-from loadtune.kinds import Strategy
-from loadtune.options import SweepOptions
-from loadtune.results.sweep import SweepResult
+from loadtune.asked.config import RunSpec
+from loadtune.asked.options import SweepOptions
+from loadtune.asked.plan import ideal_trial
+from loadtune.asked.trials import IDEAL, Trial
+from loadtune.core.errors import OutputExists
+from loadtune.core.kinds import Strategy
+from loadtune.decide.selection import Scored
+from loadtune.present.sweep import SweepResult
 from loadtune.sweep_process import events
 from loadtune.sweep_process.conclude import conclude, raced, write_result
-from loadtune.sweep_process.decide import Scored
-from loadtune.sweep_process.files import SweepFiles
+from loadtune.sweep_process.files import OutputLock, SweepFiles, check_writable
 from loadtune.sweep_process.launch import run_in_trial_process
-from loadtune.sweep_process.output import OutputLock, check_writable
-from loadtune.sweep_process.plan import ideal_trial
 from loadtune.sweep_process.racer import Executor, Racer, RaceSettings
 from loadtune.sweep_process.setup import MEASURE_SHM, Setup, prepare
 from loadtune.sweep_process.strategy import Search, run_strategy
-from loadtune.trials import IDEAL, Trial
 
 
 def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: events.OnEvent = events.ignore,

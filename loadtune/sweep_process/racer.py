@@ -14,36 +14,39 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from loadtune.kinds import RankBy, Status
-from loadtune.measurement import Behind
-from loadtune.results.choice import contends
-from loadtune.results.findings import Finding
-from loadtune.results.record import RankRecord, Record
-from loadtune.results.samples import TrialSamples
+from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
+from loadtune.core.kinds import RankBy, Status
+from loadtune.decide.choice import contends
+from loadtune.decide.ranking import scored_from_record
+from loadtune.decide.selection import RaceStep, Scored, behind_bar, race_step
+from loadtune.decide.stats import ProcessNoise, pooled_noise
+from loadtune.measure.diagnose import outside_share
+from loadtune.record.findings import Finding
+from loadtune.record.measurement import Behind
+from loadtune.record.record import RankRecord, Record
+from loadtune.record.samples import TrialSamples
 from loadtune.sweep_process import events
 from loadtune.sweep_process.checking import DataCheck
-from loadtune.sweep_process.decide import RaceStep, Scored, behind_bar, race_step
-from loadtune.sweep_process.derive import Deriving, derive, noised_stats, renoised
-from loadtune.sweep_process.diagnose import outside_share
 from loadtune.sweep_process.files import SweepFiles
 from loadtune.sweep_process.launch import Outcome, run_in_trial_process
 from loadtune.sweep_process.modelling import Modelling
-from loadtune.sweep_process.ranking import scored_from_record
 from loadtune.sweep_process.setup import Setup
-from loadtune.sweep_process.stats import ProcessNoise, pooled_noise
 from loadtune.sweep_process.trial_run import (
+    Deriving,
     Origin,
     Repeat,
     TrialRun,
     check_columns,
+    derive,
     known_in_full,
     merged,
+    noised_stats,
     placeholder,
+    renoised,
     restored,
     samples_of,
 )
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]

@@ -11,20 +11,20 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from loadtune.config import RunSpec, adopt_loader
-from loadtune.errors import ConfigError, FactoryError
-from loadtune.kinds import Status
-from loadtune.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
-from loadtune.options import SweepOptions
+from loadtune.asked.config import RunSpec, adopt_loader
+from loadtune.asked.options import SweepOptions
+from loadtune.asked.plan import baseline_trial
+from loadtune.asked.trials import Trial
+from loadtune.core.errors import ConfigError, FactoryError
+from loadtune.core.kinds import Status
+from loadtune.measure.diagnose import machine_busy_now
+from loadtune.measure.machine import cpu_quota, fingerprint, shm_free_gb, usable_cores
+from loadtune.measure.resources import shm_fits, shm_need_mb
+from loadtune.parts.device import is_accelerator
 from loadtune.sweep_process import events
-from loadtune.sweep_process.diagnose import machine_busy_now
 from loadtune.sweep_process.launch import preload, run_in_trial_process
-from loadtune.sweep_process.plan import baseline_trial
-from loadtune.sweep_process.resources import shm_fits, shm_need_mb
 from loadtune.sweep_process.torchrun import local_ranks
-from loadtune.trial_process.device import is_accelerator
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob
-from loadtune.trials import Trial
 
 # How long the machine's load is sampled before the first trial, to warn when it is busy already.
 BUSY_WATCH_S = 0.25

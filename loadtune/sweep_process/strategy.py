@@ -10,12 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
-from loadtune.config import Config
-from loadtune.kinds import TOLERANCE, RankBy, Strategy
-from loadtune.results.choice import beats, choose, within_tolerance
-from loadtune.results.findings import MODEL_FIT_ERROR
-from loadtune.sweep_process.decide import Scored, order, pick
-from loadtune.sweep_process.plan import (
+from loadtune.asked.config import Config
+from loadtune.asked.plan import (
     Settings,
     baseline_trial,
     changes_from_baseline,
@@ -26,8 +22,12 @@ from loadtune.sweep_process.plan import (
     on_top,
     swept_values,
 )
-from loadtune.sweep_process.ranking import rank
-from loadtune.trials import IDEAL, Trial, cost_of
+from loadtune.asked.trials import IDEAL, Trial, cost_of
+from loadtune.core.kinds import TOLERANCE, RankBy, Strategy
+from loadtune.decide.choice import beats, choose, within_tolerance
+from loadtune.decide.ranking import rank
+from loadtune.decide.selection import Scored, order, pick
+from loadtune.record.findings import MODEL_FIT_ERROR
 
 # config_key and Settings (plan) are also found here, beside the strategies that compare configs by them.
 __all__ = ["MAX_GREEDY_ROUNDS", "MAX_MODEL_ROUNDS", "Measure", "Modeler", "Search", "Settings", "TARGETS_PER_ROUND",
@@ -35,7 +35,7 @@ __all__ = ["MAX_GREEDY_ROUNDS", "MAX_MODEL_ROUNDS", "Measure", "Modeler", "Searc
            "search_model", "search_ofat"]
 
 if TYPE_CHECKING:
-    from loadtune.results.pipeline import PipelineModel
+    from loadtune.model.fitted import PipelineModel
 
 # The model strategy measures at most this many follow-up rounds after the first, each of at most
 # TARGETS_PER_ROUND configs. Near the best, configs a few percent apart cannot be told apart by

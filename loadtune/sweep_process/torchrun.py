@@ -18,9 +18,9 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from loadtune.errors import ConfigError, LoadtuneError
-from loadtune.kinds import Status
-from loadtune.measurement import combine_ranks
+from loadtune.core.errors import ConfigError, LoadtuneError
+from loadtune.core.kinds import Status
+from loadtune.record.measurement import combine_ranks
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome, run_in_trial_process
 from loadtune.trial_process.ranks import peer_gone
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from loadtune.errors import ConfigError
-from loadtune.results.record import Record
+from loadtune.core.errors import ConfigError
+from loadtune.record.record import Record
 from loadtune.training_process import hook
 from loadtune.training_process.probe import batches_of
 from loadtune.training_process.run import RunWatch, default_out, run_for

@@ -10,15 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadtune.config import SPEC_KEYS
-from loadtune.trial_process.factory import taken_apart
-from loadtune.trial_process.fetch_notes import (
-    WindowEdges,
-    count_fetches,
-    fetch_counters,
-    init_worker,
-    install_fetch_notes,
-)
+from loadtune.asked.config import SPEC_KEYS
+from loadtune.parts.factory import taken_apart
+from loadtune.parts.fetch_notes import WindowEdges, count_fetches, fetch_counters, init_worker, install_fetch_notes
 
 # The DataLoader's settings a watched row has columns for (the others are kept beside it, in
 # NAME.loader.json, for `loadtune init --from`).

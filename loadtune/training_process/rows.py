@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
-from loadtune.kinds import Status
-from loadtune.machine import cpu_quota, fingerprint, usable_cores
-from loadtune.measurement import LoaderEpochs, Measurement, ResourceSamples, TrialStart, Window
-from loadtune.results.record import Record
-from loadtune.results.samples import TrialSamples
-from loadtune.run_epochs import AS_MEASURED
-from loadtune.sweep_process.diagnose import diagnose
-from loadtune.sweep_process.records import trial_record
-from loadtune.sweep_process.stats import seed_of, summarize
-from loadtune.trials import Trial
+from loadtune.asked.trials import Trial
+from loadtune.core.kinds import Status
+from loadtune.decide.stats import seed_of, summarize
+from loadtune.measure.diagnose import diagnose
+from loadtune.measure.machine import cpu_quota, fingerprint, usable_cores
+from loadtune.measure.records import trial_record
+from loadtune.record.measurement import LoaderEpochs, Measurement, ResourceSamples, TrialStart, Window
+from loadtune.record.record import Record
+from loadtune.record.run_epochs import AS_MEASURED
+from loadtune.record.samples import TrialSamples
 
 STRATEGY = "watch"  # the strategy column of a watched row
 
@@ -75,7 +75,7 @@ def run_context(script: str | None, device: str, start_method: str | None, ranks
     """The machine and run columns of a watched row (the sweep's, from this process: it has torch)."""
     import torch
 
-    from loadtune.machine import gpu_name
+    from loadtune.measure.machine import gpu_name
 
     gpu = gpu_name() if torch.cuda.is_available() else ""
     return {

@@ -22,12 +22,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from loadtune.results.record import Record, ResultsFile
-from loadtune.results.samples import SamplesFile, TrialSamples, samples_file
-from loadtune.results.watched import LoaderInfo, write_loader_info
-from loadtune.run_epochs import AS_MEASURED
-from loadtune.sweep_process.stats import window_figures
-from loadtune.text import output_width, wrap
+from loadtune.core.text import output_width, wrap
+from loadtune.decide.stats import window_figures
+from loadtune.record.record import Record, ResultsFile
+from loadtune.record.run_epochs import AS_MEASURED
+from loadtune.record.samples import SamplesFile, TrialSamples, samples_file
+from loadtune.record.watched import LoaderInfo, write_loader_info
 from loadtune.training_process.rows import Observed, run_context, watched_record, watched_samples
 from loadtune.training_process.tally import Clocks
 from loadtune.training_process.watch import LoaderWatch, WatchHooks, WatchSampling
@@ -364,7 +364,7 @@ class RunWatch:
 
 def window_figures_of(window: Any) -> tuple[float, float]:
     """One interval's wait ratio and samples/s."""
-    from loadtune.measurement import Measurement, TrialStart
+    from loadtune.record.measurement import Measurement, TrialStart
 
     return window_figures(Measurement(TrialStart(first_batch_s=0.0), windows=(window,)), AS_MEASURED)[0]
 
@@ -399,7 +399,7 @@ def _key(out: Path, rank: int) -> str:
 
 
 def _post(group: _Group, out: Path, rows: Sequence[Record], samples: Sequence[TrialSamples], final: bool) -> None:
-    from loadtune.results.samples import _dumps
+    from loadtune.record.samples import _dumps
 
     payload = {"rows": [r.to_dict() for r in rows], "samples": [json.loads(_dumps(s)) for s in samples]}
     group.store.set(_key(out, group.rank), json.dumps(payload))
@@ -412,7 +412,7 @@ def _gathered(group: _Group, out: Path, final: bool,
     """The other ranks' latest rows (and, at the end, raw samples), waiting at the end for their last."""
     from datetime import timedelta
 
-    from loadtune.results.samples import _decoded
+    from loadtune.record.samples import _decoded
 
     found = []
     deadline = time.monotonic() + wait_s

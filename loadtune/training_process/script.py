@@ -17,7 +17,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Iterator
 
-from loadtune.errors import ConfigError, ScriptError
+from loadtune.core.errors import ConfigError, ScriptError
 from loadtune.training_process.hook import stop_watching, watch_every_loader
 from loadtune.training_process.run import run_for
 

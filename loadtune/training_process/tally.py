@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from loadtune.measurement import CpuWindow, LoaderUse, Window
-from loadtune.trial_process.measure import Clock, EdgeProbe, WarmUp, _Columns
+from loadtune.measure.loop import Clock, EdgeProbe, WarmUp, _Columns
+from loadtune.record.measurement import CpuWindow, LoaderUse, Window
 
 # A last interval shorter than this share of every_s joins the one before it: each window's
 # figures weigh alike in the run's mean, and a sliver of a few batches would weigh as a minute.

@@ -8,12 +8,12 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from loadtune.config import MeasureSpec
-from loadtune.measurement import ResourceSamples, Window
+from loadtune.asked.config import MeasureSpec
+from loadtune.measure.loop import WarmUp, batch_bytes, batch_len
+from loadtune.record.measurement import ResourceSamples, Window
 from loadtune.training_process.probe import Counting, CudaIdle, loader_objects, loader_settings
 from loadtune.training_process.rows import LoaderTraits, Observed, WarmUpFigures
 from loadtune.training_process.tally import Clocks, Interval, Tally, joined
-from loadtune.trial_process.measure import WarmUp, batch_bytes, batch_len
 
 # The sweep's warm-up (measure.warmup_batches and its per-worker extra, at their defaults).
 _MEASURE = MeasureSpec()
@@ -232,7 +232,7 @@ class LoaderWatch:
             return
         import os
 
-        from loadtune.sweep_process.resources import TreeSampler
+        from loadtune.measure.resources import TreeSampler
 
         try:
             sampling.sampler = TreeSampler(os.getpid(), interval_s=SAMPLE_INTERVAL_S).start()
@@ -298,7 +298,7 @@ def _length(loader: Any) -> int | None:
 
 
 def _pinned(batch: Any) -> bool | None:
-    from loadtune.trial_process.device import first_tensor_pinned
+    from loadtune.parts.device import first_tensor_pinned
 
     try:
         return first_tensor_pinned(batch)

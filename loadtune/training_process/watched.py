@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-from loadtune.errors import ConfigError
-from loadtune.results.record import Record
+from loadtune.core.errors import ConfigError
+from loadtune.record.record import Record
 from loadtune.training_process.hook import plain_iter
 from loadtune.training_process.run import RunWatch, run_for
 from loadtune.training_process.watch import LoaderWatch

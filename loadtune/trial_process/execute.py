@@ -12,19 +12,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loadtune.config import WORKER_ONLY
-from loadtune.measurement import Behind, LoaderEpochs, Measurement, combine_ranks
+from loadtune.asked.config import WORKER_ONLY
+from loadtune.asked.trials import FEED_MEMORY
+from loadtune.measure.loop import EmptyLoaderError, measure_loop
+from loadtune.parts.device import first_tensor_pinned, make_synced_step, make_transfer
+from loadtune.parts.factory import build_source
+from loadtune.parts.fetch_notes import WindowEdges, count_fetches, fetch_counters, install_fetch_notes
+from loadtune.parts.loader import EpochPlan, Epochs, apply_main_threads, epoch_plan, loader_kwargs
+from loadtune.parts.steps import build_step
+from loadtune.record.measurement import Behind, LoaderEpochs, Measurement, combine_ranks
 from loadtune.trial_process.channel import SweepChannel
-from loadtune.trial_process.device import first_tensor_pinned, make_synced_step, make_transfer
-from loadtune.trial_process.factory import build_source
-from loadtune.trial_process.fetch_notes import WindowEdges, count_fetches, fetch_counters, install_fetch_notes
 from loadtune.trial_process.jobs import TrialJob
-from loadtune.trial_process.loader import EpochPlan, Epochs, apply_main_threads, epoch_plan, loader_kwargs
-from loadtune.trial_process.measure import EmptyLoaderError, measure_loop
 from loadtune.trial_process.ranks import RankContext, in_group, launch
 from loadtune.trial_process.sampled import IndexRecorder, recording
-from loadtune.trial_process.steps import build_step
-from loadtune.trials import FEED_MEMORY
 
 
 def measure_trial(job: TrialJob, channel: SweepChannel) -> Measurement:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from loadtune.config import DatasetSpec, LoaderSpec, MeasureSpec, StepSpec
-from loadtune.measurement import Behind
-from loadtune.trials import Trial
+from loadtune.asked.config import DatasetSpec, LoaderSpec, MeasureSpec, StepSpec
+from loadtune.asked.trials import Trial
+from loadtune.record.measurement import Behind
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ import threading
 import warnings
 from typing import Any
 
-from loadtune.kinds import Status
+from loadtune.core.kinds import Status
+from loadtune.parts.failures import describe
 from loadtune.trial_process.channel import SweepChannel
 from loadtune.trial_process.execute import measure_trial
-from loadtune.trial_process.failures import describe
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
 from loadtune.trial_process.preflight import run_preflight
 from loadtune.trial_process.watchdog import exit_with_parent

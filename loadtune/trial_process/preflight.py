@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from loadtune.config import adopt_loader
-from loadtune.errors import ConfigError, LoadtuneError
-from loadtune.trial_process.factory import build_source
+from loadtune.asked.config import adopt_loader
+from loadtune.core.errors import ConfigError, LoadtuneError
+from loadtune.parts.factory import build_source
+from loadtune.parts.loader import loader_kwargs
 from loadtune.trial_process.jobs import PreflightInfo, PreflightJob
-from loadtune.trial_process.loader import loader_kwargs
 
 
 def run_preflight(job: PreflightJob) -> PreflightInfo:
@@ -29,11 +29,11 @@ def preflight(job: PreflightJob) -> PreflightInfo:
     import torch
     from torch.utils.data import DataLoader, IterableDataset
 
-    from loadtune.machine import gpu_name
-    from loadtune.trial_process.device import resolve_device
-    from loadtune.trial_process.factory import dataset_length
-    from loadtune.trial_process.measure import batch_bytes
-    from loadtune.trial_process.steps import build_step
+    from loadtune.measure.loop import batch_bytes
+    from loadtune.measure.machine import gpu_name
+    from loadtune.parts.device import resolve_device
+    from loadtune.parts.factory import dataset_length
+    from loadtune.parts.steps import build_step
 
     device = resolve_device(job.device)
     if job.ranks > 1:
@@ -81,8 +81,8 @@ def stable_bytes(dataset: Any, kwargs: dict[str, Any]) -> bool | None:
     no batch)."""
     from torch.utils.data import DataLoader, IterableDataset, default_collate
 
-    from loadtune.trial_process.fingerprint import sample_keys
-    from loadtune.trial_process.measure import batch_len
+    from loadtune.measure.fingerprint import sample_keys
+    from loadtune.measure.loop import batch_len
 
     size = kwargs.get("batch_size")
 

@@ -27,8 +27,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Iterator, cast
 
-from loadtune.errors import LoadtuneError
-from loadtune.trial_process.failures import SIGNAL_HINTS, describe, signal_text
+from loadtune.core.errors import LoadtuneError
+from loadtune.parts.failures import SIGNAL_HINTS, describe, signal_text
 from loadtune.trial_process.jobs import TrialJob
 from loadtune.trial_process.phases import PhaseBoard, RankPhases, Stall, StallLimits, StallWatch
 

@@ -1,5 +1,5 @@
 """The indices a map-style dataset's sampler hands out, per epoch (one iter() of the DataLoader):
-what the data check compares for map-style datasets (loadtune.sweep_process.datacheck), exact
+what the data check compares for map-style datasets (loadtune.measure.datacheck), exact
 whatever the transforms or labels.
 
 The DataLoader draws every index in the training process, workers or not (its batch sampler,
@@ -14,7 +14,7 @@ from typing import Any, Iterator, Sized
 
 import numpy as np
 
-from loadtune.measurement import SamplerEpoch
+from loadtune.record.measurement import SamplerEpoch
 
 # The DataLoader keywords that decide which indices it draws (and `generator`, which it keeps too).
 SAMPLING_KEYS = ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last")

@@ -1,0 +1,67 @@
+"""Which record to recommend: among the trials tied with the best, the cheapest (choose, with
+within_tolerance and beats: the one rule every command decides by), and which rows contend."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Sequence, TypeVar
+
+from loadtune.asked.trials import IDEAL, cost_of
+from loadtune.core.kinds import RankBy
+from loadtune.record.record import Record
+
+T = TypeVar("T")
+
+
+def choose(candidates: Iterable[T], within: Callable[[T], bool], cost: Callable[[T], tuple[float, ...]]) -> T | None:
+    """The one rule for a pick: the cheapest candidate within the tolerance of the best (`within`
+    says which are). Ties break by `cost` first (what the config costs to run, compared in order:
+    trials.cost_of, with what the caller adds after it), then by the order the candidates come in
+    (the first of equal cost: the better, when they come best first). None when none is within."""
+    inside = [c for c in candidates if within(c)]
+    return min(inside, key=cost) if inside else None
+
+
+def within_tolerance(figure: float, best: float, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
+    """Whether a figure is within the tolerance of the best one, on a scale where higher is better:
+    a throughput at least (1 - tolerance) of the best's; a wait ratio (negated) at most `tolerance`
+    above the best's."""
+    return figure >= (1 - tolerance) * best if by == RankBy.THROUGHPUT else figure >= best - tolerance
+
+
+def beats(figure: float, other: float, tolerance: float, by: RankBy = RankBy.THROUGHPUT) -> bool:
+    """Whether a figure is better than another by more than the tolerance, on its own scale: a
+    throughput above (1 + tolerance) of the other's; a wait ratio more than `tolerance` below it."""
+    return figure > (1 + tolerance) * other if by == RankBy.THROUGHPUT else figure < other - tolerance
+
+
+def contends(trial: str | None, ran: bool, flagged: bool) -> bool:
+    """The one rule for a contender, a trial that may be ranked and picked: it ran, it is not the
+    ideal (a reference, not a setting), and the data check did not flag it."""
+    return ran and trial != IDEAL and not flagged
+
+
+def record_contends(record: Record) -> bool:
+    """A row that may be ranked and picked (contends)."""
+    return contends(record.trial, record.ran, record.data_flagged)
+
+
+def cost(record: Record) -> tuple[float, ...]:
+    """What a config costs to run (trials.cost_of); of two that cost the same, the faster first."""
+    return (*cost_of(record.to_dict()), -(record.throughput or 0))
+
+
+def recommended(records: Sequence[Record]) -> Record | None:
+    """Among the trials tied with the best, the cheapest (choose, by cost); None when none ran."""
+    return choose(records, lambda r: bool(r.assessment.tied_with_best), cost)
+
+
+def tied_row(records: Sequence[Record], trial: str | None) -> Record | None:
+    """`trial`'s row where the rows mark it tied with the best; None where they do not."""
+    return next((r for r in records if r.trial == trial and r.assessment.tied_with_best), None)
+
+
+def picked(records: Sequence[Record], pick: str | None) -> Record | None:
+    """The recommendation: the sweep's own pick (racing's, which knows every setting's cost) where
+    the rows still mark it tied with the best (tied_row), else the cheapest tied with the best
+    (recommended)."""
+    return tied_row(records, pick) or recommended(records)

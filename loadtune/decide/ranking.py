@@ -1,0 +1,58 @@
+"""Order trials best first; a trial acceptable in place of the leader of its group (shown within
+the tolerance of it, or equal within the noise: see decide) shares the leader's rank."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from loadtune.asked.trials import cost_of
+from loadtune.core.kinds import TOLERANCE, RankBy
+from loadtune.decide.selection import Scored, Ties, acceptable, order
+from loadtune.record.record import Record
+
+
+def scored_from_record(record: Record) -> Scored:
+    """The score of a trial measured earlier, as its record keeps it (no raw samples now)."""
+    return Scored(record.trial or "", record.throughput_interval, record.wait_ratio_interval,
+                  cost=cost_of(record.to_dict()))
+
+
+@dataclass(frozen=True)
+class Placing:
+    rank: int
+    tied_with_best: bool
+
+
+def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
+         ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset()) -> dict[str, Placing]:
+    """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
+    the leader's rank; one that cannot be told yet starts a group of its own. The pick (the
+    baseline kept because no change is shown to pay) is among the best, wherever it places.
+    A trial `behind` (its window ended early, clearly behind the leader: figures from part of a
+    window) places by its figures, but after the best group and never in another's."""
+    by = RankBy(by)  # a ValueError for anything else
+    placings: dict[str, Placing] = {}
+    leader: Scored | None = None
+    group_rank = 0
+    ordered = _behind_the_best(order(items, by), by, tolerance, ties, behind)
+    for position, item in enumerate(ordered, start=1):
+        if leader is None or item.name in behind or not acceptable(item, leader, tolerance, by, ties):
+            leader, group_rank = item, position
+        placings[item.name] = Placing(1 if item.name == pick else group_rank, group_rank == 1 or item.name == pick)
+    return placings
+
+
+def _behind_the_best(ordered: list[Scored], by: RankBy, tolerance: float, ties: Ties,
+                     behind: frozenset[str]) -> list[Scored]:
+    """`ordered` with the trials `behind` moved after the best group: the leader measured in full
+    and the trials measured in full that follow it acceptable in its place."""
+    full = [item for item in ordered if item.name not in behind]
+    if not behind or not full:
+        return ordered
+    best = [full[0]]
+    for item in full[1:]:
+        if not acceptable(item, full[0], tolerance, by, ties):
+            break
+        best.append(item)
+    return best + [item for item in ordered if item not in best]
