@@ -1,13 +1,14 @@
-"""Order trials best first; a trial acceptable in place of the leader of its group (shown within
-the tolerance of it, or equal within the noise: see decide) shares the leader's rank."""
+"""Order trials best first, and their records with them (apply_ranking); a trial acceptable in
+place of the leader of its group (shown within the tolerance of it, or equal within the noise:
+see selection) shares the leader's rank."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from loadtune.asked.trials import cost_of
-from loadtune.core.kinds import TOLERANCE, RankBy
+from loadtune.core.kinds import TOLERANCE, RankBy, Status
 from loadtune.decide.selection import Scored, Ties, acceptable, order
 from loadtune.record.record import Record
 
@@ -56,3 +57,25 @@ def _behind_the_best(ordered: list[Scored], by: RankBy, tolerance: float, ties: 
             break
         best.append(item)
     return best + [item for item in ordered if item not in best]
+
+
+def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
+                  baseline_throughput: float | None, ideal_throughput: float | None = None) -> list[Record]:
+    """Records with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked records best
+    first, then the unranked reference records that ran (the ideal), then those the data check
+    flagged, then those that did not run."""
+    out = []
+    for record in records:
+        placing = placings.get(record.trial or "")
+        changes: dict[str, Any] = {"rank": placing.rank if placing else None,
+                                   "tied_with_best": placing.tied_with_best if placing else None}
+        if record.throughput is not None:
+            if baseline_throughput:
+                changes["speedup"] = round(record.throughput / baseline_throughput, 3)
+            if ideal_throughput:
+                changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
+        out.append(record.with_columns(**changes))
+    ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
+    reference = [r for r in out if r.rank is None and r.status == Status.OK and not r.data_flagged]
+    flagged = [r for r in out if r.rank is None and r.status == Status.OK and r.data_flagged]
+    return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != Status.OK]

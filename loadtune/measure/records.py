@@ -7,7 +7,6 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.asked.trials import Trial, effective_settings
 from loadtune.core.kinds import Status
-from loadtune.decide.ranking import Placing
 from loadtune.decide.stats import TrialStats
 from loadtune.record.measurement import Measurement
 from loadtune.record.record import RankRecord, Record
@@ -56,25 +55,3 @@ def rank_records(trial: Trial, per_rank: Sequence[tuple[TrialStats, Measurement]
     return [RankRecord.rounded(trial=trial.name, dist_rank=index, pinned=measurement.pinned, **shared,
                                **stats_columns(stats))
             for index, (stats, measurement) in enumerate(per_rank)]
-
-
-def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
-                  baseline_throughput: float | None, ideal_throughput: float | None = None) -> list[Record]:
-    """Records with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked records best
-    first, then the unranked reference records that ran (the ideal), then those the data check
-    flagged, then those that did not run."""
-    out = []
-    for record in records:
-        placing = placings.get(record.trial or "")
-        changes: dict[str, Any] = {"rank": placing.rank if placing else None,
-                                   "tied_with_best": placing.tied_with_best if placing else None}
-        if record.throughput is not None:
-            if baseline_throughput:
-                changes["speedup"] = round(record.throughput / baseline_throughput, 3)
-            if ideal_throughput:
-                changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
-        out.append(record.with_columns(**changes))
-    ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
-    reference = [r for r in out if r.rank is None and r.status == Status.OK and not r.data_flagged]
-    flagged = [r for r in out if r.rank is None and r.status == Status.OK and r.data_flagged]
-    return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != Status.OK]

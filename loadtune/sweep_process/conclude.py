@@ -20,10 +20,9 @@ from loadtune.core.kinds import RankBy
 from loadtune.decide.advice import Advised, with_checked_advice
 from loadtune.decide.choice import picked, recommended
 from loadtune.decide.decision import Decision, Resolving, ended, ended_words, write_decision
-from loadtune.decide.ranking import rank
+from loadtune.decide.ranking import apply_ranking, rank
 from loadtune.decide.selection import Scored, Ties, order, throughput_ratios
 from loadtune.decide.stats import rerun_interval
-from loadtune.measure.records import apply_ranking
 from loadtune.model.model import ModelReport
 from loadtune.model.predict import settings_of, travel
 from loadtune.present.summary import Summary, noise_warnings
