@@ -79,7 +79,7 @@ def weigh(advised: Advised, asker: str, by_name: Mapping[str, Record], tolerance
 
 def evidence_of(advice: str) -> str:
     """The figures of a verdict's advice, without its remedy: verdict sentences read
-    "<figures>: <remedy>" (sweep_process.verdict)."""
+    "<figures>: <remedy>" (measure.verdict)."""
     return advice.partition(": ")[0]
 
 

@@ -1,5 +1,6 @@
-"""Which record to recommend: among the trials tied with the best, the cheapest (choose, with
-within_tolerance and beats: the one rule every command decides by), and which rows contend."""
+"""Which record to recommend: among the trials tied with the best (selection.acceptable marks them),
+the cheapest (choose: the pick every command makes); the tolerance test on single figures that
+predictions and the search use (within_tolerance, beats); and which rows contend."""
 
 from __future__ import annotations
 

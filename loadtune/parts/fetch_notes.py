@@ -1,7 +1,8 @@
 """Inside each loading process, around torch's fetch of a batch: errors raised while loading
 a sample or collating name the dataset index at which they happened (torch's map-style fetch,
 the same steps, with a note added to the error), and each fetch's wall and CPU time is added to
-counters the training process reads at the edges of a window (see execute)."""
+counters the loop's process reads at the edges of a window (trial_process.execute; a watched run:
+training_process.probe)."""
 
 from __future__ import annotations
 

@@ -1,3 +1,7 @@
-"""Inside the user's own training process: its DataLoaders watched while it trains (`loadtune.watch`,
-`loadtune watch SCRIPT`, the Lightning and Transformers callbacks), with the trial process's
-instrumentation, and its rows written in the results format (docs/watch.md)."""
+"""Inside the user's own training process (docs/watch.md): its DataLoaders watched while it
+trains, every loader a script iterates (script, hook: `loadtune watch SCRIPT`), one loader
+(watched: `loadtune.watch`) or the trainer's (frameworks: the Lightning and Transformers
+callbacks); one loader's batches timed (watch, tally), what it tells besides its timings (probe),
+its rows in the results format (rows) and the run's lines, file and ranks (run), with the
+instruments a trial uses (parts.fetch_notes, measure); and a DataLoader's settings tried and
+changed in the real run, each sample handed once (switching, tune: `loadtune.tune`)."""

@@ -1,5 +1,5 @@
-"""What a watched DataLoader tells besides its timings, with the trial process's instrumentation:
-each loading process's fetches counted (trial_process.fetch_notes, installed through the loader's
+"""What a watched DataLoader tells besides its timings, with the instruments a trial uses:
+each loading process's fetches counted (parts.fetch_notes, installed through the loader's
 worker_init_fn), the tree's CPU at each interval's edges, and on CUDA the device's idle time for
 data (CUDA events)."""
 
@@ -20,8 +20,8 @@ SETTING_KEYS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_mem
 
 
 def loader_settings(loader: Any) -> dict[str, Any]:
-    """The loader's own plain settings, as a config's loader block holds them (trial_process.factory
-    .taken_apart); an object that is not a DataLoader: what it has of SETTING_KEYS."""
+    """The loader's own plain settings, as a config's loader block holds them
+    (parts.factory.taken_apart); an object that is not a DataLoader: what it has of SETTING_KEYS."""
     try:
         from torch.utils.data import DataLoader
 

@@ -6,7 +6,7 @@ time blocked in next() is the batch's wait, the time until the next ask its step
 of an epoch ends its step when next() says the epoch is over (`ended`); a loop that leaves an
 epoch early leaves its last batch uncounted (its step's end was never seen). Creating an epoch's
 iterator (where workers start) belongs to the wait of the epoch's first batch. The first batches
-are the warm-up, dropped by the sweep's own rule (trial_process.measure.WarmUp); the counted
+are the warm-up, dropped by the sweep's own rule (measure.loop.WarmUp); the counted
 batches are cut into intervals of `every_s` seconds, each a Window of the sweep's kind, handed to
 `on_interval(interval, tail)`: `tail` marks the run's last interval when it is shorter than
 SHORT_TAIL_SHARE of every_s, to be joined to the one before (`joined`).
