@@ -8,11 +8,12 @@ The command line is `loadtune`; from Python (a notebook, a script):
     loadtune.compare("small.csv", "large.csv").verdict
     loadtune.predict("small.csv", cores=16, ranks=4).recommended   # another machine
     for batch in loadtune.watch(loader): ...       # the real training run, watched
+    for batch in loadtune.tune(loader): ...        # ... and its loader's settings tuned as it trains
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from loadtune.core.version import __version__  # noqa: F401 - part of the package's interface
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from loadtune.comparison.values import Comparison
     from loadtune.model.predict_values import Forecast
     from loadtune.sweep_process.events import Event
+    from loadtune.training_process.tune import Tuned
     from loadtune.training_process.watched import Watched
 
 
@@ -56,3 +58,12 @@ def watch(loader: Any, *, out: str | Path | None = None, every_s: float = 60.0, 
     from loadtune.api import watch as start
 
     return start(loader, out=out, every_s=every_s, name=name)
+
+
+def tune(loader: Any, *, out: str | Path | None = None, budget_s: float = 60.0, name: str | None = None,
+         tune: Sequence[str] | None = None) -> Tuned:
+    """The loader a training loop already has, its settings tuned as it trains; see loadtune.api.tune."""
+    from loadtune.api import tune as start
+
+    return start(loader, out=out, budget_s=budget_s, name=name, tune=tune)
+

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from loadtune.comparison.values import Comparison
     from loadtune.model.predict_values import Forecast
     from loadtune.sweep_process.events import Event
+    from loadtune.training_process.tune import Tuned
     from loadtune.training_process.watched import Watched
 
 
@@ -168,3 +169,18 @@ def watch(loader: Any, *, out: str | Path | None = None, every_s: float = 60.0,
 
 
 __all__ = ["LoadtuneError", "SweepOptions", "SweepResult", "Swept", "compare", "load", "predict", "sweep", "watch"]
+
+
+def tune(loader: Any, *, out: str | Path | None = None, budget_s: float = 60.0, name: str | None = None,
+         tune: Sequence[str] | None = None) -> "Tuned":
+    """The loader a training loop already has, its settings tuned in the run itself: `for batch in
+    loadtune.tune(loader): ...` iterates as the loader does, tries the settings `tune` allows
+    (default num_workers, prefetch_factor, persistent_workers, pin_memory; never shuffle,
+    drop_last, the sampler or the batch size) on the real step for about `budget_s` seconds, each
+    sample handed once, and keeps the best for the rest of the run; `out` (default
+    results/watch-NAME.csv) gets a `tuned` row per setting tried and a `watched` row of the kept one.
+    docs/tune.md."""
+    from loadtune.training_process.tune import tune as start
+
+    return start(loader, out=out, budget_s=budget_s, name=name, tune=tune)
+

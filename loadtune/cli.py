@@ -454,17 +454,21 @@ def watch(
     every: float = typer.Option(60.0, "--every", help="Seconds between the progress lines (and the intervals the "
                                 "figures are measured over)."),
     module: bool = typer.Option(False, "--module", "-m", help="SCRIPT is a module name, run as `python -m` runs it."),
+    tune: bool = typer.Option(False, "--tune", help="Tune each DataLoader as the script trains (loadtune.tune): "
+                              "settings tried in the run, each sample once, the best kept; a `tuned` row per "
+                              "setting tried."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks."),
 ) -> None:
-    """Run an unchanged training script with every DataLoader it iterates watched; its output and
-    exit status pass through, and its loaders' figures go to a results CSV (status watched)."""
+    """Run an unchanged training script with every DataLoader it iterates watched (with --tune,
+    tuned); its output and exit status pass through, and its loaders' figures go to a results CSV
+    (status watched; tuned)."""
     if not (math.isfinite(every) and every > 0):
         raise typer.BadParameter(f"must be above 0, got {every:g}", param_hint="--every")
     from loadtune.training_process.script import run_script
 
     try:
         status = run_script(script, list(ctx.args), out=str(out) if out is not None else None, every_s=every,
-                            module=module)
+                            module=module, tune=tune)
     except LoadtuneError as exc:
         _fail(str(exc), debug)
     raise typer.Exit(status)

@@ -507,6 +507,8 @@ CONTRACT_NAMES = [
     "loadtune.watch(loader, *, out=None, every_s=60.0, name=None)",
     "loadtune watch [--out FILE] [--every S] SCRIPT [ARGS]...", "`watched`", "`dist_rank`",
     "loadtune predict FILE", "loadtune init --from FILE", "`NAME.loader.json`",
+    "loadtune.tune(loader, *, out=None, budget_s=60.0, name=None, tune=None)", "`tuned`",
+    "loadtune watch --tune [--out FILE] SCRIPT [ARGS]...",
 ]
 
 

@@ -23,6 +23,7 @@ class Status(Word):
     TIMEOUT = "timeout"
     PREDICTED = "predicted"  # a config the pipeline model scored and the sweep never measured
     WATCHED = "watched"  # measured in a real training run (loadtune watch), not a sweep trial
+    TUNED = "tuned"  # one setting tried in a tuned training run (loadtune.tune); the kept one's rows are watched
 
 
 class Strategy(Word):

@@ -53,7 +53,7 @@ DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT = "same", "duplicates", "different"
 DATA_CHECKS = (DATA_SAME, DATA_DUPLICATES, DATA_DIFFERENT)
 DATA_FLAGGED = frozenset({DATA_DUPLICATES, DATA_DIFFERENT})
 # Rows whose figures were measured: a sweep's trial that ran, or a real training run watched.
-MEASURED_STATUSES = frozenset({Status.OK, Status.WATCHED})
+MEASURED_STATUSES = frozenset({Status.OK, Status.WATCHED, Status.TUNED})
 
 
 @dataclass(frozen=True)
@@ -206,15 +206,19 @@ class Record(RecordTable):
     @property
     def ran(self) -> bool:
         """It was measured and has both figures: a sweep's trial that ran (status ok) or a row of a
-        real training run (status watched). A watched row is evidence, never a ranked trial: see
-        `watched`."""
+        real training run (watched, tuned: evidence, never a ranked trial)."""
         return self.status in MEASURED_STATUSES and self.throughput is not None and self.wait_ratio is not None
 
     @property
     def watched(self) -> bool:
-        """Measured in a real training run (loadtune watch), not a sweep trial: never ranked,
-        recommended or resumed; its throughput is its own rank's (dist_rank) where the run had several."""
-        return self.status == Status.WATCHED
+        """Measured in a real training run (loadtune watch; `tuned`: a setting loadtune.tune tried and
+        left), not a sweep trial: never ranked, recommended or resumed; its throughput is its own
+        rank's (dist_rank) where the run had several."""
+        return self.status in (Status.WATCHED, Status.TUNED)
+
+    @property
+    def tuned(self) -> bool:
+        return self.status == Status.TUNED
 
     @property
     def predicted_only(self) -> bool:

@@ -4,4 +4,5 @@ trains, every loader a script iterates (script, hook: `loadtune watch SCRIPT`), 
 callbacks); one loader's batches timed (watch, tally), what it tells besides its timings (probe),
 its rows in the results format (rows) and the run's lines, file and ranks (run), with the
 instruments a trial uses (parts.fetch_notes, measure); and a DataLoader's settings tried and
-changed in the real run, each sample handed once (switching, tune: `loadtune.tune`)."""
+changed in the real run, each sample handed once (switching), the search (tuner) and the tuned
+loader (tune: `loadtune.tune`, `loadtune watch --tune`)."""

@@ -11,6 +11,8 @@ from loadtune.training_process.run import RunWatch
 _original: Callable[[Any], Iterator[Any]] | None = None
 _run: RunWatch | None = None
 _select: Callable[[Any], bool] | None = None
+_tuner: Callable[[Any], Any] | None = None  # `loadtune watch --tune`: a loader -> what iterates it tuned
+_tuned: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
 
 _owned: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders loadtune.watch's wrapper watches itself
@@ -26,30 +28,38 @@ def plain_iter(loader: Any) -> Iterator[Any]:
     return iter(loader)
 
 
+def own(loader: Any) -> None:
+    """`loader` is iterated as it is, never watched (or tuned) by the wrapped DataLoader.__iter__:
+    a tuned run's loader of one setting, which its own watch times."""
+    _owned.add(loader)
+
+
 def current() -> tuple[RunWatch, Callable[[Any], bool] | None] | None:
     """The run every DataLoader goes to now, and its `select`; None when none is watched."""
     return (_run, _select) if _original is not None and _run is not None else None
 
 
-def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = None) -> None:
-    """From now on every DataLoader iterated (that `select` accepts) is watched by `run`."""
-    global _original, _run, _select
+def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = None,
+                       tune: Callable[[Any], Any] | None = None) -> None:
+    """From now on every DataLoader iterated (that `select` accepts) is watched by `run`; with
+    `tune` (a loader -> an iterable over it, tuned: training_process.tune.tuned_for), tuned."""
+    global _original, _run, _select, _tuner
     from torch.utils.data import DataLoader
 
     if _original is None:
         _original = DataLoader.__iter__
         DataLoader.__iter__ = _watched_iter  # type: ignore[method-assign, assignment]
-    _run, _select = run, select
+    _run, _select, _tuner = run, select, tune
 
 
 def stop_watching() -> None:
     """DataLoader.__iter__ as it was."""
-    global _original, _run, _select
+    global _original, _run, _select, _tuner
     if _original is not None:
         from torch.utils.data import DataLoader
 
         DataLoader.__iter__ = _original  # type: ignore[method-assign, assignment]
-    _original, _run, _select = None, None, None
+    _original, _run, _select, _tuner = None, None, None, None
 
 
 def _watched_iter(self: Any) -> Iterator[Any]:
@@ -57,6 +67,11 @@ def _watched_iter(self: Any) -> Iterator[Any]:
     assert original is not None
     if run is None or run.closed or self in _owned or (_select is not None and not _select(self)):
         return original(self)
+    if _tuner is not None:
+        tuned = _tuned.get(self)
+        if tuned is None:
+            tuned = _tuned[self] = _tuner(self)
+        return iter(tuned)
     return run.watch(self).iterate(lambda: original(self))
 
 

@@ -1,6 +1,6 @@
 """A watched loader's record, derived as a sweep's trial is: its intervals as the windows of one
-Measurement, summarized (sweep_process.stats), diagnosed (sweep_process.diagnose) and made a row
-(sweep_process.records.trial_record) with status `watched`."""
+Measurement, summarized (decide.stats), diagnosed (measure.diagnose) and made a row
+(measure.records.trial_record) with status `watched`."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def usable() -> float:
 
 
 def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank: int, ranks: int,
-                   trial_name: str | None = None) -> Record | None:
+                   trial_name: str | None = None, status: Status = Status.WATCHED) -> Record | None:
     """The row of one watched loader (on one rank), or None before its first counted interval."""
     if not observed.windows:
         return None
@@ -109,7 +109,7 @@ def watched_record(observed: Observed, context: Mapping[str, Any], *, dist_rank:
     if trial_name is not None:
         trial = dataclasses.replace(trial, name=trial_name)
     found = diagnose(trial.name, dict(observed.settings), measurement, stats, usable())
-    record = trial_record(trial, context, round_no=None, status=Status.WATCHED, reason=observed.reason,
+    record = trial_record(trial, context, round_no=None, status=status, reason=observed.reason,
                           wall_s=observed.watched_s, stats=stats, measurement=measurement,
                           diagnosis=found.columns, dist_rank=dist_rank)
     # A watched row's batches are every counted batch of the run (a sweep's: those of one window).

@@ -22,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from loadtune.core.kinds import Status
 from loadtune.core.text import output_width, wrap
 from loadtune.decide.stats import window_figures
 from loadtune.record.record import Record, ResultsFile
@@ -120,6 +121,7 @@ class _Loaders:
     by_id: dict[int, LoaderWatch] = field(default_factory=dict)
     names: set[str] = field(default_factory=set)
     warned: dict[str, tuple[str, int]] = field(default_factory=dict)
+    tuned: set[str] = field(default_factory=set)  # the watches of settings a tuned run tried: rows `tuned`
 
 
 @dataclass
@@ -167,20 +169,22 @@ class RunWatch:
 
     # --- loaders ------------------------------------------------------------------------------
 
-    def watch(self, loader: Any, name: str | None = None) -> LoaderWatch:
-        """The watch of `loader` (made on first sight, named `name` or after its dataset)."""
+    def watch(self, loader: Any, name: str | None = None, fresh: bool = False) -> LoaderWatch:
+        """The watch of `loader` (made on first sight, named `name` or after its dataset); `fresh`:
+        a watch of its own whatever was watched before (each setting a tuned run tries)."""
         with self._lock:
             watches = self.loaders.watches
             found = self.loaders.by_id.get(id(loader))
-            if found is not None and found.loader is loader:
+            if found is not None and found.loader is loader and not fresh:
                 return found
-            again = next((w for w in watches if (name is None or w.name == name) and w.same_loader(loader)), None)
+            again = None if fresh else \
+                next((w for w in watches if (name is None or w.name == name) and w.same_loader(loader)), None)
             if again is not None:  # the same loader made again for a new epoch
                 again.adopt(loader)
                 self.loaders.by_id[id(loader)] = again
                 return again
             hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
-            watch = LoaderWatch(loader, self._unique(name or _default_name(loader, len(watches))),
+            watch = LoaderWatch(loader, self._unique(name or default_name(loader, len(watches))),
                                 self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
                                 sampling=WatchSampling(tree=self.sample_tree))
             self.loaders.by_id[id(loader)] = watch
@@ -204,7 +208,7 @@ class RunWatch:
             try:
                 self._refresh_group()
                 rows = self.write()
-                if self.job.group.rank == 0:
+                if self.job.group.rank == 0 and watch.name not in self.loaders.tuned:  # a tuned run says its own
                     self._status(watch, rows)
             except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
                 if not self.output.failed:
@@ -237,6 +241,10 @@ class RunWatch:
         if now.store is not None or self.job.group.store is None:
             self.job.group = now
 
+    def tell(self, line: str, level: int = logging.INFO) -> None:
+        """Say a line of this run (a tuned run's choices), as its own lines are said."""
+        self._say(line, level)
+
     def _say(self, line: str, level: int = logging.INFO) -> None:
         if self.say is not None:
             self.say(line, level)
@@ -267,7 +275,8 @@ class RunWatch:
             observed: Observed = watch.observed()
             name = self._trial_name(watch.name)
             record = watched_record(observed, {**context, "dataset_len": watch.facts.dataset_len},
-                                    dist_rank=self.job.group.rank, ranks=self.job.group.world, trial_name=name)
+                                    dist_rank=self.job.group.rank, ranks=self.job.group.world, trial_name=name,
+                                    status=Status.TUNED if watch.name in self.loaders.tuned else Status.WATCHED)
             if record is not None:
                 rows.append(record)
                 samples.append(watched_samples(name, observed, self.output.parts.setdefault(watch.name, {})))
@@ -444,7 +453,8 @@ def _gathered(group: _Group, out: Path, final: bool,
     return found
 
 
-def _default_name(loader: Any, index: int) -> str:
+def default_name(loader: Any, index: int) -> str:
+    """A watched loader's name where none is given: its dataset's class."""
     dataset = getattr(loader, "dataset", None)
     return type(dataset).__name__ if dataset is not None else f"loader {index + 1}"
 

@@ -20,10 +20,13 @@ from typing import Iterator
 from loadtune.core.errors import ConfigError, ScriptError
 from loadtune.training_process.hook import stop_watching, watch_every_loader
 from loadtune.training_process.run import run_for
+from loadtune.training_process.tune import tuned_for
 
 
-def run_script(script: str, args: list[str], *, out: str | None, every_s: float, module: bool = False) -> int:
-    """Run the script (or, with `module`, the module, as `python -m` does) watched; its exit status."""
+def run_script(script: str, args: list[str], *, out: str | None, every_s: float, module: bool = False,
+               tune: bool = False) -> int:
+    """Run the script (or, with `module`, the module, as `python -m` does) watched (with `tune`,
+    each DataLoader it iterates tuned: loadtune.tune); its exit status."""
     if not every_s > 0:
         raise ConfigError(f"--every must be a number of seconds above 0, got {every_s:g}")
     with _as_python_runs(script, args, module):
@@ -33,7 +36,7 @@ def run_script(script: str, args: list[str], *, out: str | None, every_s: float,
             _check_script(script)
         name = script.rsplit(".", 1)[-1] if module else Path(script).stem
         run = run_for(out, every_s, name, script=script)
-        watch_every_loader(run)
+        watch_every_loader(run, tune=(lambda loader: tuned_for(loader, run)) if tune else None)
         try:
             if module:
                 runpy.run_module(script, run_name="__main__", alter_sys=True)

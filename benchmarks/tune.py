@@ -1,0 +1,248 @@
+"""What tuning the real run gives (`loadtune.tune`, docs/tune.md): a tuned training run against
+the same run started with the baseline's settings and with the grid's best.
+
+For each pipeline (benchmarks/recommend.py's cnn, io, cpu and mixed, the CPU-step pipeline
+cnn-threads of benchmarks/pipelines.py, and `images`: the demo's JPEGs as examples/train_demo.py
+loads them), each run a fresh process of a plain training loop (benchmarks/plain_loop.py's build:
+the config's dataset, loader and step, nothing of loadtune's harness), over EPOCHS whole epochs:
+
+  grid      each config of GRID (num_workers 0 to 4, persistent, the loader's prefetch) for
+            GRID_EPOCHS epochs, ROUNDS rounds in alternating order: the grid's best by its mean
+  baseline  the loader as the config gives it
+  best      the grid's best
+  tuned     the baseline's loader through loadtune.tune(loader, budget_s=BUDGET_S): its wall
+            time, when it settled, its throughput after settling and what it kept
+  kept      the kept settings from the start, over the same epochs (the overhead after settling:
+            the tuned run's throughput over the epochs after it settled against this run's over
+            the same epochs)
+
+in the order baseline, best, tuned, kept, then again in reverse (A B C D D C B A); each figure is
+the mean of its two runs. Goals, per pipeline: after settling, throughput >= 0.97 of the grid's
+best; settled within max(60 s, 10% of the run); the tuned run's wall time recovers >= 0.80 of
+what the best config saves over the baseline (skipped where the best saves under 5%: nothing to
+recover); overhead after settling >= 0.99. Then, on a dataset of indices: every index once per
+epoch in the sampler's order over a tuned run with several switches mid-epoch (1 rank; 2 ranks is
+not built and counts as missed), and a setting whose workers raise, survived. Exits 1 when a goal
+is missed.
+
+    python benchmarks/tune.py [--pipelines io,cpu|all] [--epochs N] [--budget S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from _common import Goals, machine_line
+from plain_loop import build, samples_in
+from recommend import PIPELINES
+
+HERE = Path(__file__).resolve().parent
+DEFAULT = ("io", "cpu", "mixed", "cnn", "cnn-threads", "images")
+EPOCHS = 24
+BUDGET_S = 15.0
+GRID_EPOCHS = 2
+ROUNDS = 2
+GRID = [{"num_workers": 0}] + [{"num_workers": w, "persistent_workers": True} for w in (1, 2, 3, 4)]
+GOAL_AFTER_SETTLING = 0.97
+GOAL_RECOVERED = 0.80
+GOAL_OVERHEAD = 0.99
+SETTLE_FLOOR_S, SETTLE_SHARE = 60.0, 0.10
+MIN_SAVING = 0.05
+
+
+# --- the child: one run in a fresh process --------------------------------------------------------
+
+
+def child(mode: str, config: Path, settings: dict[str, Any], epochs: int, budget_s: float) -> dict[str, Any]:
+    """One plain training loop over `epochs` whole epochs; `tuned`: through loadtune.tune. Each
+    epoch's end time is kept, so the throughput over any run of epochs can be read."""
+    built = build(config, settings)
+    loader, step = built.loader, built.step
+    tuned = None
+    if mode == "tuned":
+        import loadtune
+
+        tuned = loadtune.tune(loader, out=Path(tempfile.mkdtemp()) / "tuned.csv", budget_s=budget_s, name="train")
+        loader = tuned
+    ends, samples, settled_at = [], [], None
+    start = time.perf_counter()
+    for _ in range(epochs):
+        n = 0
+        for batch in loader:
+            step(batch)
+            n += samples_in(batch)
+            if tuned is not None and settled_at is None and tuned.tuner.settled:
+                settled_at = time.perf_counter() - start
+        ends.append(time.perf_counter() - start)
+        samples.append(n)
+    out: dict[str, Any] = {"wall_s": ends[-1], "ends": ends, "samples": samples}
+    if tuned is not None:
+        out.update(settled_s=settled_at, kept=tuned.settings, tried=len(tuned.tuner.tried))
+        tuned.close()
+    return out
+
+
+def run_child(mode: str, config: Path, settings: dict[str, Any], epochs: int, budget_s: float) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, __file__, "--child", mode, str(config), json.dumps(settings), str(epochs),
+                           str(budget_s)], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode} {settings}: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def rate(run: dict[str, Any], from_epoch: int = 0) -> float:
+    """Samples per second over the run's epochs from `from_epoch` on."""
+    t0 = run["ends"][from_epoch - 1] if from_epoch else 0.0
+    return sum(run["samples"][from_epoch:]) / (run["wall_s"] - t0)
+
+
+# --- one pipeline ----------------------------------------------------------------------------------
+
+
+def write_config(work: Path, name: str) -> Path:
+    pipeline = PIPELINES[name]
+    config = {k: pipeline[k] for k in ("dataset", "loader", "step") if k in pipeline}
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def grid_best(config: Path, base: dict[str, Any], budget_s: float) -> tuple[dict[str, Any], float]:
+    runs: dict[int, list[float]] = {i: [] for i in range(len(GRID))}
+    for r in range(ROUNDS):
+        order = range(len(GRID)) if r % 2 == 0 else reversed(range(len(GRID)))
+        for i in order:
+            settings = {**base, **GRID[i]}
+            runs[i].append(rate(run_child("plain", config, settings, GRID_EPOCHS, budget_s)))
+    best = max(runs, key=lambda i: statistics.mean(runs[i]))
+    return {**base, **GRID[best]}, statistics.mean(runs[best])
+
+
+def bench(name: str, work: Path, epochs: int, budget_s: float, goals: Goals) -> None:
+    config = write_config(work, name)
+    base = {k: v for k, v in (PIPELINES[name].get("loader") or {}).items()
+            if k in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")}
+    best, _ = grid_best(config, base, budget_s)
+    print(f"{name}: {PIPELINES[name].get('about', '')}\n  grid's best: {best}", flush=True)
+    first = run_child("plain", config, base, epochs, budget_s)
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [first], "best": [], "tuned": [], "kept": []}
+    runs["best"].append(run_child("plain", config, best, epochs, budget_s))
+    runs["tuned"].append(run_child("tuned", config, base, epochs, budget_s))
+    kept = runs["tuned"][0]["kept"]
+    runs["kept"].append(run_child("plain", config, kept, epochs, budget_s))
+    for mode, settings in (("kept", kept), ("tuned", base), ("best", best), ("baseline", base)):
+        runs[mode].append(run_child("plain" if mode != "tuned" else "tuned", config, settings, epochs, budget_s))
+    wall = {m: statistics.mean(r["wall_s"] for r in rs) for m, rs in runs.items()}
+    tuned_runs = runs["tuned"]
+    settled = [r["settled_s"] for r in tuned_runs]
+    print("  walls: " + ", ".join(f"{m} {w:.1f} s" for m, w in wall.items())
+          + f"; kept {kept} after {tuned_runs[0]['tried']} settings; settled at "
+          + ", ".join("never" if s is None else f"{s:.1f} s" for s in settled), flush=True)
+    after, overhead = [], []
+    for r in tuned_runs:
+        if r["settled_s"] is None:
+            continue
+        from_epoch = next(i + 1 for i, end in enumerate(r["ends"]) if end >= r["settled_s"])
+        if from_epoch >= epochs:
+            continue
+        after.append(rate(r, from_epoch))
+        overhead.append(rate(r, from_epoch) / statistics.mean(rate(k, from_epoch) for k in runs["kept"]))
+    best_rate = statistics.mean(rate(r) for r in runs["best"])
+    goals.check(f"{name}: throughput after settling / the grid's best",
+                statistics.mean(after) / best_rate if after else None, ">=", GOAL_AFTER_SETTLING)
+    limit = max(SETTLE_FLOOR_S, SETTLE_SHARE * wall["tuned"])
+    goals.check(f"{name}: settled after (s)", max(settled) if None not in settled else None, "<=", limit,
+                spec=".1f")
+    saving = wall["baseline"] - wall["best"]
+    if saving > MIN_SAVING * wall["baseline"]:
+        goals.check(f"{name}: share of the best's saving the tuned run recovers",
+                    (wall["baseline"] - wall["tuned"]) / saving, ">=", GOAL_RECOVERED)
+    else:
+        print(f"  the best saves {saving / wall['baseline']:.1%} of the baseline's wall: nothing to recover")
+    goals.check(f"{name}: overhead after settling (tuned / kept)", statistics.mean(overhead) if overhead else None,
+                ">=", GOAL_OVERHEAD)
+
+
+# --- exactly once, and a failing setting -------------------------------------------------------------
+
+
+def exactly_once(goals: Goals) -> None:
+    done = subprocess.run([sys.executable, __file__, "--child-once"], capture_output=True, text=True, timeout=600)
+    result = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else {}
+    goals.require("every index once per epoch, in the sampler's order (1 rank)", bool(result.get("once")),
+                  "each of 3 epochs holds every index once, in order", detail=f" ({result.get('switches')} switches)")
+    goals.require("a setting whose workers raise is survived", bool(result.get("survived")),
+                  "the run ends its epochs on the setting kept before")
+    goals.require("every index once per epoch on 2 ranks", False, "built", detail=" (tuning on ranks is not built)")
+
+
+def child_once() -> dict[str, Any]:
+    """A tuned run that switches several times mid-epoch (short windows), and one whose workers raise."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+    import loadtune
+    from loadtune.training_process import tune as tune_module
+
+    class Indices(Dataset):
+        def __init__(self, n: int, fail_with: int | None = None) -> None:
+            self.n, self.fail_with = n, fail_with
+
+        def __len__(self) -> int:
+            return self.n
+
+        def __getitem__(self, i: int) -> Any:
+            info = get_worker_info()
+            if self.fail_with is not None and info is not None and info.num_workers >= self.fail_with:
+                raise ValueError("this setting fails")
+            time.sleep(0.0005)
+            return torch.tensor(i)
+
+    tune_module.MIN_WINDOW_S, tune_module.WINDOWS_IN_BUDGET = 0.1, 10**6  # windows of 0.1 s: many switches
+    tuned = loadtune.tune(DataLoader(Indices(2000), batch_size=8), out=Path(tempfile.mkdtemp()) / "once.csv",
+                          budget_s=100)
+    epochs = [[int(x) for b in tuned for x in b] for _ in range(3)]
+    switches = len(tuned.tuner.tried)
+    tuned.close()
+    once = all(e == list(range(2000)) for e in epochs) and switches >= 3
+    failing = loadtune.tune(DataLoader(Indices(400, fail_with=1), batch_size=8),
+                            out=Path(tempfile.mkdtemp()) / "fail.csv", budget_s=100)
+    survived = all(sorted(int(x) for b in failing for x in b) == list(range(400)) for _ in range(2))
+    failing.close()
+    return {"once": once, "switches": switches, "survived": survived}
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        mode, config, settings, epochs, budget = sys.argv[2:7]
+        print(json.dumps(child(mode, Path(config), json.loads(settings), int(epochs), float(budget))))
+        return 0
+    if len(sys.argv) > 1 and sys.argv[1] == "--child-once":
+        print(json.dumps(child_once()))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipelines", default=",".join(DEFAULT))
+    parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument("--budget", type=float, default=BUDGET_S)
+    args = parser.parse_args()
+    names = list(PIPELINES) if args.pipelines == "all" else args.pipelines.split(",")
+    print(machine_line(), flush=True)
+    goals = Goals()
+    with tempfile.TemporaryDirectory() as work:
+        for name in names:
+            bench(name, Path(work), args.epochs, args.budget, goals)
+    exactly_once(goals)
+    return goals.exit_status()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""A DataLoader's settings changed mid-epoch without losing or repeating a sample (loadtune.tune).
+
+For a map-style dataset the epoch's order is drawn once from the user's loader (its sampler or
+batch sampler, as its own iterator would draw it), and each setting's loader (a child: the same
+dataset, collate_fn, worker_init_fn, generator and order, other settings) is handed the batches not
+yet given to the loop. Batches a child's workers fetched ahead and never handed over are dropped
+with its workers: fetched twice, handed once. An iterable dataset has no order to hand on: its
+settings change at epoch ends only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+# The settings a tuned run may change, in the order it tries them; semantics (shuffle, drop_last,
+# in_order, the sampler, batch_size) never.
+TUNABLE = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
+DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor where workers leave it unset
+
+
+class Remaining:
+    """The order a child loader iterates: the epoch's batches (or indices) not handed yet. It
+    says what the user's batch sampler says of itself (its length: the epoch's; its batch size,
+    drop_last and sampler), so the child's row records the user's loader (probe.batches_of)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.items: list[Any] = []
+        source = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
+        self.epoch = len(source)
+        self.batch_size, self.drop_last, self.sampler = loader.batch_size, loader.drop_last, loader.sampler
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return self.epoch
+
+
+@dataclass
+class EpochOrder:
+    """One epoch's order, drawn once; `handed`: how many of its items the loop has had."""
+
+    items: list[Any]
+    batched: bool  # items are batches of indices (the loader's batch_sampler), else single indices
+    handed: int = 0
+
+    @property
+    def rest(self) -> list[Any]:
+        return self.items[self.handed:]
+
+
+def mid_epoch(loader: Any) -> bool:
+    """Whether the loader's settings can change mid-epoch: a map-style dataset's order can be handed on."""
+    from torch.utils.data import IterableDataset
+
+    return not isinstance(getattr(loader, "dataset", None), IterableDataset) and \
+        (getattr(loader, "batch_sampler", None) is not None or getattr(loader, "sampler", None) is not None)
+
+
+def draw_order(loader: Any) -> EpochOrder:
+    """This epoch's order, as the loader's own iterator would draw it (one iter() of its sampler)."""
+    if loader.batch_sampler is not None:
+        return EpochOrder([list(b) for b in loader.batch_sampler], batched=True)
+    return EpochOrder(list(loader.sampler), batched=False)
+
+
+def settings_of(loader: Any) -> dict[str, Any]:
+    """The tunable settings of a DataLoader, as it applies them."""
+    workers = int(loader.num_workers or 0)
+    return {"num_workers": workers,
+            "prefetch_factor": (loader.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
+            "persistent_workers": bool(loader.persistent_workers) if workers else False,
+            "pin_memory": bool(loader.pin_memory)}
+
+
+@dataclass
+class Child:
+    """One setting's loader over the user's dataset, and the order it is fed."""
+
+    settings: dict[str, Any]
+    loader: Any
+    feed: Remaining | None = None  # None: an iterable dataset, or the user's own sampler
+    iterators: list[Any] = field(default_factory=list)
+
+    def start(self, order: EpochOrder | None) -> Iterator[Any]:
+        if self.feed is not None and order is not None:
+            self.feed.items = order.rest
+        it: Iterator[Any] = iter(self.loader)
+        self.iterators.append(it)
+        return it
+
+    def stop(self) -> None:
+        """Its workers shut down now (those it fetched ahead are dropped with them)."""
+        for it in self.iterators:
+            shutdown = getattr(it, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+        self.iterators.clear()
+        if getattr(self.loader, "_iterator", None) is not None:
+            self.loader._iterator = None
+
+
+def child_loader(loader: Any, settings: Mapping[str, Any], switching: bool) -> Child:
+    """A DataLoader as `loader` with `settings`; `switching`: fed the epoch's order (EpochOrder)."""
+    from torch.utils.data import DataLoader
+
+    workers = int(settings.get("num_workers") or 0)
+    keywords: dict[str, Any] = {
+        "num_workers": workers, "collate_fn": loader.collate_fn, "pin_memory": bool(settings.get("pin_memory")),
+        "worker_init_fn": loader.worker_init_fn, "generator": loader.generator,
+        "pin_memory_device": getattr(loader, "pin_memory_device", ""), "in_order": getattr(loader, "in_order", True),
+        "timeout": loader.timeout if workers else 0}
+    if workers:
+        keywords.update(prefetch_factor=settings.get("prefetch_factor") or DEFAULT_PREFETCH,
+                        persistent_workers=bool(settings.get("persistent_workers")),
+                        multiprocessing_context=loader.multiprocessing_context)
+    feed = Remaining(loader) if switching else None
+    if feed is not None and loader.batch_sampler is not None:
+        child = DataLoader(loader.dataset, batch_sampler=feed, **keywords)
+    elif feed is not None:
+        child = DataLoader(loader.dataset, batch_size=None, sampler=feed, **keywords)
+    else:
+        child = DataLoader(loader.dataset, batch_size=loader.batch_size, drop_last=loader.drop_last,
+                           sampler=None if _iterable(loader) else loader.sampler, **keywords)
+    return Child(dict(settings), child, feed)
+
+
+def _iterable(loader: Any) -> bool:
+    from torch.utils.data import IterableDataset
+
+    return isinstance(loader.dataset, IterableDataset)

@@ -1,0 +1,309 @@
+"""`loadtune.tune(loader)`: the loader a training loop already has, its settings tried in the real
+run and the best kept (docs/tune.md).
+
+The loop iterates what `tune` returns as it iterated the loader. Each setting the search
+(training_process.tuner) asks for runs as a loader of its own over the same dataset
+(training_process.switching: mid-epoch, on the batches not yet handed, so each sample comes once),
+watched as `loadtune watch` watches a loader: each setting tried leaves a row with status `tuned`,
+the kept one a `watched` row for the rest of the run. A setting that fails (a worker that raises or
+dies, shared memory full) hands the batch it was fetching to the setting kept so far, and the run
+goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from loadtune.asked.config import MeasureSpec
+from loadtune.core.errors import ConfigError, LoadtuneError
+from loadtune.core.kinds import TOLERANCE
+from loadtune.measure.loop import WarmUp, batch_len
+from loadtune.measure.machine import usable_cores
+from loadtune.model.predict import forecast
+from loadtune.record.record import Record
+from loadtune.record.settings import config_name, dataloader_line
+from loadtune.record.watched import WORKERS_PER_CORE, WORKERS_TRIED_AT_LEAST
+from loadtune.training_process.hook import own
+from loadtune.training_process.probe import loader_settings
+from loadtune.training_process.run import RunWatch, default_name, run_for
+from loadtune.training_process.switching import (
+    TUNABLE,
+    Child,
+    child_loader,
+    draw_order,
+    mid_epoch,
+    settings_of,
+)
+from loadtune.training_process.tuner import Limits, Tried, Tuner
+from loadtune.training_process.watch import LoaderWatch
+
+DEFAULT_BUDGET_S = 60.0
+WINDOWS_IN_BUDGET = 12  # each setting's window is budget_s / WINDOWS_IN_BUDGET ...
+MIN_WINDOW_S = 1.0  # ... and at least this long
+MEMORY_LEFT_FREE = 0.10  # workers are not added where they would leave less of the memory free
+_MEASURE = MeasureSpec()
+
+
+class Tuned:
+    """Iterates as `loader` does (and has its length and attributes), on the settings the search
+    asks for; `settings` is the setting it runs now, `tuner` the search."""
+
+    def __init__(self, loader: Any, run: RunWatch, name: str, tuner: Tuner) -> None:
+        self.loader, self.run, self.name, self.tuner = loader, run, name, tuner
+        self.switching = mid_epoch(loader)
+        self.start_settings = settings_of(loader)
+        self._child: Child | None = None
+        self._watch: LoaderWatch | None = None
+        self._pending = False  # an iterable dataset's switch, waiting for the epoch's end
+        how = ("the epoch's order is drawn once and each setting takes the batches not yet handed: settings "
+               "change mid-epoch, each sample once") if self.switching else \
+            "an iterable dataset: settings change at epoch ends"
+        run.tell(f"loadtune: tuning {name} from {config_name(self.start_settings)}: {how}")
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._epoch()
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
+
+    def __enter__(self) -> "Tuned":
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if kind is not None and kind is not GeneratorExit:
+            self.close(f"the loop raised {kind.__name__}")
+        else:
+            self.run.flush()
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return dict(self.tuner.current)
+
+    @property
+    def out(self) -> Path:
+        return self.run.file
+
+    def close(self, reason: str = "") -> list[Record]:
+        """Ends the run now, writes the file and says the closing line; returns the rows written."""
+        return self.run.close(reason)
+
+    def label(self, settings: Mapping[str, Any]) -> str:
+        """A setting named by what differs from the loader's own ("baseline": none)."""
+        return config_name(settings, baseline=self.start_settings)
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def _epoch(self) -> Iterator[Any]:
+        order = draw_order(self.loader) if self.switching else None
+        clock = self.run.clock
+        while True:
+            child, watch = self._use(self.tuner.current)
+            inner = watch.iterate(lambda: child.start(order))
+            if self.tuner.settled:  # the kept setting for the rest of the run: watched, nothing more
+                yield from inner
+                return
+            last: tuple[float, int] | None = None  # the last batch's wait and samples
+            handed_at = 0.0
+            while True:
+                asked = clock()
+                if last is not None and self._after(last[0], asked - handed_at, last[1]):
+                    break
+                try:
+                    batch = next(inner)
+                except StopIteration:
+                    if self._pending:
+                        self._pending = False
+                        self._use(self.tuner.current)
+                    return
+                except Exception as exc:  # noqa: BLE001 - a setting that fails falls back, or the loop sees it
+                    if not self._fall_back(exc):
+                        raise
+                    break
+                got = clock()
+                if order is not None:
+                    order.handed += 1
+                last = (got - asked, batch_len(batch, self.loader.batch_size or 1))
+                handed_at = clock()
+                yield batch
+
+    def _after(self, wait_s: float, step_s: float, samples: int) -> bool:
+        """One batch's step ended; True when the loop switches settings now."""
+        settled = self.tuner.settled
+        if not self.tuner.add(wait_s, step_s, samples):
+            return False
+        judged = self.tuner.tried[-1]
+        self.run.tell(f"loadtune: {self.name}: {self.label(judged.settings)}: {judged.samples_per_s:,.0f} samples/s, "
+                      f"wait ratio {judged.wait_ratio:.2f}" + (" (kept so far)" if judged is self.tuner.kept else ""))
+        if len(self.tuner.tried) == 1 and not self.tuner.settled:
+            self._suggest()
+        if self.tuner.settled and not settled:
+            self._settled()
+        if not self.switching:
+            self._pending = True
+            return False
+        return True
+
+    def _suggest(self) -> None:
+        """The pipeline model fitted to the start's window (its row, as `loadtune predict` reads a
+        watched run) proposes what to try first."""
+        watch = self._watch
+        assert watch is not None
+        watch.close()
+        name = watch.name
+        rows = [r for r in self.run.own_rows()[0] if r.trial == name]
+        try:
+            ranked = forecast(rows).rows
+        except LoadtuneError as exc:
+            self.run.tell(f"loadtune: {self.name}: the pipeline model could not be fitted ({exc}); trying one change "
+                          "at a time")
+            return
+        self.tuner.suggest([row.settings for row in ranked])
+        self.run.tell(f"loadtune: {self.name}: the pipeline model, fitted to the start's window, suggests "
+                      + (", then ".join(self.label(s) for s in self.tuner.pending) or "nothing new"))
+
+    def _fall_back(self, exc: BaseException) -> bool:
+        reason = failure_line(exc)
+        failing = dict(self.tuner.current)
+        if not self.tuner.failed(reason):
+            return False
+        if self._watch is not None:
+            self._watch.close(reason)
+        if self._child is not None:
+            self._child.stop()
+        self._child = None
+        self.run.tell(f"loadtune: {self.name}: {self.label(failing)} failed ({reason}); back to "
+                      f"{self.label(self.tuner.current)}, the run goes on", logging.WARNING)
+        self._settled()
+        return True
+
+    def _settled(self) -> None:
+        tuner = self.tuner
+        kept, first = tuner.kept, next((t for t in tuner.tried if not t.failed), None)
+        assert kept is not None and first is not None
+        gain = kept.samples_per_s / first.samples_per_s if first.samples_per_s else math.nan
+        notes = "; ".join(tuner.notes)
+        paste = dataloader_line({**loader_settings(self.loader), **tuner.current})
+        self.run.tell(f"loadtune: {self.name}: keeps {self.label(tuner.current)} after {len(tuner.tried)} settings "
+                      f"in {self.run.clock() - tuner.started:.0f} s: {kept.samples_per_s:,.0f} samples/s, "
+                      f"{gain:.2f}x the start's {first.samples_per_s:,.0f}" + (f" ({notes})" if notes else "")
+                      + f". In the script: {paste}")
+
+    def _use(self, settings: Mapping[str, Any]) -> tuple[Child, LoaderWatch]:
+        """The loader of `settings` and its watch: the one in use while it is the same and the
+        search has not settled on it; else a new one (the old one's workers shut down)."""
+        keep = self._child is not None and self._child.settings == dict(settings)
+        kept_row = self.tuner.settled
+        if keep and self._watch is not None and (self._watch.name not in self.run.loaders.tuned) == kept_row:
+            assert self._child is not None
+            return self._child, self._watch
+        if self._watch is not None:
+            self._watch.close()
+        if not keep:
+            if self._child is not None:
+                self._child.stop()
+            self._child = child_loader(self.loader, settings, self.switching)
+            own(self._child.loader)  # iterated as it is, never tuned or watched again by the hook
+        assert self._child is not None
+        name = self.name if kept_row else f"{self.name}: {self.label(settings)}"
+        watch = self.run.watch(self._child.loader, name, fresh=True)
+        if not kept_row:
+            self.run.loaders.tuned.add(watch.name)
+        self._watch = watch
+        return self._child, watch
+
+
+def _tunables(settings: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: settings.get(k) for k in TUNABLE}
+
+
+def failure_line(exc: BaseException) -> str:
+    """An exception in one line: a worker's (torch wraps it: "Caught ValueError in DataLoader
+    worker process 0." then the worker's traceback) by the worker's own error line, with where
+    loadtune's note on the fetch says it happened."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("Caught ") and "worker" in lines[0]:
+        error = next((line for line in reversed(lines) if re.match(r"[A-Za-z_][\w.]*(Error|Exception)\b", line)),
+                     lines[0])
+        where = next((line.removeprefix("[loadtune] ") for line in lines if line.startswith("[loadtune] ")), "")
+        return f"{error} ({where + ', ' if where else ''}in a worker)"
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def room_for(added: int) -> str:
+    """Why `added` more workers would not fit in memory ("" where they would): each as large as
+    this process's largest worker now (else a quarter of this process), leaving MEMORY_LEFT_FREE."""
+    import psutil  # type: ignore[import-untyped]
+
+    me = psutil.Process()
+    try:
+        sizes = [c.memory_full_info().uss for c in me.children(recursive=True)]
+    except psutil.Error:
+        sizes = []
+    each = max(sizes) if sizes else me.memory_info().rss / 4
+    memory = psutil.virtual_memory()
+    need = added * each
+    if memory.available - need >= MEMORY_LEFT_FREE * memory.total:
+        return ""
+    return (f"{added} more workers would need about {need / 2**30:.1f} GiB, leaving less than "
+            f"{MEMORY_LEFT_FREE:.0%} of the memory free ({memory.available / 2**30:.1f} GiB available)")
+
+
+def _accelerator() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+
+
+def tune(loader: Any, *, out: str | os.PathLike[str] | None = None, budget_s: float = DEFAULT_BUDGET_S,
+         name: str | None = None, tune: Sequence[str] | None = None) -> Tuned:
+    """`for batch in loadtune.tune(loader): ...` (docs/tune.md)."""
+    from torch.utils.data import DataLoader
+
+    if not isinstance(loader, DataLoader):
+        raise ConfigError(f"loadtune.tune: {type(loader).__name__} is not a DataLoader: pass the DataLoader")
+    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
+        raise ConfigError(f"loadtune.tune: budget_s must be a number of seconds above 0, got {budget_s!r}")
+    allowed = tuple(TUNABLE if tune is None else tune)
+    unknown = [k for k in allowed if k not in TUNABLE]
+    if unknown:
+        raise ConfigError(f"loadtune.tune: tune= may list {', '.join(TUNABLE)}; not {', '.join(unknown)}")
+    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
+    run = run_for(out, DEFAULT_BUDGET_S, name or script)
+    return tuned_for(loader, run, name or "loader", float(budget_s), allowed)
+
+
+def tuned_for(loader: Any, run: RunWatch, name: str | None = None, budget_s: float = DEFAULT_BUDGET_S,
+              allowed: Sequence[str] = TUNABLE) -> Tuned:
+    """`loader` tuned into `run` (`loadtune.tune`; `loadtune watch --tune` for each loader a script
+    iterates, named after its dataset)."""
+    try:
+        epoch: int | None = len(loader)
+    except TypeError:  # an iterable dataset without a length
+        epoch = None
+
+    def warmup(settings: Mapping[str, Any]) -> WarmUp:
+        workers = int(settings.get("num_workers") or 0)
+        extra = _MEASURE.extra_warmup_for(workers, bool(settings.get("persistent_workers")), epoch)
+        return WarmUp(run.clock, base=_MEASURE.warmup_batches, extra_batches=extra,
+                      extra_max_s=_MEASURE.warmup_per_worker_max_s)
+
+    most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * usable_cores())  # as record.watched.default_sweep
+    limits = Limits(tuple(allowed), most, _accelerator(), budget_s,
+                    max(MIN_WINDOW_S, budget_s / WINDOWS_IN_BUDGET), TOLERANCE)
+    tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for)
+    return Tuned(loader, run, name or default_name(loader, len(run.loaders.watches)), tuner)
+
+
+__all__ = ["Tried", "Tuned", "tune"]

@@ -1,0 +1,267 @@
+"""Which DataLoader settings a tuned run tries next, and which it keeps (loadtune.tune): pure
+decisions over the batches the real loop timed, with an injected clock.
+
+Each setting is measured as a sweep's trial is: its warm-up dropped (measure.loop.WarmUp: the
+first batches, and more for each worker), then a window of at least WINDOW_MIN_BATCHES batches
+and `window_s` seconds of the loop's own wait and step, cut into BLOCKS blocks whose throughputs
+give the spread. The pipeline model fitted to the start's window (as `loadtune predict` reads a
+watched run) names up to MODEL_TRIES settings to try first, each measured. Then, from the best
+so far, one change at a time: more workers (doubling, up to what the default sweep around a
+watched loader tries: 3 a usable core, at least 4), then a deeper prefetch, then pinned memory on
+an accelerator; persistent workers (which matter at each epoch's start, never inside a window)
+are kept on.
+A change is kept when it is faster than the setting kept so far by more than the zone: the
+tolerance, or what the two windows' spread can resolve, the larger. A dimension stops at its first
+change that is not kept. The search stops, keeping the best so far, when no change can gain more
+than the zone (a setting waiting a share w of the time can gain at most 1 / (1 - w)), when
+nothing is left to try, or when `budget_s` is spent.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from loadtune.core.kinds import TOLERANCE
+from loadtune.measure.loop import WarmUp
+
+WINDOW_MIN_BATCHES = 12
+BLOCKS = 3
+PREFETCH_STEPS = (4, 8)
+MIN_PREFETCH = 2  # DataLoader's default: the model's picks go no shallower
+MODEL_TRIES = 2  # the pipeline model's picks tried first
+Z_TWO_SIDED = 1.96  # the two windows' difference is resolved at 95%
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One setting's window in the real run: its throughput (samples per second of wait and step),
+    each block's, and its wait ratio; or why it failed."""
+
+    settings: dict[str, Any]
+    samples_per_s: float = 0.0
+    blocks: tuple[float, ...] = ()
+    wait_ratio: float = 0.0
+    failed: str = ""
+
+    @property
+    def relative_se(self) -> float:
+        """The standard error of the throughput, relative to it (0 with fewer than 2 blocks)."""
+        if len(self.blocks) < 2 or self.samples_per_s <= 0:
+            return 0.0
+        return statistics.stdev(self.blocks) / math.sqrt(len(self.blocks)) / self.samples_per_s
+
+
+@dataclass
+class _Window:
+    """The counted batches of the setting being tried."""
+
+    wait_s: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+
+    def seconds(self) -> float:
+        return sum(self.wait_s) + sum(self.step_s)
+
+    def tried(self, settings: Mapping[str, Any]) -> Tried:
+        n = len(self.samples)
+        edges = [round(i * n / BLOCKS) for i in range(BLOCKS + 1)]
+        blocks = tuple(sum(self.samples[a:b]) / (sum(self.wait_s[a:b]) + sum(self.step_s[a:b]))
+                       for a, b in zip(edges, edges[1:]) if b > a)
+        total = self.seconds()
+        return Tried(dict(settings), sum(self.samples) / total, blocks, sum(self.wait_s) / total)
+
+
+@dataclass
+class _Trying:
+    """The setting being measured now: its warm-up rule, whether the warm-up is done, its window,
+    and whether the pipeline model named it."""
+
+    settings: dict[str, Any]
+    rule: WarmUp | None
+    from_model: bool = False
+    warm: bool = False
+    window: _Window = field(default_factory=_Window)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the search may do: the settings it may change, the most workers it tries, whether
+    batches go to an accelerator, and its time."""
+
+    tune: tuple[str, ...]
+    workers: int
+    accelerator: bool
+    budget_s: float
+    window_s: float
+    tolerance: float = TOLERANCE
+
+
+class Tuner:
+    """The search: `current` is the setting the loop should run now; `add` takes each batch it ran."""
+
+    def __init__(self, start: Mapping[str, Any], limits: Limits, clock: Callable[[], float],
+                 warmup: Callable[[Mapping[str, Any]], WarmUp],
+                 room_for: Callable[[int], str] = lambda added: "") -> None:
+        self.limits, self.clock, self._warmup, self._room_for = limits, clock, warmup, room_for
+        self.kept: Tried | None = None  # the best setting measured so far
+        self.tried: list[Tried] = []
+        self.settled = False
+        self.notes: list[str] = []  # settings not tried, and why
+        self.started = clock()
+        self._stage = 0
+        self._suggested: list[dict[str, Any]] = []  # the pipeline model's picks, not tried yet
+        self._trying = _Trying(dict(start), None)
+        self._begin(start)
+
+    # --- the loop's batches -------------------------------------------------------------------
+
+    def add(self, wait_s: float, step_s: float, samples: int) -> bool:
+        """One batch of the current setting ran; True when the loop should switch now (`current`
+        changed, or the search settled)."""
+        if self.settled:
+            return False
+        trying = self._trying
+        if not trying.warm:
+            trying.warm = trying.rule is not None and trying.rule.after_batch() is True
+            return False
+        window = trying.window
+        window.wait_s.append(wait_s)
+        window.step_s.append(step_s)
+        window.samples.append(samples)
+        if len(window.samples) < WINDOW_MIN_BATCHES or window.seconds() < self.limits.window_s:
+            return False
+        self._judge(window.tried(self.current))
+        return True
+
+    def suggest(self, configs: Sequence[Mapping[str, Any]]) -> None:
+        """The pipeline model's picks for this loop, best first (fitted to the start's window): up to
+        MODEL_TRIES of them, within the limits, are tried before the one-at-a-time changes, each
+        measured whatever the one before it showed (the model may see past a change that alone does
+        not pay, such as one worker where two pay)."""
+        picks: list[dict[str, Any]] = []
+        for config in configs:
+            pick = {**self.current, **{k: config[k] for k in config if k in self.limits.tune and k in self.current}}
+            # Persistence shows at epoch starts, never inside a window: it is settled at the end (_settle).
+            pick["persistent_workers"] = bool(self.current.get("persistent_workers")) and bool(pick.get("num_workers"))
+            if not pick.get("num_workers"):
+                pick.update(prefetch_factor=None)
+            else:  # a shallower queue than DataLoader's default shows its cost at epoch starts, not in a window
+                pick["prefetch_factor"] = max(int(pick.get("prefetch_factor") or MIN_PREFETCH), MIN_PREFETCH)
+            if int(pick.get("num_workers") or 0) <= self.limits.workers and pick not in picks and \
+                    not any(t.settings == pick for t in self.tried):
+                picks.append(pick)
+        self._suggested = picks[:MODEL_TRIES]
+        if self._suggested and not self.settled:
+            self._next()
+
+    @property
+    def pending(self) -> list[dict[str, Any]]:
+        """What the search will try next, as far as it knows: the setting now, then the model's picks left."""
+        return ([dict(self.current)] if not self.settled else []) + [dict(s) for s in self._suggested]
+
+    def failed(self, reason: str) -> bool:
+        """The current setting failed: True when the search falls back to the setting kept so far
+        and settles there; False when there is none, or the kept setting itself failed."""
+        if self.kept is None or self.settled:
+            return False
+        self.tried.append(Tried(dict(self.current), failed=reason))
+        self._settle()
+        return True
+
+    @property
+    def current(self) -> dict[str, Any]:
+        """The setting the loop should run now."""
+        return self._trying.settings
+
+    # --- the search ---------------------------------------------------------------------------
+
+    def _begin(self, settings: Mapping[str, Any], from_model: bool = False) -> None:
+        self._trying = _Trying(dict(settings), self._warmup(settings), from_model)
+
+    def _judge(self, tried: Tried) -> None:
+        self.tried.append(tried)
+        kept = self.kept
+        if kept is None or tried.samples_per_s > kept.samples_per_s * (1 + self.zone(kept, tried)):
+            self.kept = tried
+        elif not self._trying.from_model:
+            self._stage += 1  # the first change along a setting that does not pay ends that setting
+        self._next()
+
+    def zone(self, a: Tried, b: Tried) -> float:
+        """The smallest relative difference the two windows resolve, or the tolerance: the larger."""
+        return max(self.limits.tolerance, Z_TWO_SIDED * math.hypot(a.relative_se, b.relative_se))
+
+    def _next(self) -> None:
+        kept = self.kept
+        assert kept is not None
+        if gain_bound(kept.wait_ratio) <= self.limits.tolerance:
+            self.notes.append(f"waiting {kept.wait_ratio:.1%} of the time, no setting can gain more than "
+                              f"{gain_bound(kept.wait_ratio):.1%}")
+            return self._settle()
+        if self.clock() - self.started >= self.limits.budget_s:
+            self.notes.append(f"the budget of {self.limits.budget_s:g} s was spent")
+            return self._settle()
+        while self._suggested:
+            pick = self._suggested.pop(0)
+            if not any(t.settings == pick for t in self.tried) and self._fits(pick, kept):
+                return self._begin(pick, from_model=True)
+        while self._stage < len(STAGES):
+            change = STAGES[self._stage](kept.settings, self.limits)
+            if change is not None and not any(t.settings == change for t in self.tried) and self._fits(change, kept):
+                return self._begin(change)
+            self._stage += 1
+        self._settle()
+
+    def _fits(self, change: Mapping[str, Any], kept: Tried) -> bool:
+        """Whether the workers `change` adds fit in memory (a note where they do not)."""
+        added = int(change.get("num_workers") or 0) - int(kept.settings.get("num_workers") or 0)
+        short = self._room_for(added) if added > 0 else ""
+        if short:
+            self.notes.append(f"num_workers={change['num_workers']} not tried: {short}")
+        return not short
+
+    def _settle(self) -> None:
+        assert self.kept is not None
+        self.settled = True
+        kept = dict(self.kept.settings)
+        if "persistent_workers" in self.limits.tune and kept.get("num_workers") and not kept.get("persistent_workers"):
+            # Its effect is at each epoch's start, which a window inside an epoch does not see.
+            kept["persistent_workers"] = True
+            self.notes.append("persistent_workers=True: the workers stay up from one epoch to the next")
+        self._trying = _Trying(kept, None, warm=True)
+
+
+def gain_bound(wait_ratio: float) -> float:
+    """The most any loader setting can gain where the loop waits `wait_ratio` of its time: 1 / (1 - w) - 1."""
+    return math.inf if wait_ratio >= 1 else max(wait_ratio, 0.0) / (1 - wait_ratio)
+
+
+def _more_workers(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+    workers = int(settings.get("num_workers") or 0)
+    if "num_workers" not in limits.tune or workers >= limits.workers:
+        return None
+    more = min(max(1, 2 * workers), limits.workers)
+    return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or 2,
+            "persistent_workers": bool(settings.get("persistent_workers"))}
+
+
+def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+    if "prefetch_factor" not in limits.tune or not settings.get("num_workers"):
+        return None
+    now = int(settings.get("prefetch_factor") or 2)
+    deeper = next((p for p in PREFETCH_STEPS if p > now), None)
+    return {**settings, "prefetch_factor": deeper} if deeper is not None else None
+
+
+def _pinned(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+    if "pin_memory" not in limits.tune or not limits.accelerator or settings.get("pin_memory"):
+        return None
+    return {**settings, "pin_memory": True}
+
+
+# Each stage proposes the next change from the kept setting; a stage runs again while its change pays.
+STAGES: tuple[Callable[[Mapping[str, Any], Limits], dict[str, Any] | None], ...] = (
+    _more_workers, _deeper_prefetch, _pinned)
