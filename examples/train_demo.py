@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any, Iterable
 
 import torch
 from torch.utils.data import DataLoader
@@ -31,24 +32,32 @@ def main() -> None:
     torch.manual_seed(0)
     if args.threads:
         torch.set_num_threads(args.threads)
-    data = synthetic_images(num_images=args.images, crop_px=64, min_px=96, max_px=192)
+    data = dataset(args.images)
     more = {"prefetch_factor": args.prefetch, "persistent_workers": args.persistent} if args.workers else {}
-    loader = DataLoader(data, batch_size=32, shuffle=True, num_workers=args.workers, **more)
+    train(DataLoader(data, batch_size=32, shuffle=True, num_workers=args.workers, **more), args.epochs)
+
+
+def dataset(images: int) -> Any:
+    """The demo's JPEGs, decoded, cropped and flipped in the DataLoader."""
+    return synthetic_images(num_images=images, crop_px=64, min_px=96, max_px=192)
+
+
+def train(loader: Iterable[Any], epochs: int) -> None:
+    """A tiny CNN trained on the CPU over `epochs` epochs of `loader`, a line an epoch."""
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(4),
                                 torch.nn.Flatten(), torch.nn.Linear(8 * 16 * 16, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     start = time.perf_counter()
-    for epoch in range(args.epochs):
-        total = 0.0
+    for epoch in range(epochs):
+        total, batches = 0.0, 0
         for images, labels in loader:
             loss = torch.nn.functional.cross_entropy(model(images), labels % 10)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            total += loss.item()
-        print(f"epoch {epoch + 1}: loss {total / len(loader):.3f}")
-    print(f"trained {args.epochs} epochs in {time.perf_counter() - start:.1f} s")
-
+            total, batches = total + loss.item(), batches + 1
+        print(f"epoch {epoch + 1}: loss {total / batches:.3f}")
+    print(f"trained {epochs} epochs in {time.perf_counter() - start:.1f} s")
 
 if __name__ == "__main__":
     main()

@@ -26,7 +26,6 @@ from loadtune.core.kinds import TOLERANCE
 from loadtune.measure.loop import WarmUp, batch_len
 from loadtune.measure.machine import usable_cores
 from loadtune.model.predict import forecast
-from loadtune.record.record import Record
 from loadtune.record.settings import config_name, dataloader_line
 from loadtune.record.watched import WORKERS_PER_CORE, WORKERS_TRIED_AT_LEAST
 from loadtune.training_process.hook import own
@@ -42,6 +41,7 @@ from loadtune.training_process.switching import (
 )
 from loadtune.training_process.tuner import Limits, Tried, Tuner
 from loadtune.training_process.watch import LoaderWatch
+from loadtune.training_process.watched import InTheRun
 
 DEFAULT_BUDGET_S = 60.0
 WINDOWS_IN_BUDGET = 12  # each setting's window is budget_s / WINDOWS_IN_BUDGET ...
@@ -50,7 +50,7 @@ MEMORY_LEFT_FREE = 0.10  # workers are not added where they would leave less of 
 _MEASURE = MeasureSpec()
 
 
-class Tuned:
+class Tuned(InTheRun):
     """Iterates as `loader` does (and has its length and attributes), on the settings the search
     asks for; `settings` is the setting it runs now, `tuner` the search."""
 
@@ -69,32 +69,9 @@ class Tuned:
     def __iter__(self) -> Iterator[Any]:
         return self._epoch()
 
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.loader, name)
-
-    def __enter__(self) -> "Tuned":
-        return self
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        if kind is not None and kind is not GeneratorExit:
-            self.close(f"the loop raised {kind.__name__}")
-        else:
-            self.run.flush()
-
     @property
     def settings(self) -> dict[str, Any]:
         return dict(self.tuner.current)
-
-    @property
-    def out(self) -> Path:
-        return self.run.file
-
-    def close(self, reason: str = "") -> list[Record]:
-        """Ends the run now, writes the file and says the closing line; returns the rows written."""
-        return self.run.close(reason)
 
     def label(self, settings: Mapping[str, Any]) -> str:
         """A setting named by what differs from the loader's own ("baseline": none)."""

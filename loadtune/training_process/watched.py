@@ -6,7 +6,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 from loadtune.core.errors import ConfigError
 from loadtune.record.record import Record
@@ -14,16 +14,15 @@ from loadtune.training_process.hook import plain_iter
 from loadtune.training_process.run import RunWatch, run_for
 from loadtune.training_process.watch import LoaderWatch
 
+T = TypeVar("T", bound="InTheRun")
 
-class Watched:
-    """Iterates as `loader` does (and has its length and attributes); each epoch is watched. The
-    rows go to the run's file at every interval and when the process ends, or at `close()`."""
 
-    def __init__(self, loader: Any, run: RunWatch, watch: LoaderWatch) -> None:
-        self.loader, self.run, self.watch = loader, run, watch
+class InTheRun:
+    """What a training loop iterates in place of its loader (Watched, training_process.tune.Tuned):
+    the loader's length and attributes; leaving a `with` block writes the run's file."""
 
-    def __iter__(self) -> Iterator[Any]:
-        return self.watch.iterate(lambda: plain_iter(self.loader))
+    loader: Any
+    run: RunWatch
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -31,7 +30,7 @@ class Watched:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
 
-    def __enter__(self) -> "Watched":
+    def __enter__(self: T) -> T:
         return self
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
@@ -51,6 +50,17 @@ class Watched:
         """Ends the watch of every loader of its run now, writes the file and says the closing
         line; returns the rows written."""
         return self.run.close(reason)
+
+
+class Watched(InTheRun):
+    """Iterates as `loader` does (and has its length and attributes); each epoch is watched. The
+    rows go to the run's file at every interval and when the process ends, or at `close()`."""
+
+    def __init__(self, loader: Any, run: RunWatch, watch: LoaderWatch) -> None:
+        self.loader, self.run, self.watch = loader, run, watch
+
+    def __iter__(self) -> Iterator[Any]:
+        return self.watch.iterate(lambda: plain_iter(self.loader))
 
 
 def watch(loader: Any, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
