@@ -13,11 +13,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
 import loadtune
+from loadtune.asked.config import MeasureSpec
 from loadtune.core.errors import LoadtuneError
+from loadtune.decide.selection import waiting_gain
 from loadtune.measure.loop import WarmUp
 from loadtune.record.record import read_records
 from loadtune.training_process import tune as tune_module, watch as watch_module
-from loadtune.training_process.tuner import WINDOW_MIN_BATCHES, Limits, Tuner, gain_bound
+from loadtune.training_process.tuner import WINDOW_MIN_BATCHES, Limits, Tuner
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -99,7 +101,7 @@ def test_a_loop_that_barely_waits_settles_on_its_own_settings():
     tuner = make_tuner(clock)
     run_setting(tuner, clock, wait_s=0.0002, step_s=0.05)  # waits 0.4%: at most 0.4% to gain
     assert tuner.settled and tuner.current == START and len(tuner.tried) == 1
-    assert gain_bound(0.25) == pytest.approx(1 / 3) and gain_bound(1.0) == float("inf")
+    assert waiting_gain(0.25) == pytest.approx(1 / 3) and waiting_gain(1.0) == float("inf")
 
 
 def test_the_budget_ends_the_search_with_the_best_so_far():
@@ -176,9 +178,8 @@ def quick(monkeypatch):
     monkeypatch.setattr(Tuner, "zone", lambda self, a, b: -1.0)  # any change is faster by more than the zone
     monkeypatch.setattr(tune_module.Tuned, "_suggest", lambda self: None)  # the model's picks: see below
     monkeypatch.setattr(tune_module, "usable_cores", lambda: 2)
-    short = tune_module.MeasureSpec(warmup_batches=1, warmup_batches_per_worker=0)
-    monkeypatch.setattr(tune_module, "_MEASURE", short)  # the search's warm-up ...
-    monkeypatch.setattr(watch_module, "_MEASURE", short)  # ... and the rows', the same rule
+    # one warm-up rule (watch.warm_up_rule) for the search and the rows: a batch
+    monkeypatch.setattr(watch_module, "_MEASURE", MeasureSpec(warmup_batches=1, warmup_batches_per_worker=0))
 
 
 def epochs(tuned: Any, n: int) -> list[list[int]]:

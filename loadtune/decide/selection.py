@@ -304,6 +304,11 @@ def behind_bar(leader_samples_per_s: float, tolerance: float, spread: float | No
     return leader_samples_per_s / (1 + margin)
 
 
+def waiting_gain(wait_ratio: float) -> float:
+    """The most a loop that waits `wait_ratio` of its time gains by removing all waiting: 1 / (1 - w) - 1."""
+    return math.inf if wait_ratio >= 1 else max(1 / (1 - wait_ratio) - 1, 0.0)
+
+
 def gain_bound(item: Scored, ideal: Scored | None = None, by: RankBy = RankBy.THROUGHPUT) -> float:
     """The most any config can beat `item` by, from the physics of the pipeline: a config that
     waits a share w of its time gains at most 1 / (1 - w) by removing all waiting (taking the
@@ -312,7 +317,7 @@ def gain_bound(item: Scored, ideal: Scored | None = None, by: RankBy = RankBy.TH
     wait = item.measured_wait_ratio.hi
     if by == RankBy.WAIT_RATIO:
         return max(0.0, wait)
-    bound = 1 / (1 - wait) - 1 if wait < 1 else math.inf
+    bound = waiting_gain(wait)
     if ideal is not None and ideal.ran and item.measured_throughput.lo > 0:
         bound = min(bound, ideal.measured_throughput.hi / item.measured_throughput.lo - 1)
     return max(0.0, bound)

@@ -21,17 +21,17 @@ _owned: "weakref.WeakSet[Any]" = weakref.WeakSet()  # loaders loadtune.watch's w
 def plain_iter(loader: Any) -> Iterator[Any]:
     """The loader's own iterator (a subclass's own __iter__ included), never watched twice: a
     loader loadtune.watch wraps is left alone by the wrapped DataLoader.__iter__."""
-    try:
-        _owned.add(loader)
-    except TypeError:  # no weak reference to it: not a DataLoader, which the hook never sees
-        pass
+    own(loader)
     return iter(loader)
 
 
 def own(loader: Any) -> None:
     """`loader` is iterated as it is, never watched (or tuned) by the wrapped DataLoader.__iter__:
-    a tuned run's loader of one setting, which its own watch times."""
-    _owned.add(loader)
+    a loader loadtune.watch wraps, or a tuned run's loader of one setting, which its own watch times."""
+    try:
+        _owned.add(loader)
+    except TypeError:  # no weak reference to it: not a DataLoader, which the hook never sees
+        pass
 
 
 def current() -> tuple[RunWatch, Callable[[Any], bool] | None] | None:

@@ -213,7 +213,7 @@ class RunWatch:
             except Exception as exc:  # noqa: BLE001 - said once, never into the training loop
                 if not self.output.failed:
                     self.output.failed = True
-                    self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}; the run goes on "
+                    self.tell(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}; the run goes on "
                               "and is written again at the next interval and at its end", logging.ERROR)
 
     def _status(self, watch: LoaderWatch, rows: Sequence[Record]) -> None:
@@ -223,14 +223,14 @@ class RunWatch:
         wait_ratio, samples_per_s = window_figures_of(interval.window)
         row = next((r for r in rows if r.trial == self._trial_name(watch.name)), None)
         verdict = row.assessment.verdict if row is not None and row.assessment.verdict else "no verdict yet"
-        self._say(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
+        self.tell(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
         if wait_ratio > WARN_WAIT_RATIO and row is not None and row.assessment.verdict:
             last, at = self.loaders.warned.get(watch.name, ("", -WARN_REPEAT_INTERVALS))
             n = watch.kept.seen
             if row.assessment.verdict != last or n - at >= WARN_REPEAT_INTERVALS:
                 self.loaders.warned[watch.name] = (row.assessment.verdict, n)
-                self._say(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
+                self.tell(f"loadtune: warning: {watch.name} waits for data {wait_ratio:.0%} of the time "
                           f"({row.assessment.verdict}): "
                           f"{row.assessment.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
 
@@ -242,10 +242,7 @@ class RunWatch:
             self.job.group = now
 
     def tell(self, line: str, level: int = logging.INFO) -> None:
-        """Say a line of this run (a tuned run's choices), as its own lines are said."""
-        self._say(line, level)
-
-    def _say(self, line: str, level: int = logging.INFO) -> None:
+        """Say a line of this run (its status, warnings and end; a tuned run's choices)."""
         if self.say is not None:
             self.say(line, level)
         else:
@@ -317,7 +314,7 @@ class RunWatch:
                 n += 1
                 target = out.with_name(f"{out.stem}-{n}{out.suffix or '.csv'}")
             if target != out:
-                self._say(f"loadtune: {out} holds an earlier run: this run's rows go to {target}")
+                self.tell(f"loadtune: {out} holds an earlier run: this run's rows go to {target}")
             files[out] = target
         return files[out]
 
@@ -364,10 +361,10 @@ class RunWatch:
             try:
                 rows = self.write(final=True)
             except Exception as exc:  # noqa: BLE001 - said, never raised into the script's exit
-                self._say(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
+                self.tell(f"loadtune: could not write {self.file}: {type(exc).__name__}: {exc}", logging.ERROR)
                 return []
             if self.job.group.rank == 0:
-                self._say(end_line(rows, self.file, [w.name for w in self.loaders.watches if not w.kept.windows]))
+                self.tell(end_line(rows, self.file, [w.name for w in self.loaders.watches if not w.kept.windows]))
             return rows
 
 
@@ -471,6 +468,11 @@ def _device() -> str:
 
 
 _runs: dict[Path, RunWatch] = {}
+
+
+def script_name() -> str:
+    """The name of the script this process runs (a watched run's default name), "python" for none."""
+    return Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
 
 
 def run_for(out: str | os.PathLike[str] | None, every_s: float, name: str, script: str | None = None) -> RunWatch:

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from loadtune.asked.trials import DEFAULT_PREFETCH
+from loadtune.parts.factory import taken_apart
+
 # The settings a tuned run may change, in the order it tries them; semantics (shuffle, drop_last,
 # in_order, the sampler, batch_size) never.
 TUNABLE = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory")
-DEFAULT_PREFETCH = 2  # DataLoader's prefetch_factor where workers leave it unset
 
 
 class Remaining:
@@ -66,12 +68,9 @@ def draw_order(loader: Any) -> EpochOrder:
 
 
 def settings_of(loader: Any) -> dict[str, Any]:
-    """The tunable settings of a DataLoader, as it applies them."""
-    workers = int(loader.num_workers or 0)
-    return {"num_workers": workers,
-            "prefetch_factor": (loader.prefetch_factor or DEFAULT_PREFETCH) if workers else None,
-            "persistent_workers": bool(loader.persistent_workers) if workers else False,
-            "pin_memory": bool(loader.pin_memory)}
+    """The tunable settings of a DataLoader, as its plain settings hold them (parts.factory.taken_apart)."""
+    settings = taken_apart(loader)[1]
+    return {k: settings[k] for k in TUNABLE}
 
 
 @dataclass

@@ -16,21 +16,19 @@ import logging
 import math
 import os
 import re
-import sys
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from loadtune.asked.config import MeasureSpec
 from loadtune.core.errors import ConfigError, LoadtuneError
 from loadtune.core.kinds import TOLERANCE
 from loadtune.measure.loop import WarmUp, batch_len
 from loadtune.measure.machine import usable_cores
 from loadtune.model.predict import forecast
+from loadtune.parts.device import is_accelerator, resolve_device
 from loadtune.record.settings import config_name, dataloader_line
 from loadtune.record.watched import WORKERS_PER_CORE, WORKERS_TRIED_AT_LEAST
 from loadtune.training_process.hook import own
 from loadtune.training_process.probe import loader_settings
-from loadtune.training_process.run import RunWatch, default_name, run_for
+from loadtune.training_process.run import RunWatch, default_name, run_for, script_name
 from loadtune.training_process.switching import (
     TUNABLE,
     Child,
@@ -39,15 +37,14 @@ from loadtune.training_process.switching import (
     mid_epoch,
     settings_of,
 )
-from loadtune.training_process.tuner import Limits, Tried, Tuner
-from loadtune.training_process.watch import LoaderWatch
+from loadtune.training_process.tuner import Limits, Tuner
+from loadtune.training_process.watch import LoaderWatch, warm_up_rule
 from loadtune.training_process.watched import InTheRun
 
 DEFAULT_BUDGET_S = 60.0
 WINDOWS_IN_BUDGET = 12  # each setting's window is budget_s / WINDOWS_IN_BUDGET ...
 MIN_WINDOW_S = 1.0  # ... and at least this long
 MEMORY_LEFT_FREE = 0.10  # workers are not added where they would leave less of the memory free
-_MEASURE = MeasureSpec()
 
 
 class Tuned(InTheRun):
@@ -198,10 +195,6 @@ class Tuned(InTheRun):
         return self._child, watch
 
 
-def _tunables(settings: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: settings.get(k) for k in TUNABLE}
-
-
 def failure_line(exc: BaseException) -> str:
     """An exception in one line: a worker's (torch wraps it: "Caught ValueError in DataLoader
     worker process 0." then the worker's traceback) by the worker's own error line, with where
@@ -234,15 +227,6 @@ def room_for(added: int) -> str:
             f"{MEMORY_LEFT_FREE:.0%} of the memory free ({memory.available / 2**30:.1f} GiB available)")
 
 
-def _accelerator() -> bool:
-    try:
-        import torch
-
-        return bool(torch.cuda.is_available())
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return False
-
-
 def tune(loader: Any, *, out: str | os.PathLike[str] | None = None, budget_s: float = DEFAULT_BUDGET_S,
          name: str | None = None, tune: Sequence[str] | None = None) -> Tuned:
     """`for batch in loadtune.tune(loader): ...` (docs/tune.md)."""
@@ -256,8 +240,7 @@ def tune(loader: Any, *, out: str | os.PathLike[str] | None = None, budget_s: fl
     unknown = [k for k in allowed if k not in TUNABLE]
     if unknown:
         raise ConfigError(f"loadtune.tune: tune= may list {', '.join(TUNABLE)}; not {', '.join(unknown)}")
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
-    run = run_for(out, DEFAULT_BUDGET_S, name or script)
+    run = run_for(out, DEFAULT_BUDGET_S, name or script_name())
     return tuned_for(loader, run, name or "loader", float(budget_s), allowed)
 
 
@@ -271,16 +254,12 @@ def tuned_for(loader: Any, run: RunWatch, name: str | None = None, budget_s: flo
         epoch = None
 
     def warmup(settings: Mapping[str, Any]) -> WarmUp:
-        workers = int(settings.get("num_workers") or 0)
-        extra = _MEASURE.extra_warmup_for(workers, bool(settings.get("persistent_workers")), epoch)
-        return WarmUp(run.clock, base=_MEASURE.warmup_batches, extra_batches=extra,
-                      extra_max_s=_MEASURE.warmup_per_worker_max_s)
+        return warm_up_rule(run.clock, int(settings.get("num_workers") or 0), bool(settings.get("persistent_workers")),
+                            epoch)
 
     most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * usable_cores())  # as record.watched.default_sweep
-    limits = Limits(tuple(allowed), most, _accelerator(), budget_s,
+    limits = Limits(tuple(allowed), most, is_accelerator(resolve_device("auto")), budget_s,
                     max(MIN_WINDOW_S, budget_s / WINDOWS_IN_BUDGET), TOLERANCE)
     tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for)
     return Tuned(loader, run, name or default_name(loader, len(run.loaders.watches)), tuner)
 
-
-__all__ = ["Tried", "Tuned", "tune"]

@@ -24,13 +24,14 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from loadtune.asked.trials import DEFAULT_PREFETCH
 from loadtune.core.kinds import TOLERANCE
+from loadtune.decide.selection import waiting_gain
 from loadtune.measure.loop import WarmUp
 
 WINDOW_MIN_BATCHES = 12
 BLOCKS = 3
 PREFETCH_STEPS = (4, 8)
-MIN_PREFETCH = 2  # DataLoader's default: the model's picks go no shallower
 MODEL_TRIES = 2  # the pipeline model's picks tried first
 Z_TWO_SIDED = 1.96  # the two windows' difference is resolved at 95%
 
@@ -113,7 +114,6 @@ class Tuner:
         self.started = clock()
         self._stage = 0
         self._suggested: list[dict[str, Any]] = []  # the pipeline model's picks, not tried yet
-        self._trying = _Trying(dict(start), None)
         self._begin(start)
 
     # --- the loop's batches -------------------------------------------------------------------
@@ -149,7 +149,7 @@ class Tuner:
             if not pick.get("num_workers"):
                 pick.update(prefetch_factor=None)
             else:  # a shallower queue than DataLoader's default shows its cost at epoch starts, not in a window
-                pick["prefetch_factor"] = max(int(pick.get("prefetch_factor") or MIN_PREFETCH), MIN_PREFETCH)
+                pick["prefetch_factor"] = max(int(pick.get("prefetch_factor") or DEFAULT_PREFETCH), DEFAULT_PREFETCH)
             if int(pick.get("num_workers") or 0) <= self.limits.workers and pick not in picks and \
                     not any(t.settings == pick for t in self.tried):
                 picks.append(pick)
@@ -197,9 +197,9 @@ class Tuner:
     def _next(self) -> None:
         kept = self.kept
         assert kept is not None
-        if gain_bound(kept.wait_ratio) <= self.limits.tolerance:
+        if waiting_gain(kept.wait_ratio) <= self.limits.tolerance:
             self.notes.append(f"waiting {kept.wait_ratio:.1%} of the time, no setting can gain more than "
-                              f"{gain_bound(kept.wait_ratio):.1%}")
+                              f"{waiting_gain(kept.wait_ratio):.1%}")
             return self._settle()
         if self.clock() - self.started >= self.limits.budget_s:
             self.notes.append(f"the budget of {self.limits.budget_s:g} s was spent")
@@ -234,24 +234,19 @@ class Tuner:
         self._trying = _Trying(kept, None, warm=True)
 
 
-def gain_bound(wait_ratio: float) -> float:
-    """The most any loader setting can gain where the loop waits `wait_ratio` of its time: 1 / (1 - w) - 1."""
-    return math.inf if wait_ratio >= 1 else max(wait_ratio, 0.0) / (1 - wait_ratio)
-
-
 def _more_workers(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
     workers = int(settings.get("num_workers") or 0)
     if "num_workers" not in limits.tune or workers >= limits.workers:
         return None
     more = min(max(1, 2 * workers), limits.workers)
-    return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or 2,
+    return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or DEFAULT_PREFETCH,
             "persistent_workers": bool(settings.get("persistent_workers"))}
 
 
 def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
     if "prefetch_factor" not in limits.tune or not settings.get("num_workers"):
         return None
-    now = int(settings.get("prefetch_factor") or 2)
+    now = int(settings.get("prefetch_factor") or DEFAULT_PREFETCH)
     deeper = next((p for p in PREFETCH_STEPS if p > now), None)
     return {**settings, "prefetch_factor": deeper} if deeper is not None else None
 

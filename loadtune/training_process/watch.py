@@ -130,6 +130,14 @@ class KeptIntervals:
             self.stride *= 2
 
 
+def warm_up_rule(clock: Callable[[], float], workers: int, persistent: bool, epoch_batches: int | None) -> WarmUp:
+    """The batches a watched loader drops before counting (the sweep's rule, at its defaults: see
+    MeasureSpec), for `workers` workers and an epoch of `epoch_batches`; a tuned run's settings too."""
+    extra = _MEASURE.extra_warmup_for(workers, persistent, epoch_batches)
+    return WarmUp(clock, base=_MEASURE.warmup_batches, extra_batches=extra,
+                  extra_max_s=_MEASURE.warmup_per_worker_max_s)
+
+
 class LoaderWatch:
     """A watched DataLoader: `iterate` wraps each epoch's iterator; `observed` is what it saw."""
 
@@ -147,9 +155,7 @@ class LoaderWatch:
         self.kept = KeptIntervals()
         self.started = clocks.wall()
         self.ended: str | None = None  # how the run ended ("": by itself); None while it runs
-        extra = _MEASURE.extra_warmup_for(self.facts.workers, self.facts.persistent, self.facts.epoch_batches)
-        warmup = WarmUp(clocks.wall, base=_MEASURE.warmup_batches, extra_batches=extra,
-                        extra_max_s=_MEASURE.warmup_per_worker_max_s)
+        warmup = warm_up_rule(clocks.wall, self.facts.workers, self.facts.persistent, self.facts.epoch_batches)
         edges = _Edges(self.counting.edges if self.counting is not None else None, self._start_sampler)
         self.tally = Tally(clocks=clocks, every_s=every_s, warmup=warmup, probe=edges, on_interval=self._interval,
                            device=None)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 from typing import Any, Iterator, TypeVar
 
 from loadtune.core.errors import ConfigError
 from loadtune.record.record import Record
 from loadtune.training_process.hook import plain_iter
-from loadtune.training_process.run import RunWatch, run_for
+from loadtune.training_process.run import RunWatch, run_for, script_name
 from loadtune.training_process.watch import LoaderWatch
 
 T = TypeVar("T", bound="InTheRun")
@@ -70,6 +69,5 @@ def watch(loader: Any, *, out: str | os.PathLike[str] | None = None, every_s: fl
         raise ConfigError(f"loadtune.watch: every_s must be a number of seconds above 0, got {every_s!r}")
     if not hasattr(loader, "__iter__"):
         raise ConfigError(f"loadtune.watch: {type(loader).__name__} is not iterable: pass the DataLoader")
-    script = Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
-    run = run_for(out, float(every_s), name or script)
+    run = run_for(out, float(every_s), name or script_name())
     return Watched(loader, run, run.watch(loader, name))
