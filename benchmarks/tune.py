@@ -21,22 +21,29 @@ the mean of its two runs. Goals, per pipeline: after settling, throughput >= 0.9
 best; settled within max(60 s, 10% of the run); the tuned run's wall time recovers >= 0.80 of
 what the best config saves over the baseline (skipped where the best saves under 5%: nothing to
 recover); overhead after settling >= 0.99. Then, on a dataset of indices: every index once per
-epoch in the sampler's order over a tuned run with several switches mid-epoch (1 rank; 2 ranks is
-not built and counts as missed), and a setting whose workers raise, survived. Exits 1 when a goal
-is missed.
+epoch in the sampler's order over a tuned run with several switches mid-epoch, on 1 rank and on
+2 (torch.distributed, gloo on CPU, 2 processes started as torchrun starts them, in step through an
+all-reduce each batch, each rank its DistributedSampler's share: every index each rank's sampler
+gives served once per epoch, in its order, and both ranks switching at the same batches to the
+same settings), and a setting whose workers raise, survived. Exits 1 when a goal is missed.
 
-    python benchmarks/tune.py [--pipelines io,cpu|all] [--epochs N] [--budget S]
+    python benchmarks/tune.py [--pipelines io,cpu|all] [--epochs N] [--budget S] [--only-checks]
+
+--only-checks runs the checks on the dataset of indices alone (no pipeline: a minute or so).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +64,11 @@ GOAL_RECOVERED = 0.80
 GOAL_OVERHEAD = 0.99
 SETTLE_FLOOR_S, SETTLE_SHARE = 60.0, 0.10
 MIN_SAVING = 0.05
+CHECK_WINDOW_S = 0.1  # the checks' windows: many switches in a short run
+CHECK_EPOCHS = 3
+CHECK_MIN_SWITCHES = 3
+RANKS, RANK_SAMPLES, RANK_BATCH = 2, 2000, 8
+RANKS_TIMEOUT_S = 600
 
 
 # --- the child: one run in a fresh process --------------------------------------------------------
@@ -182,43 +194,135 @@ def exactly_once(goals: Goals) -> None:
                   "each of 3 epochs holds every index once, in order", detail=f" ({result.get('switches')} switches)")
     goals.require("a setting whose workers raise is survived", bool(result.get("survived")),
                   "the run ends its epochs on the setting kept before")
-    goals.require("every index once per epoch on 2 ranks", False, "built", detail=" (tuning on ranks is not built)")
+    two_ranks(goals)
 
 
-def child_once() -> dict[str, Any]:
-    """A tuned run that switches several times mid-epoch (short windows), and one whose workers raise."""
+def indices(n: int, fail_with: int | None = None) -> Any:
+    """A dataset whose sample i is i (0.5 ms each); with `fail_with`, its workers raise where there
+    are that many or more."""
     import torch
-    from torch.utils.data import DataLoader, Dataset, get_worker_info
-
-    import loadtune
-    from loadtune.training_process import tune as tune_module
+    from torch.utils.data import Dataset, get_worker_info
 
     class Indices(Dataset):
-        def __init__(self, n: int, fail_with: int | None = None) -> None:
-            self.n, self.fail_with = n, fail_with
-
         def __len__(self) -> int:
-            return self.n
+            return n
 
         def __getitem__(self, i: int) -> Any:
             info = get_worker_info()
-            if self.fail_with is not None and info is not None and info.num_workers >= self.fail_with:
+            if fail_with is not None and info is not None and info.num_workers >= fail_with:
                 raise ValueError("this setting fails")
             time.sleep(0.0005)
             return torch.tensor(i)
 
-    tune_module.MIN_WINDOW_S, tune_module.WINDOWS_IN_BUDGET = 0.1, 10**6  # windows of 0.1 s: many switches
-    tuned = loadtune.tune(DataLoader(Indices(2000), batch_size=8), out=Path(tempfile.mkdtemp()) / "once.csv",
+    return Indices()
+
+
+def short_windows() -> None:
+    from loadtune.training_process import tune as tune_module
+
+    tune_module.MIN_WINDOW_S, tune_module.WINDOWS_IN_BUDGET = CHECK_WINDOW_S, 10**6  # many switches
+
+
+def child_once() -> dict[str, Any]:
+    """A tuned run that switches several times mid-epoch (short windows), and one whose workers raise."""
+    from torch.utils.data import DataLoader
+
+    import loadtune
+
+    short_windows()
+    tuned = loadtune.tune(DataLoader(indices(2000), batch_size=8), out=Path(tempfile.mkdtemp()) / "once.csv",
                           budget_s=100)
-    epochs = [[int(x) for b in tuned for x in b] for _ in range(3)]
+    epochs = [[int(x) for b in tuned for x in b] for _ in range(CHECK_EPOCHS)]
     switches = len(tuned.tuner.tried)
     tuned.close()
-    once = all(e == list(range(2000)) for e in epochs) and switches >= 3
-    failing = loadtune.tune(DataLoader(Indices(400, fail_with=1), batch_size=8),
+    once = all(e == list(range(2000)) for e in epochs) and switches >= CHECK_MIN_SWITCHES
+    failing = loadtune.tune(DataLoader(indices(400, fail_with=1), batch_size=8),
                             out=Path(tempfile.mkdtemp()) / "fail.csv", budget_s=100)
     survived = all(sorted(int(x) for b in failing for x in b) == list(range(400)) for _ in range(2))
     failing.close()
     return {"once": once, "switches": switches, "survived": survived}
+
+
+# --- 2 ranks ----------------------------------------------------------------------------------------
+
+
+def two_ranks(goals: Goals) -> None:
+    """The tuned run of indices on 2 ranks (child_rank each): every index each rank's sampler gives
+    once per epoch in its order, both shares the whole dataset, and the same switches on both."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = Path(tempfile.mkdtemp()) / "ranks.csv"
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(RANKS),
+           "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, "OMP_NUM_THREADS": "1"}
+    ranks = [subprocess.Popen([sys.executable, __file__, "--child-rank", str(out)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+             for r in range(RANKS)]
+    results: list[dict[str, Any]] = []
+    try:
+        for rank in ranks:
+            stdout, stderr = rank.communicate(timeout=RANKS_TIMEOUT_S)
+            if rank.returncode == 0:
+                results.append(json.loads(stdout.strip().splitlines()[-1]))
+            else:
+                print(f"  a rank failed: {stderr.strip().splitlines()[-1:]}", flush=True)
+    finally:
+        for rank in ranks:
+            if rank.poll() is None:
+                rank.kill()
+                rank.wait()
+    ran = len(results) == RANKS
+    once = ran and all(e["got"] == e["order"] for r in results for e in r["epochs"]) and \
+        all(sorted(i for r in results for i in r["epochs"][e]["got"]) == list(range(RANK_SAMPLES))
+            for e in range(CHECK_EPOCHS))
+    goals.require("every index once per epoch, in each rank's sampler order (2 ranks)", once,
+                  "each of 3 epochs holds each rank's share once, in its order, the shares the whole dataset")
+    seen = [switch_points(r["epochs"]) for r in results]
+    same = ran and seen[0] == seen[1] and len(seen[0]) - 1 >= CHECK_MIN_SWITCHES
+    goals.require("both ranks switch at the same batches to the same settings (2 ranks)", same,
+                  f"the same (epoch, batch, settings) of each switch on both ranks, at least {CHECK_MIN_SWITCHES}",
+                  detail=f" ({len(seen[0]) - 1 if seen else 0} switches on rank 0)")
+
+
+def switch_points(epochs: list[dict[str, Any]]) -> list[tuple[int, int, str]]:
+    """(epoch, batch, settings) where a rank's settings changed, its first batch included."""
+    found: list[tuple[int, int, str]] = []
+    for e, epoch in enumerate(epochs):
+        for b, settings in enumerate(epoch["settings"]):
+            if not found or settings != found[-1][2]:
+                found.append((e, b, settings))
+    return found
+
+
+def child_rank(out: str) -> dict[str, Any]:
+    """One rank (env://, as torchrun starts it): a tuned loader over its DistributedSampler's share,
+    in step with the other rank (an all-reduce each batch, as DDP's gradients); each epoch's order,
+    the indices served and the settings of each batch."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    import loadtune
+
+    short_windows()
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    data = indices(RANK_SAMPLES)
+    sampler = DistributedSampler(data, shuffle=True, seed=1)
+    tuned = loadtune.tune(DataLoader(data, batch_size=RANK_BATCH, sampler=sampler), out=out, budget_s=100)
+    tick, epochs = torch.ones(1), []
+    for epoch in range(CHECK_EPOCHS):
+        sampler.set_epoch(epoch)
+        order, got, settings = list(sampler), [], []
+        for batch in tuned:
+            got += [int(x) for x in batch]
+            settings.append(json.dumps(tuned.settings, sort_keys=True))
+            dist.all_reduce(tick)
+        epochs.append({"order": order, "got": got, "settings": settings})
+    tried = [t.settings for t in tuned.tuner.tried]
+    tuned.close()
+    dist.destroy_process_group()
+    return {"epochs": epochs, "tried": tried}
 
 
 def main() -> int:
@@ -226,15 +330,17 @@ def main() -> int:
         mode, config, settings, epochs, budget = sys.argv[2:7]
         print(json.dumps(child(mode, Path(config), json.loads(settings), int(epochs), float(budget))))
         return 0
-    if len(sys.argv) > 1 and sys.argv[1] == "--child-once":
-        print(json.dumps(child_once()))
+    if len(sys.argv) > 1 and sys.argv[1] in ("--child-once", "--child-rank"):
+        print(json.dumps(child_once() if sys.argv[1] == "--child-once" else child_rank(sys.argv[2])))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipelines", default=",".join(DEFAULT))
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--budget", type=float, default=BUDGET_S)
+    parser.add_argument("--only-checks", action="store_true",
+                        help="only the checks on the dataset of indices (1 and 2 ranks, a failing setting)")
     args = parser.parse_args()
-    names = list(PIPELINES) if args.pipelines == "all" else args.pipelines.split(",")
+    names = [] if args.only_checks else list(PIPELINES) if args.pipelines == "all" else args.pipelines.split(",")
     print(machine_line(), flush=True)
     goals = Goals()
     with tempfile.TemporaryDirectory() as work:

@@ -16,6 +16,10 @@ loader object) are not counted. The watch starts at `on_fit_start`, since Lightn
 epoch's iterator before `on_train_start`; it ends at `on_train_end`, or `on_exception` (the rows
 measured so far, with the reason), or at `teardown` at the latest. Under DDP each rank watches its
 own loaders and rank 0 writes one row per rank (RunWatch); only rank 0 says anything.
+
+With `tune=True` each of those train loaders is tuned as `loadtune.tune` tunes a loader (docs/tune.md):
+its settings tried while the fit trains, within `budget_s` seconds, the best kept for the rest of it;
+the sanity check and validation still iterate the loader as it is.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ else:  # pytorch_lightning: the older package name
 
 class WatchCallback(CallbackWatch, _Callback):
     """Watches the train DataLoader(s) of each `trainer.fit`: rows named `name` in `out` (default
-    results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
+    results/watch-NAME.csv), written every `every_s` seconds and when the training ends; with
+    `tune=True`, tunes them within `budget_s` seconds."""
 
     WHO = "loadtune.lightning.WatchCallback"
 

@@ -21,6 +21,10 @@ The watch starts at `on_train_begin` and ends at `on_train_end`; the Trainer cal
 training raises, so then the run ends as the process does (its rows kept, the reason given where
 Python knows it). An evaluation loader is never watched, even of the same dataset. Under DDP each
 rank watches its own loader and rank 0 writes one row per rank; only rank 0 says anything.
+
+With `tune=True` the loader is tuned as `loadtune.tune` tunes a loader (docs/tune.md): the one whose
+__iter__ the shard calls (its base DataLoader, with accelerate's batch sampler), its settings tried
+within `budget_s` seconds and the best kept for the rest of the training; evaluation is left as it is.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ else:
 
 class WatchCallback(CallbackWatch, TrainerCallback):
     """Watches the train DataLoader of each `trainer.train()`: rows named `name` in `out` (default
-    results/watch-NAME.csv), written every `every_s` seconds and when the training ends."""
+    results/watch-NAME.csv), written every `every_s` seconds and when the training ends; with
+    `tune=True`, tunes it within `budget_s` seconds."""
 
     WHO = "loadtune.transformers.WatchCallback"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -167,19 +167,25 @@ class Stream(IterableDataset):
         return iter(torch.tensor(i) for i in ids)
 
 
-@pytest.fixture
-def quick(monkeypatch):
+def quick_patches(patch: Callable[[Any, str, Any], None]) -> None:
     """Short windows, 2 usable cores (so 6 workers at most) whatever this machine has, and every
     change kept, so a run switches at the same batches whatever the figures: 0, 1, 2, 4, 6
-    workers, then prefetch_factor 4 and 8, then the kept setting made persistent."""
-    monkeypatch.setattr(tune_module, "MIN_WINDOW_S", 0.05)
-    monkeypatch.setattr(tune_module, "WINDOWS_IN_BUDGET", 10**6)  # windows of 0.05 s, a budget never spent
-    monkeypatch.setattr(tune_module, "TOLERANCE", -2.0)  # no loop waits so little that nothing can gain
-    monkeypatch.setattr(Tuner, "zone", lambda self, a, b: -1.0)  # any change is faster by more than the zone
-    monkeypatch.setattr(tune_module.Tuned, "_suggest", lambda self: None)  # the model's picks: see below
-    monkeypatch.setattr(tune_module, "usable_cores", lambda: 2)
+    workers, then prefetch_factor 4 and 8, then the kept setting made persistent. `patch`:
+    monkeypatch.setattr, or setattr in a process of its own (a rank of tests/test_tune_ranks.py)."""
+    patch(tune_module, "MIN_WINDOW_S", 0.05)
+    patch(tune_module, "WINDOWS_IN_BUDGET", 10**6)  # windows of 0.05 s, a budget never spent
+    patch(tune_module, "TOLERANCE", -2.0)  # no loop waits so little that nothing can gain
+    patch(Tuner, "zone", lambda self, a, b: -1.0)  # any change is faster by more than the zone
+    patch(tune_module.Tuned, "_suggest", lambda self: None)  # the model's picks: see below
+    patch(tune_module, "usable_cores", lambda: 2)
     # one warm-up rule (watch.warm_up_rule) for the search and the rows: a batch
-    monkeypatch.setattr(watch_module, "_MEASURE", MeasureSpec(warmup_batches=1, warmup_batches_per_worker=0))
+    patch(watch_module, "_MEASURE", MeasureSpec(warmup_batches=1, warmup_batches_per_worker=0))
+
+
+@pytest.fixture
+def quick(monkeypatch):
+    """quick_patches for one test."""
+    quick_patches(monkeypatch.setattr)
 
 
 def epochs(tuned: Any, n: int) -> list[list[int]]:

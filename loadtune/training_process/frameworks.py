@@ -26,14 +26,15 @@ from loadtune.record.record import Record
 from loadtune.training_process import hook
 from loadtune.training_process.probe import batches_of
 from loadtune.training_process.run import RunWatch, default_out, run_for
+from loadtune.training_process.tune import DEFAULT_BUDGET_S, Tuned, tuned_for
 
 
-def checked_every(every_s: Any, who: str) -> float:
-    """`every_s` as a number of seconds above 0, or a ConfigError naming the callback."""
-    if isinstance(every_s, bool) or not (isinstance(every_s, (int, float)) and math.isfinite(every_s)
-                                         and every_s > 0):
-        raise ConfigError(f"{who}: every_s must be a number of seconds above 0, got {every_s!r}")
-    return float(every_s)
+def checked_seconds(seconds: Any, key: str, who: str) -> float:
+    """The keyword `key` as a number of seconds above 0, or a ConfigError naming the callback."""
+    if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
+                                         and seconds > 0):
+        raise ConfigError(f"{who}: {key} must be a number of seconds above 0, got {seconds!r}")
+    return float(seconds)
 
 
 def flat_loaders(iterables: Any) -> Iterator[Any]:
@@ -58,17 +59,24 @@ def flat_loaders(iterables: Any) -> Iterator[Any]:
 class FrameworkWatch:
     """One training run's watch: `start(accepts)` when the trainer is about to iterate its train
     loaders, `stop(reason)` when it is done (or failed). The rows are named `name` (a second train
-    loader `name 2`, ...; with ranks `name rank R`) and go to `out` (default: default_out(name))."""
+    loader `name 2`, ...; with ranks `name rank R`) and go to `out` (default: default_out(name)).
+    With `tune`, each train loader is tuned within `budget_s` seconds (docs/tune.md): a `tuned` row
+    `name: SETTING` per setting tried, the `watched` row `name` of the one kept."""
 
-    def __init__(self, *, out: str | os.PathLike[str] | None, every_s: float, name: str, who: str) -> None:
+    def __init__(self, *, out: str | os.PathLike[str] | None, every_s: float, name: str, who: str,
+                 tune: bool = False, budget_s: float = DEFAULT_BUDGET_S) -> None:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{who}: name must be a non-empty text, got {name!r}")
+        if not isinstance(tune, bool):
+            raise ConfigError(f"{who}: tune must be True or False, got {tune!r}")
         self.out = Path(out) if out is not None else default_out(name)
-        self.every_s = checked_every(every_s, who)
+        self.every_s = checked_seconds(every_s, "every_s", who)
         self.name = name
+        self.tune, self.budget_s = tune, checked_seconds(budget_s, "budget_s", who)
+        self._tunings = 0  # the train loaders tuned in this run so far
         self.run: RunWatch | None = None
         self._accepts: Callable[[Any], bool] | None = None
-        self._outer: tuple[RunWatch, Callable[[Any], bool] | None] | None = None
+        self._outer: hook.Hooked | None = None
 
     @property
     def watching(self) -> bool:
@@ -82,13 +90,13 @@ class FrameworkWatch:
             return self.run
         script = sys.argv[0] if sys.argv and sys.argv[0] not in ("", "-c") else None
         self.run = run_for(self.out, self.every_s, self.name, script=script)
-        self._accepts = accepts
+        self._accepts, self._tunings = accepts, 0
         # `loadtune watch SCRIPT` already wraps DataLoader.__iter__ for its own run: the trainer's
         # loaders come to this run while it trains, every other loader to that one again after.
         outer = hook.current()
         if outer is not None and outer[0] is not self.run:
             self._outer = outer
-        hook.watch_every_loader(self.run, self._select)
+        hook.watch_every_loader(self.run, self._select, self._tuned if self.tune else None)
         atexit.register(self._at_exit)  # runs before the run's own (atexit is last in, first out)
         return self.run
 
@@ -101,9 +109,19 @@ class FrameworkWatch:
                 return False
         except Exception:  # noqa: BLE001 - a trainer in a state not foreseen here: unwatched
             return False
-        watch = run.watch(loader, self.name)  # named here; the hook then finds this watch for the loader
-        batches_of(watch.facts.settings, loader)
+        if not self.tune:  # a tuned loader's watches are its settings' own (_tuned)
+            watch = run.watch(loader, self.name)  # named here; the hook then finds this watch for the loader
+            batches_of(watch.facts.settings, loader)
         return True
+
+    def _tuned(self, loader: Any) -> Tuned:
+        """A train loader `_select` accepted, tuned into the run (the hook asks once a loader, and
+        iterates what this returns at each epoch): named `name`, a second one `name 2`, ..."""
+        run = self.run
+        assert run is not None
+        self._tunings += 1
+        name = self.name if self._tunings == 1 else f"{self.name} {self._tunings}"
+        return tuned_for(loader, run, name, self.budget_s)
 
     def stop(self, reason: str = "") -> list[Record]:
         """The run is over: the hook undone (the outer one, if any, back), the file written."""
@@ -134,13 +152,15 @@ class CallbackWatch:
     WHO = ""  # the callback's name, for messages
 
     def __init__(self, *, out: str | os.PathLike[str] | None = None, every_s: float = 60.0,
-                 name: str = "train") -> None:
+                 name: str = "train", tune: bool = False, budget_s: float = DEFAULT_BUDGET_S) -> None:
         super().__init__()
         self.out, self.every_s, self.name = out, every_s, name
+        self.tune, self.budget_s = tune, budget_s
         self._watch = self._new_watch()
 
     def _new_watch(self) -> FrameworkWatch:
-        return FrameworkWatch(out=self.out, every_s=self.every_s, name=self.name, who=self.WHO)
+        return FrameworkWatch(out=self.out, every_s=self.every_s, name=self.name, who=self.WHO, tune=self.tune,
+                              budget_s=self.budget_s)
 
     @property
     def run(self) -> RunWatch | None:

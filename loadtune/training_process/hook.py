@@ -34,9 +34,12 @@ def own(loader: Any) -> None:
         pass
 
 
-def current() -> tuple[RunWatch, Callable[[Any], bool] | None] | None:
-    """The run every DataLoader goes to now, and its `select`; None when none is watched."""
-    return (_run, _select) if _original is not None and _run is not None else None
+Hooked = tuple[RunWatch, Callable[[Any], bool] | None, Callable[[Any], Any] | None]
+
+
+def current() -> Hooked | None:
+    """The run every DataLoader goes to now, its `select` and its `tune`; None when none is watched."""
+    return (_run, _select, _tuner) if _original is not None and _run is not None else None
 
 
 def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = None,
@@ -53,8 +56,12 @@ def watch_every_loader(run: RunWatch, select: Callable[[Any], bool] | None = Non
 
 
 def stop_watching() -> None:
-    """DataLoader.__iter__ as it was."""
+    """DataLoader.__iter__ as it was; the loaders the run tuned let go of their workers."""
     global _original, _run, _select, _tuner
+    for loader, tuned in list(_tuned.items()):
+        if tuned.run is _run:
+            tuned.release()
+            del _tuned[loader]
     if _original is not None:
         from torch.utils.data import DataLoader
 
@@ -69,7 +76,7 @@ def _watched_iter(self: Any) -> Iterator[Any]:
         return original(self)
     if _tuner is not None:
         tuned = _tuned.get(self)
-        if tuned is None:
+        if tuned is None or tuned.run is not run:  # a later run over the same loader tunes it anew
             tuned = _tuned[self] = _tuner(self)
         return iter(tuned)
     return run.watch(self).iterate(lambda: original(self))

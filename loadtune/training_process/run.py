@@ -122,6 +122,7 @@ class _Loaders:
     names: set[str] = field(default_factory=set)
     warned: dict[str, tuple[str, int]] = field(default_factory=dict)
     tuned: set[str] = field(default_factory=set)  # the watches of settings a tuned run tried: rows `tuned`
+    tuned_made: dict[str, int] = field(default_factory=dict)  # loadtune.tune's loaders made, by name (store keys)
 
 
 @dataclass

@@ -6,10 +6,14 @@ dataset, collate_fn, worker_init_fn, generator and order, other settings) is han
 yet given to the loop. Batches a child's workers fetched ahead and never handed over are dropped
 with its workers: fetched twice, handed once. An iterable dataset has no order to hand on: its
 settings change at epoch ends only.
+
+Under torch.distributed every rank changes at the same batch (Agreement): rank 0 searches, and
+its word after each batch goes to the other ranks through the job's store.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
@@ -30,7 +34,11 @@ class Remaining:
         self.items: list[Any] = []
         source = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
         self.epoch = len(source)
-        self.batch_size, self.drop_last, self.sampler = loader.batch_size, loader.drop_last, loader.sampler
+        # A loader made with a batch_sampler (accelerate's, for one) says None of both: its sampler knows.
+        self.batch_size = loader.batch_size if loader.batch_size is not None else \
+            getattr(loader.batch_sampler, "batch_size", None)
+        self.drop_last = getattr(loader.batch_sampler, "drop_last", loader.drop_last)
+        self.sampler = loader.sampler
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.items)
@@ -129,3 +137,72 @@ def _iterable(loader: Any) -> bool:
     from torch.utils.data import IterableDataset
 
     return isinstance(loader.dataset, IterableDataset)
+
+
+@dataclass(frozen=True)
+class Word:
+    """Rank 0's word after one batch of a search: the setting every rank runs next, whether rank
+    0's loop changes setting now (`switch`), and whether the search has settled on it."""
+
+    settings: dict[str, Any]
+    switch: bool
+    settled: bool
+
+
+@dataclass
+class Agreement:
+    """One tuned loader on the ranks of a data-parallel job: rank 0 searches and, after each batch
+    of the search, posts its Word to the job's store (the process group's key-value store, outside
+    the training's collectives) under a key of this run and loader (`prefix`), this epoch and this
+    batch; every other rank reads that key before it fetches its next batch (the store's get waits
+    for it) and does as it says, so every rank changes setting at the same batch. The ranks of a
+    data-parallel job go in step anyway (the gradient all-reduce), so a rank waits at most for
+    the rest of rank 0's step. The last rank to read a key deletes it (where the store deletes);
+    once the settled word is posted and read (`done`), no rank reads the store again.
+
+    Another rank keeps the settings it ran (`ran`, in order). Where its own setting fails it goes
+    back, on its own, to the one it ran before, and keeps it (`failed`: the one that failed), still
+    reading rank 0's words until the settled one: it takes that one where it ran it here."""
+
+    store: Any
+    rank: int
+    world: int
+    prefix: str
+    epoch: int = 0
+    done: bool = False
+    ran: list[dict[str, Any]] = field(default_factory=list)
+    failed: dict[str, Any] | None = None
+
+    @property
+    def leads(self) -> bool:
+        return self.rank == 0
+
+    def key(self, batch: int) -> str:
+        return f"{self.prefix}:{self.epoch}:{batch}"
+
+    def post(self, batch: int, word: Word) -> None:
+        self.store.set(self.key(batch), json.dumps({"settings": word.settings, "switch": word.switch,
+                                                    "settled": word.settled}))
+        self.done = word.settled
+
+    def read(self, batch: int) -> Word:
+        """Rank 0's word after `batch` (waiting for it as long as the store waits)."""
+        key = self.key(batch)
+        said = json.loads(self.store.get(key))
+        if int(self.store.add(f"{key}:read", 1)) >= self.world - 1:  # every other rank has read it
+            for stale in (key, f"{key}:read"):
+                try:
+                    self.store.delete_key(stale)
+                except Exception:  # noqa: BLE001 - a store that does not delete keeps its few keys
+                    pass
+        word = Word(dict(said["settings"]), bool(said["switch"]), bool(said["settled"]))
+        self.done = word.settled
+        return word
+
+    def ran_here(self, settings: Mapping[str, Any]) -> bool:
+        """Whether this rank ran `settings` and it did not fail (persistence aside: rank 0's kept
+        setting is made persistent when it settles)."""
+        def bare(s: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in s.items() if k != "persistent_workers"}
+
+        return any(bare(s) == bare(settings) for s in self.ran)

@@ -8,6 +8,14 @@ watched as `loadtune watch` watches a loader: each setting tried leaves a row wi
 the kept one a `watched` row for the rest of the run. A setting that fails (a worker that raises or
 dies, shared memory full) hands the batch it was fetching to the setting kept so far, and the run
 goes on.
+
+Under torchrun (a process group with ranks, and its store: run.job.group, as it is when `tune` is
+called) rank 0 alone searches, and every rank changes setting at the same batch of the same epoch
+as rank 0's word says (switching.Agreement: the word passes through the job's store, outside the
+training's collectives, and only while the search runs). A setting that fails on rank 0 is left
+by every rank at the next batch; one that fails on another rank alone is left by that rank for
+the one it ran before, for the rest of the run. Ranks without a process group each tune on their
+own.
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ from loadtune.training_process.probe import loader_settings
 from loadtune.training_process.run import RunWatch, default_name, run_for, script_name
 from loadtune.training_process.switching import (
     TUNABLE,
+    Agreement,
     Child,
+    Word,
     child_loader,
     draw_order,
     mid_epoch,
@@ -45,11 +55,13 @@ DEFAULT_BUDGET_S = 60.0
 WINDOWS_IN_BUDGET = 12  # each setting's window is budget_s / WINDOWS_IN_BUDGET ...
 MIN_WINDOW_S = 1.0  # ... and at least this long
 MEMORY_LEFT_FREE = 0.10  # workers are not added where they would leave less of the memory free
+AGREE_PREFIX = "loadtune-tune"  # the ranks' words in the job's store: AGREE_PREFIX:run:restart:file:loader:n
 
 
 class Tuned(InTheRun):
     """Iterates as `loader` does (and has its length and attributes), on the settings the search
-    asks for; `settings` is the setting it runs now, `tuner` the search."""
+    asks for; `settings` is the setting it runs now, `tuner` the search (on a rank other than 0,
+    rank 0's choices), `ranks` how the job's ranks agree (None: this process decides alone)."""
 
     def __init__(self, loader: Any, run: RunWatch, name: str, tuner: Tuner) -> None:
         self.loader, self.run, self.name, self.tuner = loader, run, name, tuner
@@ -58,10 +70,13 @@ class Tuned(InTheRun):
         self._child: Child | None = None
         self._watch: LoaderWatch | None = None
         self._pending = False  # an iterable dataset's switch, waiting for the epoch's end
+        self.ranks = agreement_for(run, name, tuner.current)  # None: this process decides alone
         how = ("the epoch's order is drawn once and each setting takes the batches not yet handed: settings "
                "change mid-epoch, each sample once") if self.switching else \
             "an iterable dataset: settings change at epoch ends"
-        run.tell(f"loadtune: tuning {name} from {config_name(self.start_settings)}: {how}")
+        if self.ranks is None or self.ranks.leads:
+            run.tell(f"loadtune: tuning {name} from {config_name(self.start_settings)}: {how}"
+                     + ranks_line(run, self.ranks))
 
     def __iter__(self) -> Iterator[Any]:
         return self._epoch()
@@ -78,18 +93,21 @@ class Tuned(InTheRun):
 
     def _epoch(self) -> Iterator[Any]:
         order = draw_order(self.loader) if self.switching else None
+        if self.ranks is not None:
+            self.ranks.epoch += 1
         clock = self.run.clock
+        handed = 0  # this epoch's batches handed: where every rank switches
         while True:
             child, watch = self._use(self.tuner.current)
             inner = watch.iterate(lambda: child.start(order))
-            if self.tuner.settled:  # the kept setting for the rest of the run: watched, nothing more
+            if self.tuner.settled and (self.ranks is None or self.ranks.done):  # the kept setting from now on
                 yield from inner
                 return
             last: tuple[float, int] | None = None  # the last batch's wait and samples
             handed_at = 0.0
             while True:
                 asked = clock()
-                if last is not None and self._after(last[0], asked - handed_at, last[1]):
+                if last is not None and self._next(handed, last[0], asked - handed_at, last[1]):
                     break
                 try:
                     batch = next(inner)
@@ -103,11 +121,56 @@ class Tuned(InTheRun):
                         raise
                     break
                 got = clock()
+                handed += 1
                 if order is not None:
                     order.handed += 1
                 last = (got - asked, batch_len(batch, self.loader.batch_size or 1))
                 handed_at = clock()
                 yield batch
+
+    def _next(self, batch: int, wait_s: float, step_s: float, samples: int) -> bool:
+        """The step of this epoch's batch `batch` ended; True when the loop switches settings now:
+        as this process's search says (rank 0's posted for the other ranks), or as rank 0's word says."""
+        ranks = self.ranks
+        if ranks is not None and not ranks.leads:
+            return self._follow(ranks, batch)
+        switch = self._after(wait_s, step_s, samples)
+        if ranks is not None and not ranks.done:
+            try:
+                ranks.post(batch, Word(dict(self.tuner.current), switch or self._pending, self.tuner.settled))
+            except Exception as exc:  # noqa: BLE001 - the store gone: each rank keeps what it runs
+                self.ranks = None
+                self.run.tell(f"loadtune: {self.name}: rank 0's word after batch {batch} could not be posted "
+                              f"({failure_line(exc)}): the other ranks keep their settings", logging.WARNING)
+        return switch
+
+    def _follow(self, ranks: Agreement, batch: int) -> bool:
+        """Another rank of the job: rank 0's word after this epoch's batch `batch`, done; True when
+        the loop switches settings now."""
+        if ranks.done:
+            return False
+        try:
+            word = ranks.read(batch)
+        except Exception as exc:  # noqa: BLE001 - no word within the store's timeout, or the store gone
+            self.ranks = None
+            self.tuner.follow(self.tuner.current, settled=True)
+            self.run.tell(f"loadtune: {self.name}: rank {ranks.rank}: no word from rank 0 after batch {batch} "
+                          f"({failure_line(exc)}): this rank keeps {self.label(self.tuner.current)} and tunes no "
+                          "more", logging.WARNING)
+            return False
+        if ranks.failed is not None:  # back on its own: at the settled word, rank 0's kept where it ran here
+            if not word.settled:
+                return False
+            word = Word(word.settings if ranks.ran_here(word.settings) else self.tuner.current, True, True)
+        elif not word.switch and (word.settings, word.settled) == (self.tuner.current, self.tuner.settled):
+            return False
+        if word.settings != ranks.ran[-1]:
+            ranks.ran.append(dict(word.settings))
+        self.tuner.follow(word.settings, word.settled)
+        if not self.switching:
+            self._pending = True
+            return False
+        return True
 
     def _after(self, wait_s: float, step_s: float, samples: int) -> bool:
         """One batch's step ended; True when the loop switches settings now."""
@@ -133,7 +196,7 @@ class Tuned(InTheRun):
         assert watch is not None
         watch.close()
         name = watch.name
-        rows = [r for r in self.run.own_rows()[0] if r.trial == name]
+        rows = [r for r in self.run.own_rows()[0] if r.trial == self.run._trial_name(name)]  # "NAME rank R" on ranks
         try:
             ranked = forecast(rows).rows
         except LoadtuneError as exc:
@@ -145,19 +208,49 @@ class Tuned(InTheRun):
                       + (", then ".join(self.label(s) for s in self.tuner.pending) or "nothing new"))
 
     def _fall_back(self, exc: BaseException) -> bool:
+        if self.ranks is not None and not self.ranks.leads:
+            return self._fall_back_here(self.ranks, exc)
         reason = failure_line(exc)
         failing = dict(self.tuner.current)
         if not self.tuner.failed(reason):
             return False
+        self._drop(reason)
+        self.run.tell(f"loadtune: {self.name}: {self.label(failing)} failed ({reason}); back to "
+                      f"{self.label(self.tuner.current)}, the run goes on", logging.WARNING)
+        self._settled()
+        return True
+
+    def _fall_back_here(self, ranks: Agreement, exc: BaseException) -> bool:
+        """Another rank's setting failed here: this rank goes back to the one it ran before, while
+        rank 0 goes on choosing the other ranks' settings; when rank 0 settles, this rank keeps
+        rank 0's kept setting where it ran here, else its own. A second failure, or one of the
+        rank's first setting or of the one settled on, is the loop's own error."""
+        if len(ranks.ran) < 2 or ranks.failed is not None or self.tuner.settled:
+            return False
+        reason, failing = failure_line(exc), dict(self.tuner.current)
+        self._drop(reason)
+        ranks.failed = ranks.ran.pop()
+        before = ranks.ran[-1]
+        self.tuner.follow(before, settled=False)
+        self.run.tell(f"loadtune: {self.name}: rank {ranks.rank}: {self.label(failing)} failed on this rank "
+                      f"({reason}); back to {self.label(before)} on this rank, the run goes on (when rank 0 settles, "
+                      "this rank keeps rank 0's setting where it ran here, else its own)", logging.WARNING)
+        return True
+
+    def _drop(self, reason: str) -> None:
+        """The setting in use ends: its watch closed with `reason`, its workers shut down."""
         if self._watch is not None:
             self._watch.close(reason)
         if self._child is not None:
             self._child.stop()
         self._child = None
-        self.run.tell(f"loadtune: {self.name}: {self.label(failing)} failed ({reason}); back to "
-                      f"{self.label(self.tuner.current)}, the run goes on", logging.WARNING)
-        self._settled()
-        return True
+
+    def release(self) -> None:
+        """The run is over (a trainer's training ended): the workers of the setting in use shut
+        down now, not when the loader goes; iterated again, it starts them anew."""
+        if self._child is not None:
+            self._child.stop()
+        self._child = None
 
     def _settled(self) -> None:
         tuner = self.tuner
@@ -193,6 +286,32 @@ class Tuned(InTheRun):
             self.run.loaders.tuned.add(watch.name)
         self._watch = watch
         return self._child, watch
+
+
+def agreement_for(run: RunWatch, name: str, start: Mapping[str, Any]) -> Agreement | None:
+    """How the ranks of the job agree on `name`'s settings (None: this process decides alone): by
+    the job's store where there are ranks and a process group (run.job.group, as it is now), under
+    keys of this run (torchrun's run id and restart, the results file) and this loader (its name
+    and how many of that name this run made before it: the same on every rank)."""
+    run._refresh_group()
+    group, made = run.job.group, run.loaders.tuned_made
+    made[name] = made.get(name, 0) + 1
+    if group.world <= 1 or group.store is None:
+        return None
+    job = f"{os.environ.get('TORCHELASTIC_RUN_ID', '')}:{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
+    return Agreement(group.store, group.rank, group.world, f"{AGREE_PREFIX}:{job}:{run.out.name}:{name}:{made[name]}",
+                     ran=[dict(start)])
+
+
+def ranks_line(run: RunWatch, ranks: Agreement | None) -> str:
+    """What the first line says of the job's ranks ("" for one process)."""
+    group = run.job.group
+    if ranks is not None:
+        return (f"; on {group.world} ranks, rank 0 searches and every rank changes setting at the same batch "
+                "(rank 0's word passes through the job's store)")
+    if group.world > 1:
+        return f"; rank {group.rank} of {group.world} without a process group: each rank tunes on its own"
+    return ""
 
 
 def failure_line(exc: BaseException) -> str:
@@ -234,7 +353,8 @@ def tune(loader: Any, *, out: str | os.PathLike[str] | None = None, budget_s: fl
 
     if not isinstance(loader, DataLoader):
         raise ConfigError(f"loadtune.tune: {type(loader).__name__} is not a DataLoader: pass the DataLoader")
-    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
+    if isinstance(budget_s, bool) or not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s)
+                                          and budget_s > 0):
         raise ConfigError(f"loadtune.tune: budget_s must be a number of seconds above 0, got {budget_s!r}")
     allowed = tuple(TUNABLE if tune is None else tune)
     unknown = [k for k in allowed if k not in TUNABLE]

@@ -171,6 +171,12 @@ class Tuner:
         self._settle()
         return True
 
+    def follow(self, settings: Mapping[str, Any], settled: bool) -> None:
+        """The setting decided elsewhere (rank 0's search, on another rank): run, not measured,
+        and settled on when that search has settled."""
+        self._trying = _Trying(dict(settings), None, warm=True)
+        self.settled = settled
+
     @property
     def current(self) -> dict[str, Any]:
         """The setting the loop should run now."""
