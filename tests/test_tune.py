@@ -70,12 +70,26 @@ def test_workers_double_while_they_pay_then_prefetch_then_it_settles_with_persis
     assert tuner.current["num_workers"] == 4
     run_setting(tuner, clock, 0.0049)  # 4 workers: 0.7% faster than 2, within the zone: not kept
     assert tuner.kept is not None and tuner.kept.settings["num_workers"] == 2
-    assert tuner.current == {**tuner.kept.settings, "prefetch_factor": 4}
+    assert tuner.current["num_workers"] == 3  # halfway to the 4 that did not pay
+    run_setting(tuner, clock, 0.005)  # 3 workers: no faster
+    assert tuner.current == {**tuner.kept.settings, "prefetch_factor": 4}  # none left between 2 and 3
     run_setting(tuner, clock, 0.005)  # a deeper prefetch: no faster
     assert tuner.settled and tuner.current == {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True,
                                                "pin_memory": False}
-    assert [t.settings["num_workers"] for t in tuner.tried] == [0, 1, 2, 4, 2]
+    assert [t.settings["num_workers"] for t in tuner.tried] == [0, 1, 2, 4, 3, 2]
     assert any("persistent_workers=True" in n for n in tuner.notes)
+
+
+def test_a_doubling_past_the_best_is_followed_by_the_workers_halfway():
+    clock = FakeClock()
+    tuner = make_tuner(clock, workers=8)
+    for wait in (0.04, 0.02, 0.01):  # 0, 1, 2 workers: each faster
+        run_setting(tuner, clock, wait)
+    run_setting(tuner, clock, 0.02)  # 4 workers: slower than 2
+    assert tuner.current["num_workers"] == 3
+    run_setting(tuner, clock, 0.002)  # 3 workers: faster than 2: kept, and nothing is left between 3 and 4
+    assert tuner.kept is not None and tuner.kept.settings["num_workers"] == 3
+    assert tuner.current["num_workers"] == 3 and tuner.current["prefetch_factor"] == 4
 
 
 def test_the_model_s_picks_are_tried_first_each_whatever_the_one_before_showed():

@@ -184,7 +184,7 @@ class RunWatch:
                 again.adopt(loader)
                 self.loaders.by_id[id(loader)] = again
                 return again
-            hooks = WatchHooks(on_interval=self._interval, on_epoch=self._refresh_group)
+            hooks = WatchHooks(on_interval=self._interval, on_epoch=self.refresh_group)
             watch = LoaderWatch(loader, self._unique(name or default_name(loader, len(watches))),
                                 self.every_s, hooks=hooks, clocks=Clocks(self.clock, self.cpu_clock),
                                 sampling=WatchSampling(tree=self.sample_tree))
@@ -207,7 +207,7 @@ class RunWatch:
             if self.closed:
                 return
             try:
-                self._refresh_group()
+                self.refresh_group()
                 rows = self.write()
                 if self.job.group.rank == 0 and watch.name not in self.loaders.tuned:  # a tuned run says its own
                     self._status(watch, rows)
@@ -222,7 +222,7 @@ class RunWatch:
         if interval is None:
             return
         wait_ratio, samples_per_s = window_figures_of(interval.window)
-        row = next((r for r in rows if r.trial == self._trial_name(watch.name)), None)
+        row = next((r for r in rows if r.trial == self.trial_name(watch.name)), None)
         verdict = row.assessment.verdict if row is not None and row.assessment.verdict else "no verdict yet"
         self.tell(f"loadtune: {watch.name}: {samples_per_s:,.0f} samples/s, wait ratio {wait_ratio:.2f} "
                   f"({verdict}) over the last {_seconds(interval.end_s - interval.start_s)}")
@@ -235,7 +235,7 @@ class RunWatch:
                           f"({row.assessment.verdict}): "
                           f"{row.assessment.advice or 'see loadtune report ' + str(self.file)}", logging.WARNING)
 
-    def _refresh_group(self) -> None:
+    def refresh_group(self) -> None:
         """The job's ranks as they are now; a process group once seen is kept (its store outlives
         a script that destroys the group before it exits)."""
         now = _group()
@@ -251,7 +251,8 @@ class RunWatch:
 
     # --- the rows -----------------------------------------------------------------------------
 
-    def _trial_name(self, name: str, rank: int | None = None) -> str:
+    def trial_name(self, name: str, rank: int | None = None) -> str:
+        """A loader's row name: `name`, or with ranks `name rank R` (this rank's by default)."""
         rank = self.job.group.rank if rank is None else rank
         return f"{name} rank {rank}" if self.job.group.world > 1 else name
 
@@ -271,7 +272,7 @@ class RunWatch:
         context = self.context()
         for watch in self.loaders.watches:
             observed: Observed = watch.observed()
-            name = self._trial_name(watch.name)
+            name = self.trial_name(watch.name)
             record = watched_record(observed, {**context, "dataset_len": watch.facts.dataset_len},
                                     dist_rank=self.job.group.rank, ranks=self.job.group.world, trial_name=name,
                                     status=Status.TUNED if watch.name in self.loaders.tuned else Status.WATCHED)
@@ -329,7 +330,7 @@ class RunWatch:
         kept = [s for s in samples if s.trial in names]
         host = rows[0].run.machine.host if rows else ""
         output.samples.write("", host or "", 1.0, self.job.group.world, kept)
-        write_loader_info(out, {self._trial_name(w.name): LoaderInfo(w.facts.dataset_spec, w.facts.loader_kwargs,
+        write_loader_info(out, {self.trial_name(w.name): LoaderInfo(w.facts.dataset_spec, w.facts.loader_kwargs,
                                                                      self.script, tuple(sys.argv[1:]))
                                 for w in self.loaders.watches})
 
@@ -338,7 +339,7 @@ class RunWatch:
         with self._lock:
             if self.closed:
                 return self.output.written
-            self._refresh_group()
+            self.refresh_group()
             return self.write()
 
     # --- the end ------------------------------------------------------------------------------
@@ -358,7 +359,7 @@ class RunWatch:
             atexit.unregister(self.close)
             if not self.loaders.watches:
                 return []
-            self._refresh_group()
+            self.refresh_group()
             try:
                 rows = self.write(final=True)
             except Exception as exc:  # noqa: BLE001 - said, never raised into the script's exit

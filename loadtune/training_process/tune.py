@@ -196,7 +196,7 @@ class Tuned(InTheRun):
         assert watch is not None
         watch.close()
         name = watch.name
-        rows = [r for r in self.run.own_rows()[0] if r.trial == self.run._trial_name(name)]  # "NAME rank R" on ranks
+        rows = [r for r in self.run.own_rows()[0] if r.trial == self.run.trial_name(name)]
         try:
             ranked = forecast(rows).rows
         except LoadtuneError as exc:
@@ -293,7 +293,7 @@ def agreement_for(run: RunWatch, name: str, start: Mapping[str, Any]) -> Agreeme
     the job's store where there are ranks and a process group (run.job.group, as it is now), under
     keys of this run (torchrun's run id and restart, the results file) and this loader (its name
     and how many of that name this run made before it: the same on every rank)."""
-    run._refresh_group()
+    run.refresh_group()
     group, made = run.job.group, run.loaders.tuned_made
     made[name] = made.get(name, 0) + 1
     if group.world <= 1 or group.store is None:

@@ -7,14 +7,15 @@ and `window_s` seconds of the loop's own wait and step, cut into BLOCKS blocks w
 give the spread. The pipeline model fitted to the start's window (as `loadtune predict` reads a
 watched run) names up to MODEL_TRIES settings to try first, each measured. Then, from the best
 so far, one change at a time: more workers (doubling, up to what the default sweep around a
-watched loader tries: 3 a usable core, at least 4), then a deeper prefetch, then pinned memory on
+watched loader tries: 3 a usable core, at least 4; after a doubling that did not pay, halfway back
+to it), then a deeper prefetch, then pinned memory on
 an accelerator; persistent workers (which matter at each epoch's start, never inside a window)
 are kept on.
 A change is kept when it is faster than the setting kept so far by more than the zone: the
 tolerance, or what the two windows' spread can resolve, the larger. A dimension stops at its first
-change that is not kept. The search stops, keeping the best so far, when no change can gain more
-than the zone (a setting waiting a share w of the time can gain at most 1 / (1 - w)), when
-nothing is left to try, or when `budget_s` is spent.
+change that is not kept (the workers once nothing is left between). The search stops, keeping the
+best so far, when no change can gain more than the zone (a setting waiting a share w of the time
+can gain at most 1 / (1 - w)), when nothing is left to try, or when `budget_s` is spent.
 """
 
 from __future__ import annotations
@@ -192,8 +193,9 @@ class Tuner:
         kept = self.kept
         if kept is None or tried.samples_per_s > kept.samples_per_s * (1 + self.zone(kept, tried)):
             self.kept = tried
-        elif not self._trying.from_model:
+        elif not self._trying.from_model and STAGES[min(self._stage, len(STAGES) - 1)] is not _more_workers:
             self._stage += 1  # the first change along a setting that does not pay ends that setting
+        # (workers go on halfway to the fewest that did not pay: _more_workers ends where none is between)
         self._next()
 
     def zone(self, a: Tried, b: Tried) -> float:
@@ -215,7 +217,7 @@ class Tuner:
             if not any(t.settings == pick for t in self.tried) and self._fits(pick, kept):
                 return self._begin(pick, from_model=True)
         while self._stage < len(STAGES):
-            change = STAGES[self._stage](kept.settings, self.limits)
+            change = STAGES[self._stage](kept.settings, self.limits, self.tried)
             if change is not None and not any(t.settings == change for t in self.tried) and self._fits(change, kept):
                 return self._begin(change)
             self._stage += 1
@@ -240,16 +242,21 @@ class Tuner:
         self._trying = _Trying(kept, None, warm=True)
 
 
-def _more_workers(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+def _more_workers(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
+    """Twice the workers; where more were tried and did not pay (or failed), halfway to the fewest
+    such, so that a doubling past the best (2 to 4 where 3 is best) is not the last word."""
     workers = int(settings.get("num_workers") or 0)
     if "num_workers" not in limits.tune or workers >= limits.workers:
         return None
-    more = min(max(1, 2 * workers), limits.workers)
+    above = [n for n in (int(t.settings.get("num_workers") or 0) for t in tried) if n > workers]
+    more = (workers + min(above)) // 2 if above else min(max(1, 2 * workers), limits.workers)
+    if more <= workers:
+        return None
     return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or DEFAULT_PREFETCH,
             "persistent_workers": bool(settings.get("persistent_workers"))}
 
 
-def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
     if "prefetch_factor" not in limits.tune or not settings.get("num_workers"):
         return None
     now = int(settings.get("prefetch_factor") or DEFAULT_PREFETCH)
@@ -257,12 +264,12 @@ def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits) -> dict[str, A
     return {**settings, "prefetch_factor": deeper} if deeper is not None else None
 
 
-def _pinned(settings: Mapping[str, Any], limits: Limits) -> dict[str, Any] | None:
+def _pinned(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
     if "pin_memory" not in limits.tune or not limits.accelerator or settings.get("pin_memory"):
         return None
     return {**settings, "pin_memory": True}
 
 
 # Each stage proposes the next change from the kept setting; a stage runs again while its change pays.
-STAGES: tuple[Callable[[Mapping[str, Any], Limits], dict[str, Any] | None], ...] = (
+STAGES: tuple[Callable[[Mapping[str, Any], Limits, Sequence[Tried]], dict[str, Any] | None], ...] = (
     _more_workers, _deeper_prefetch, _pinned)
