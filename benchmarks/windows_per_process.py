@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from loadtune.record.measurement import Measurement  # noqa: E402
+from loadtune.record.measurement import Measurement, Window  # noqa: E402
 from loadtune.record.samples import SUFFIX, SamplesFile  # noqa: E402
 
 MIN_DOF = 4  # degrees of freedom between processes below which no m* is given
@@ -65,11 +65,16 @@ class Pooled:
     window_s: list[float] = field(default_factory=list)
 
 
+def _wall_s(window: Window) -> float:
+    """A counted window's wall time: its batches' waits, transfers and steps."""
+    return sum(window.wait_s) + sum(window.h2d_s) + sum(window.step_s)
+
+
 def _window_logs(measurement: Measurement) -> list[float]:
     """Each counted window's log throughput (its samples over its wall)."""
     logs = []
     for window in measurement.windows:
-        wall_s = sum(window.wait_s) + sum(window.h2d_s) + sum(window.step_s)
+        wall_s = _wall_s(window)
         if wall_s > 0 and sum(window.samples) > 0:
             logs.append(math.log(sum(window.samples) / wall_s))
     return logs
@@ -106,7 +111,7 @@ def read_into(path: Path, pooled: dict[str, Pooled]) -> None:
             logs = _window_logs(measurement)
             if not logs or measurement.behind or measurement.ranks:
                 continue
-            counted = sum(sum(w.wait_s) + sum(w.h2d_s) + sum(w.step_s) for w in measurement.windows)
+            counted = sum(_wall_s(w) for w in measurement.windows)
             processes.append((logs, wall_s - counted, counted / len(logs)))
         add_trial(into, processes)
 
@@ -131,7 +136,7 @@ def child(config: Path, settings: dict[str, Any], windows: int) -> dict[str, Any
                                default_batch_size=int(built.kwargs.get("batch_size") or 1), fingerprint=False)
     del built
     wall_s = time.perf_counter() - start
-    counted = sum(sum(w.wait_s) + sum(w.h2d_s) + sum(w.step_s) for w in measurement.windows)
+    counted = sum(_wall_s(w) for w in measurement.windows)
     return {"logs": _window_logs(measurement), "outside_s": wall_s - counted, "window_s": counted / windows}
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import math
 import os
 import sys
 from collections.abc import Mapping
@@ -25,16 +24,8 @@ from loadtune.core.errors import ConfigError
 from loadtune.record.record import Record
 from loadtune.training_process import hook
 from loadtune.training_process.probe import batches_of
-from loadtune.training_process.run import RunWatch, default_out, run_for
+from loadtune.training_process.run import RunWatch, checked_seconds, default_out, run_for
 from loadtune.training_process.tune import DEFAULT_BUDGET_S, Tuned, tuned_for
-
-
-def checked_seconds(seconds: Any, key: str, who: str) -> float:
-    """The keyword `key` as a number of seconds above 0, or a ConfigError naming the callback."""
-    if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
-                                         and seconds > 0):
-        raise ConfigError(f"{who}: {key} must be a number of seconds above 0, got {seconds!r}")
-    return float(seconds)
 
 
 def flat_loaders(iterables: Any) -> Iterator[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
 import os
 import sys
 import threading
@@ -22,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from loadtune.core.errors import ConfigError
 from loadtune.core.kinds import Status
 from loadtune.core.text import output_width, wrap
 from loadtune.decide.stats import window_figures
@@ -475,6 +477,14 @@ _runs: dict[Path, RunWatch] = {}
 def script_name() -> str:
     """The name of the script this process runs (a watched run's default name), "python" for none."""
     return Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
+
+
+def checked_seconds(seconds: Any, key: str, who: str) -> float:
+    """The keyword `key` as a number of seconds above 0, or a ConfigError naming `who`."""
+    if isinstance(seconds, bool) or not (isinstance(seconds, (int, float)) and math.isfinite(seconds)
+                                         and seconds > 0):
+        raise ConfigError(f"{who}: {key} must be a number of seconds above 0, got {seconds!r}")
+    return float(seconds)
 
 
 def run_for(out: str | os.PathLike[str] | None, every_s: float, name: str, script: str | None = None) -> RunWatch:

@@ -13,6 +13,7 @@ its word after each batch goes to the other ranks through the job's store.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
@@ -62,9 +63,7 @@ class EpochOrder:
 
 def mid_epoch(loader: Any) -> bool:
     """Whether the loader's settings can change mid-epoch: a map-style dataset's order can be handed on."""
-    from torch.utils.data import IterableDataset
-
-    return not isinstance(getattr(loader, "dataset", None), IterableDataset) and \
+    return not _iterable(loader) and \
         (getattr(loader, "batch_sampler", None) is not None or getattr(loader, "sampler", None) is not None)
 
 
@@ -94,7 +93,8 @@ class Child:
         if self.feed is not None and order is not None:
             self.feed.items = order.rest
         it: Iterator[Any] = iter(self.loader)
-        self.iterators.append(it)
+        if not any(it is mine for mine in self.iterators):  # persistent workers: the same iterator each epoch
+            self.iterators.append(it)
         return it
 
     def stop(self) -> None:
@@ -136,7 +136,7 @@ def child_loader(loader: Any, settings: Mapping[str, Any], switching: bool) -> C
 def _iterable(loader: Any) -> bool:
     from torch.utils.data import IterableDataset
 
-    return isinstance(loader.dataset, IterableDataset)
+    return isinstance(getattr(loader, "dataset", None), IterableDataset)
 
 
 @dataclass(frozen=True)
@@ -181,8 +181,7 @@ class Agreement:
         return f"{self.prefix}:{self.epoch}:{batch}"
 
     def post(self, batch: int, word: Word) -> None:
-        self.store.set(self.key(batch), json.dumps({"settings": word.settings, "switch": word.switch,
-                                                    "settled": word.settled}))
+        self.store.set(self.key(batch), json.dumps(dataclasses.asdict(word)))
         self.done = word.settled
 
     def read(self, batch: int) -> Word:
@@ -195,7 +194,7 @@ class Agreement:
                     self.store.delete_key(stale)
                 except Exception:  # noqa: BLE001 - a store that does not delete keeps its few keys
                     pass
-        word = Word(dict(said["settings"]), bool(said["switch"]), bool(said["settled"]))
+        word = Word(**said)
         self.done = word.settled
         return word
 

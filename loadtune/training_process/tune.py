@@ -36,7 +36,7 @@ from loadtune.record.settings import config_name, dataloader_line
 from loadtune.record.watched import WORKERS_PER_CORE, WORKERS_TRIED_AT_LEAST
 from loadtune.training_process.hook import own
 from loadtune.training_process.probe import loader_settings
-from loadtune.training_process.run import RunWatch, default_name, run_for, script_name
+from loadtune.training_process.run import RunWatch, checked_seconds, default_name, run_for, script_name
 from loadtune.training_process.switching import (
     TUNABLE,
     Agreement,
@@ -167,10 +167,7 @@ class Tuned(InTheRun):
         if word.settings != ranks.ran[-1]:
             ranks.ran.append(dict(word.settings))
         self.tuner.follow(word.settings, word.settled)
-        if not self.switching:
-            self._pending = True
-            return False
-        return True
+        return self._switch_now()
 
     def _after(self, wait_s: float, step_s: float, samples: int) -> bool:
         """One batch's step ended; True when the loop switches settings now."""
@@ -184,6 +181,11 @@ class Tuned(InTheRun):
             self._suggest()
         if self.tuner.settled and not settled:
             self._settled()
+        return self._switch_now()
+
+    def _switch_now(self) -> bool:
+        """A new setting is due: True where the loop switches now (mid-epoch); an iterable
+        dataset's waits for the epoch's end."""
         if not self.switching:
             self._pending = True
             return False
@@ -353,15 +355,13 @@ def tune(loader: Any, *, out: str | os.PathLike[str] | None = None, budget_s: fl
 
     if not isinstance(loader, DataLoader):
         raise ConfigError(f"loadtune.tune: {type(loader).__name__} is not a DataLoader: pass the DataLoader")
-    if isinstance(budget_s, bool) or not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s)
-                                          and budget_s > 0):
-        raise ConfigError(f"loadtune.tune: budget_s must be a number of seconds above 0, got {budget_s!r}")
+    budget_s = checked_seconds(budget_s, "budget_s", "loadtune.tune")
     allowed = tuple(TUNABLE if tune is None else tune)
     unknown = [k for k in allowed if k not in TUNABLE]
     if unknown:
         raise ConfigError(f"loadtune.tune: tune= may list {', '.join(TUNABLE)}; not {', '.join(unknown)}")
     run = run_for(out, DEFAULT_BUDGET_S, name or script_name())
-    return tuned_for(loader, run, name or "loader", float(budget_s), allowed)
+    return tuned_for(loader, run, name or "loader", budget_s, allowed)
 
 
 def tuned_for(loader: Any, run: RunWatch, name: str | None = None, budget_s: float = DEFAULT_BUDGET_S,

@@ -63,16 +63,20 @@ class _Window:
     wait_s: list[float] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    seconds: float = 0.0  # the batches' waits and steps so far, kept as they come: asked every batch
 
-    def seconds(self) -> float:
-        return sum(self.wait_s) + sum(self.step_s)
+    def add(self, wait_s: float, step_s: float, samples: int) -> None:
+        self.wait_s.append(wait_s)
+        self.step_s.append(step_s)
+        self.samples.append(samples)
+        self.seconds += wait_s + step_s
 
     def tried(self, settings: Mapping[str, Any]) -> Tried:
         n = len(self.samples)
         edges = [round(i * n / BLOCKS) for i in range(BLOCKS + 1)]
         blocks = tuple(sum(self.samples[a:b]) / (sum(self.wait_s[a:b]) + sum(self.step_s[a:b]))
                        for a, b in zip(edges, edges[1:]) if b > a)
-        total = self.seconds()
+        total = sum(self.wait_s) + sum(self.step_s)
         return Tried(dict(settings), sum(self.samples) / total, blocks, sum(self.wait_s) / total)
 
 
@@ -129,10 +133,8 @@ class Tuner:
             trying.warm = trying.rule is not None and trying.rule.after_batch() is True
             return False
         window = trying.window
-        window.wait_s.append(wait_s)
-        window.step_s.append(step_s)
-        window.samples.append(samples)
-        if len(window.samples) < WINDOW_MIN_BATCHES or window.seconds() < self.limits.window_s:
+        window.add(wait_s, step_s, samples)
+        if len(window.samples) < WINDOW_MIN_BATCHES or window.seconds < self.limits.window_s:
             return False
         self._judge(window.tried(self.current))
         return True
