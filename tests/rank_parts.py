@@ -18,6 +18,15 @@ from torch.utils.data import Dataset
 from loadtune.synthetic import sleep_cost
 
 
+def free_port() -> int:
+    """A TCP port free on this host now, for a test's rendezvous."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _rank() -> int:
     return dist.get_rank() if dist.is_initialized() else 0
 

@@ -21,6 +21,7 @@ from loadtune.record.measurement import Measurement, TrialStart, Window, combine
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
 from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config, wait_until
+from tests.rank_parts import free_port
 
 PARTS = str(Path(__file__).with_name("rank_parts.py"))
 STEP_S = 0.02
@@ -297,19 +298,12 @@ def test_a_failing_rank_under_torchrun_fails_the_trial_and_the_sweep_goes_on(tmp
     assert row.reason.startswith("rank 1: RuntimeError: step failed on rank 1"), row.reason
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def two_nodes(*args: str, marker: str, timeout: float = 300) -> list[subprocess.CompletedProcess]:
     """Two torchrun agents on this host standing in for two machines: --nnodes 2, one process
     each, a c10d rendezvous on localhost; both started at once, as on two machines."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", MARKER_VAR: marker}
-    endpoint = f"localhost:{_free_port()}"
+    endpoint = f"localhost:{free_port()}"
     agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
                                 "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", marker,
                                 "-m", "loadtune", *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

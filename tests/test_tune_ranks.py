@@ -27,6 +27,7 @@ from loadtune.training_process.run import RunWatch, _Group
 from loadtune.training_process.switching import Agreement, Word
 from loadtune.training_process.tune import AGREE_PREFIX, Tuned, tuned_for
 from loadtune.training_process.tuner import Tuner
+from tests.rank_parts import free_port
 from tests.test_tune import Indices, quick_patches
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -257,18 +258,11 @@ def rank_main(out: str, record: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 @pytest.mark.slow
 def test_two_real_ranks_switch_at_the_same_batches_and_rank_0_writes_both(tmp_path):
     out = tmp_path / "run.csv"
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": str(WORLD),
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(WORLD),
            "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     code = "import sys; from tests.test_tune_ranks import rank_main; rank_main(*sys.argv[1:])"
     ranks = [subprocess.Popen([sys.executable, "-c", code, str(out), str(tmp_path / f"rank{r}.json")], cwd=tmp_path,
