@@ -106,6 +106,10 @@ class Feed:
         in the current epoch so far."""
         return self._in_epoch
 
+    @property
+    def iterator(self) -> Iterator[Any] | None:
+        return self._it
+
     def close(self) -> None:
         self._it = None
 
@@ -255,6 +259,7 @@ def measure_loop(
     extra_warmup_max_s: float = 0.0,
     on_phase: Callable[[str], None] | None = None,
     behind: Behind | None = None,
+    keep: Callable[[Any], None] | None = None,
 ) -> Measurement:
     """Run the loop a training job would run and time each part of every counted batch.
 
@@ -281,6 +286,8 @@ def measure_loop(
     try:
         return _run(feed, counted, region, plan, sampling, on_phase if on_phase is not None else _no_phase)
     finally:
+        if keep is not None:
+            keep(feed.iterator)
         feed.close()
 
 

@@ -256,8 +256,7 @@ class _Watch:
 def _outcome(message: Any, ended: str | None, samples: ResourceSamples | None, process: Any, timeout_s: float,
              wall_s: float) -> Outcome:
     """The Outcome of the trial's last message (its result), or of why none came."""
-    if message is not None:
-        process.join(EXIT_GRACE_S)
+    if message is not None:  # what was asked is in: the trial's tree is ended at once (_clean_up)
         status, payload = message
         if status == Status.OK:
             if samples is not None and isinstance(payload, Measurement):

@@ -24,6 +24,16 @@ class SweepChannel:
     def __init__(self, conn: Any = None) -> None:
         self.conn = conn
         self.asked_at: float | None = None
+        self._held: list[Any] = []
+
+    def hold(self, part: Any) -> None:
+        """Keep `part` (a loader, its last iterator) alive until the result is sent: its workers'
+        shutdown (0.05-0.15 s with workers) then follows the answer instead of delaying it, and
+        the sweep, which has what it asked for, ends the trial's tree at once."""
+        self._held.append(part)
+
+    def release(self) -> None:
+        self._held.clear()
 
     def start_sampling(self, main_pids: tuple[int, ...] = ()) -> None:
         """Tell the sweep to start sampling, without waiting: the warm-up runs on meanwhile (a
@@ -49,13 +59,16 @@ class SweepChannel:
             return True
         return False
 
-    def end_sampling(self) -> None:
+    def end_sampling(self, wait: bool = True) -> None:
         """Tell the sweep the counted windows are over and wait until it has taken its last
-        sample, before the workers are torn down."""
+        sample, before the workers are torn down; or, where the workers are held until the sweep
+        has the result (hold), go on at once: they live on while it samples them."""
         if self.conn is None:
             return
         try:
             self.conn.send(COUNTED_END)
+            if not wait:
+                return
             deadline = time.monotonic() + ACK_TIMEOUT_S
             while self.conn.poll(max(0.0, deadline - time.monotonic())):
                 if self.conn.recv() == COUNTED_END:  # a late SAMPLING answer is passed over
@@ -65,10 +78,23 @@ class SweepChannel:
 
     def send_result(self, result: tuple[str, Any]) -> None:
         """The one message that ends the trial: ('ok', result) or ('failed', why)."""
-        if self.conn is None:
-            return
         try:
-            self.conn.send(result)
-            self.conn.close()
+            if self.conn is not None:
+                self.conn.send(result)
+                if self._held:
+                    self._until_closed()
+                self.conn.close()
         except (OSError, ValueError):  # the sweep stopped waiting (interrupted): nobody to tell
+            pass
+        finally:
+            self.release()  # the held workers shut down now, unless the sweep ended them first
+
+    def _until_closed(self) -> None:
+        """Wait (ACK_TIMEOUT_S at most) until the sweep ends this tree or closes its end: its last
+        sample of the held workers may still be under way when the result is sent."""
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        try:
+            while self.conn.poll(max(0.0, deadline - time.monotonic())):
+                self.conn.recv()  # the answer to COUNTED_END, passed over
+        except (OSError, EOFError, ValueError):
             pass

@@ -62,7 +62,8 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
     try:
         parts = _build(job, dataset, kwargs, rank)
         loading = job.trial.feed != FEED_MEMORY
-        sampling = _Sampling(channel, rank, job) if loading else None
+        late = rank is None and _forked(kwargs, job.start_method)  # torn down after the result is sent
+        sampling = _Sampling(channel, rank, job, late) if loading else None
         setup_s = time.perf_counter() - started
         m = job.measure
         plan = epoch_plan(parts.loader, m.epoch_batches, parts.recorder is not None) if loading \
@@ -78,16 +79,28 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
             sampling=sampling, copy_timer=parts.copy_timer, probe=WindowEdges(counters, workers) if loading else None,
             fingerprint=job.trial.feed != FEED_MEMORY, extra_warmup_batches=extra,
             extra_warmup_max_s=m.warmup_per_worker_max_s, on_phase=phases.enter if phases is not None else None,
-            behind=_behind(job, plan) if rank is None else None)
+            behind=_behind(job, plan) if rank is None else None, keep=channel.hold if late else None)
     except EmptyLoaderError as exc:
         raise EmptyLoaderError(_empty_reason(dataset, kwargs, str(exc), rank.world_size if rank else 1)) from None
     pinned = parts.transfer.pinned if isinstance(parts.transfer, _PinProbe) else None
-    parts.close()  # shut persistent workers down cleanly before the process ends
     sampled = parts.recorder.epochs() if parts.recorder is not None else ()
+    if late:
+        channel.hold(parts.loader)  # its workers stop once the result is sent (SweepChannel.hold)
+    parts.close()  # else: its workers stop cleanly here
     epochs = LoaderEpochs(sampled, dataset_batches=plan.dataset_batches, window_epoch_batches=plan.window_batches,
                           restarts_workers=bool(workers) and not kwargs.get("persistent_workers"))
     return dataclasses.replace(measurement, start=dataclasses.replace(measurement.start, setup_s=setup_s),
                                pinned=pinned, epochs=epochs)
+
+
+def _forked(kwargs: dict[str, Any], start_method: str) -> bool:
+    """Whether the loader's workers (if any) are forked: then nothing of theirs outlives the tree,
+    which the sweep may end as soon as it has the result. Spawned or forkserver workers register
+    their queues' semaphores with the sweep's resource tracker, so they stop cleanly first."""
+    context = kwargs.get("multiprocessing_context")
+    method = context if isinstance(context, str) else \
+        context.get_start_method() if context is not None else start_method
+    return not kwargs.get("num_workers") or method == "fork"
 
 
 def _behind(job: TrialJob, plan: EpochPlan) -> Behind | None:
@@ -169,8 +182,8 @@ class _Sampling:
     for the answers; ranks launched here are main processes of this tree, while under torchrun
     each rank's tree (on its own host, perhaps) is its own and only rank 0's is sampled."""
 
-    def __init__(self, channel: SweepChannel, rank: RankContext | None, job: TrialJob) -> None:
-        self.channel, self.rank = channel, rank
+    def __init__(self, channel: SweepChannel, rank: RankContext | None, job: TrialJob, late: bool = False) -> None:
+        self.channel, self.rank, self.late = channel, rank, late
         self.reporter = rank is None or rank.reporter
         self.main_pids = tuple(rank.gather_pids()) if rank is not None and job.group is None else ()
 
@@ -183,7 +196,9 @@ class _Sampling:
         return self.rank.agree(local) if self.rank is not None else local
 
     def end(self) -> None:
-        if self.reporter:
+        if self.late:
+            self.channel.end_sampling(wait=False)  # the workers are held until the sweep has its answer
+        elif self.reporter:
             with self.rank.waiting() if self.rank is not None else contextlib.nullcontext():
                 self.channel.end_sampling()  # waits for the sweep (ACK_TIMEOUT_S at most)
         if self.rank is not None:

@@ -35,6 +35,7 @@ def trial_main(job: TrialJob | PreflightJob, conn: Any) -> None:
         result: Any = run_preflight(job) if isinstance(job, PreflightJob) else measure_trial(job, channel)
         message: tuple[str, Any] = (Status.OK, result)
     except BaseException as exc:  # noqa: BLE001 - every failure becomes a row, not a crash
+        channel.release()  # a failed loader's workers stop cleanly, before the message
         _workers_done()
         message = (Status.FAILED, describe(exc))
     _workers_done()
