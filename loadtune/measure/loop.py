@@ -106,11 +106,10 @@ class Feed:
         in the current epoch so far."""
         return self._in_epoch
 
-    @property
-    def iterator(self) -> Iterator[Any] | None:
-        return self._it
-
-    def close(self) -> None:
+    def close(self, keep: Callable[[Any], None] | None = None) -> None:
+        """Drop the iterator (its workers stop), or hand it to `keep` to hold."""
+        if keep is not None:
+            keep(self._it)
         self._it = None
 
 
@@ -286,9 +285,7 @@ def measure_loop(
     try:
         return _run(feed, counted, region, plan, sampling, on_phase if on_phase is not None else _no_phase)
     finally:
-        if keep is not None:
-            keep(feed.iterator)
-        feed.close()
+        feed.close(keep)
 
 
 @dataclass(frozen=True)
