@@ -322,3 +322,67 @@ def test_advice_is_checked_against_the_trials_the_runner_measured(tmp_path, writ
     assert re.fullmatch(r"62% of the wait is at epoch starts: persistent_workers=True measured 29\d\.\d "
                         r"\[\d+\.\d, \d+\.\d\] samples/s against 39\d\.\d \(num_workers=2\): not shown to help here\.",
                         records["num_workers=2"].assessment.advice), records["num_workers=2"].assessment.advice
+
+
+# --- what a config's workers can deliver bounds it before it runs --------------------------------
+
+
+def test_workers_bound_is_their_batches_at_the_measured_fetch_time_less_its_margin():
+    from loadtune.decide.choice import FETCH_BOUND_MARGIN, fetches_alike, workers_bound
+
+    assert FETCH_BOUND_MARGIN == 0.10
+    assert workers_bound(1, 8, 36.0) == pytest.approx(8 / 0.0324)  # 36 ms less 10%: 32.4 ms a batch
+    assert workers_bound(3, 8, 36.0) == pytest.approx(3 * 8 / 0.0324)
+    base = {"num_workers": 1, "batch_size": 8, "prefetch_factor": 2}
+    assert fetches_alike({**base, "prefetch_factor": 4, "persistent_workers": True, "pin_memory": True}, base)
+    assert not fetches_alike({**base, "num_workers": 2}, base), "more workers make more"
+    assert not fetches_alike({**base, "worker_threads": 2}, base), "threads change a fetch"
+    assert not fetches_alike({**base, "num_workers": 0}, {**base, "num_workers": 0}), "no workers: the loop fetches"
+
+
+class Fetching(FakeTrials):
+    """FakeTrials whose loading processes report `fetch_s` a batch (8 samples) each."""
+
+    def __init__(self, fetch_s: float) -> None:
+        super().__init__()
+        self.fetch_s = fetch_s
+
+    def __call__(self, job, timeout_s):
+        import dataclasses
+
+        from loadtune.record.measurement import LoaderUse
+
+        outcome = super().__call__(job, timeout_s)
+        m = outcome.result
+        workers = job.trial.loader_kwargs["num_workers"] or 0
+        uses = tuple(LoaderUse(w, 20, 20 * self.fetch_s, 20 * self.fetch_s) for w in range(workers))
+        windows = tuple(dataclasses.replace(w, loaders=uses) for w in m.windows)
+        return dataclasses.replace(outcome, result=dataclasses.replace(m, windows=windows))
+
+
+@pytest.mark.parametrize("fetch_s, skipped", [(0.036, True), (0.012, False)])
+def test_a_config_its_workers_cannot_carry_past_the_leader_is_not_measured(tmp_path, write_config, monkeypatch,
+                                                                          fetch_s, skipped):
+    """The baseline's one worker fetches 8 samples in 36 ms: at most 247 samples/s, whatever its
+    prefetch, below what a config must reach beside num_workers=2's 400; at 12 ms (741) it runs."""
+    import dataclasses
+
+    from loadtune.sweep_process.racer import RaceSettings
+
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)
+    runner.execute = fake = Fetching(fetch_s)
+    runner.settings = dataclasses.replace(runner.settings, bounds=True)
+    spec = runner.setup.spec.config
+    deeper = trial_for(spec, {"prefetch_factor": 4}, False)
+    monkeypatch.setitem(TRUE, deeper.name, 200.0)
+    runner.measure([trial_for(spec, {}, False), trial_for(spec, {"num_workers": 2}, False), deeper], 1)
+    records = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
+    row = records[deeper.name]
+    if skipped:
+        assert deeper.name not in fake.runs and row.status == "skipped"
+        assert re.fullmatch(r"its 1 worker makes at most 247 samples/s \(baseline fetched a batch in 36\.0 ms\), "
+                            r"below the 3\d\d it would need to contend", row.reason or ""), row.reason
+    else:
+        assert fake.runs[deeper.name] == 1 and row.status == "ok"
+    assert fake.runs["num_workers=2"] == 1 and records["num_workers=2"].status == "ok"
+    assert RaceSettings().bounds is False, "other strategies measure every trial they ask for"

@@ -500,7 +500,9 @@ def test_a_stopped_sweep_keeps_its_rows_and_resume_finishes_it(write_config, tmp
                                       "prefetch_factor=1", "prefetch_factor=4"}
     measured = final[final.status != "predicted"]  # the rest: configs the model only predicted
     assert (measured.loc[~measured.index.isin(first_round.index), "round"] > 1).all()
-    assert set(measured.status) == {"ok"}
+    # Run, or left out where the measured fetch time of its workers bounds it below the leader.
+    assert set(measured.status) <= {"ok", "skipped"}
+    assert measured[measured.status == "skipped"].reason.str.contains("it would need to contend").all()
     for trial in kept_ok.index:  # kept as measured, not run again
         assert final.loc[trial, "started_at"] == kept_ok.loc[trial, "started_at"]
         assert final.loc[trial, "throughput"] == kept_ok.loc[trial, "throughput"]

@@ -37,7 +37,9 @@ def test_model_sweep_predicts_a_config_it_held_back(tmp_path):
     assert result.recommended is not None and result.recommended.status == "ok"
     grid = 1 + 3 * 2 * 2  # num_workers=0 collapses prefetch and persistence
     in_space = [r for r in measured if not r.assessment.asked_by]  # the rest: advice the model expected to gain
-    assert len(in_space) + len(predicted) == grid
+    # Left out before they ran: their workers' measured fetch time bounds them below the leader.
+    bounded = [r for r in rows if r.status == Status.SKIPPED and "it would need to contend" in (r.reason or "")]
+    assert len(in_space) + len(predicted) + len(bounded) == grid
     assert result.summary.found.model is not None
     info = result.summary.to_json()
     assert info["model"]["fetch_wait_ms_per_sample"] > 0 and "error" in info["model"]

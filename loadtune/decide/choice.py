@@ -1,6 +1,7 @@
 """Which record to recommend: among the trials tied with the best (selection.acceptable marks them),
 the cheapest (choose: the pick every command makes); the tolerance test on single figures that
-predictions and the search use (within_tolerance, beats); and which rows contend."""
+predictions and the search use (within_tolerance, beats); which rows contend; and the most a
+config's loading processes can deliver (workers_bound)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def picked(records: Sequence[Record], pick: str | None) -> Record | None:
     the rows still mark it tied with the best (tied_row), else the cheapest tied with the best
     (recommended)."""
     return tied_row(records, pick) or recommended(records)
+
+
+# Settings that change neither what a worker does to make a batch nor how many workers make them:
+# a config differing from a measured one only in these cannot deliver more than its workers make.
+FETCH_NEUTRAL = ("prefetch_factor", "persistent_workers", "pin_memory")
+# The measured fetch time a batch, lowered by this share before it bounds a config: the bound is
+# a mean over one process's windows, and another process may fetch a little faster.
+FETCH_BOUND_MARGIN = 0.10
+
+
+def workers_bound(workers: int, batch_size: int, fetch_ms: float) -> float:
+    """The most samples a second `workers` loading processes deliver when each takes `fetch_ms` to
+    make a batch (less FETCH_BOUND_MARGIN): were the loop never to wait for anything else, the
+    workers all busy and no epoch ever starting, it would run no faster."""
+    return workers * batch_size / (fetch_ms * (1 - FETCH_BOUND_MARGIN) / 1000)
+
+
+def fetches_alike(a: dict[str, object], b: dict[str, object]) -> bool:
+    """Whether two configs' loaders differ only in FETCH_NEUTRAL settings, with workers in both."""
+    keys = (set(a) | set(b)) - set(FETCH_NEUTRAL)
+    return bool(a.get("num_workers")) and all(a.get(k) == b.get(k) for k in keys)

@@ -43,7 +43,8 @@ def run_sweep(options: SweepOptions, *, spec: RunSpec | None = None, on_event: e
         files = SweepFiles.open(out_path, setup.spec, setup.context["host"], options.output.resume)
         # Files the ranks' launcher leaves, in a folder that goes when the sweep ends.
         with _scratch(setup.spec.ranks) as scratch:
-            settings = RaceSettings(options.seed, options.rank_by, options.strategy == Strategy.MODEL, scratch)
+            settings = RaceSettings(options.seed, options.rank_by, options.strategy == Strategy.MODEL, scratch,
+                                    bounds=options.strategy == Strategy.MODEL)
             runner = Racer(setup, files, settings, emit=on_event, execute=execute)
             runner.resume(files.kept, files.kept_ranks)
             runner.restore(files.stored)

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 from loadtune.core.kinds import RankBy, Status
-from loadtune.decide.choice import contends
+from loadtune.decide.choice import contends, fetches_alike, workers_bound
 from loadtune.decide.ranking import scored_from_record
 from loadtune.decide.selection import RaceStep, Scored, behind_bar, race_step
 from loadtune.decide.stats import ProcessNoise, pooled_noise
@@ -64,6 +64,9 @@ class RaceSettings:
     rank_by: RankBy = RankBy.THROUGHPUT
     use_model_ties: bool = False
     scratch: str | None = None
+    # A trial its workers cannot carry past the leader, by the fetch time a measured config with the
+    # same workers showed (choice.workers_bound), is not measured (the model strategy).
+    bounds: bool = False
 
 
 @dataclass
@@ -234,7 +237,7 @@ class Racer:
             self.check_data()
             self.pool_noise()
         while batch := [run for run in todo if run.failure is None and not run.stopped_early
-                        and run.repeats < first[run.trial.name]]:
+                        and not run.trial.skipped and run.repeats < first[run.trial.name]]:
             self._run_round(batch)
         self.race(more=False)
         return {name: self.scored(name) for name, run in self.runs.items() if not run.pending}
@@ -275,10 +278,36 @@ class Racer:
                                         -(run.predicted.throughput if run.predicted is not None else 0.0),
                                         -int(run.trial.loader_kwargs.get("num_workers") or 0)))
         for run in batch:
-            self._run_once(run)
+            why = self._out_of_reach(run) if not run.repeats else None
+            if why is None:
+                self._run_once(run)
+            else:
+                run.trial = dataclasses.replace(run.trial, skip_reason=why)
             self._finish(run)
         self.check_data()
         self.pool_noise()
+
+    def _out_of_reach(self, run: TrialRun) -> str | None:
+        """Why the trial need not run: a measured config whose loaders differ from its own only in
+        settings that leave the workers' fetches alone (choice.FETCH_NEUTRAL) bounds it
+        (workers_bound) below what it must reach to stay in the race (behind_bar); else None.
+        Only where a window may end early (_behind) and under the model strategy."""
+        behind = self._behind(run.trial) if self.settings.bounds else None
+        kwargs = run.trial.loader_kwargs
+        if behind is None or run.trial.feed == FEED_MEMORY:
+            return None
+        for other in self.runs.values():
+            record = other.record
+            if other is run or other.cut_short or other.flagged or record is None or not record.ran \
+                    or not fetches_alike(kwargs, other.trial.loader_kwargs) or not record.assessment.fetch_ms:
+                continue
+            workers = int(kwargs.get("num_workers") or 0)
+            bound = workers_bound(workers, int(kwargs.get("batch_size") or 1), record.assessment.fetch_ms)
+            if bound < behind.bar_samples_per_s:
+                return (f"its {workers} worker{'s make' if workers > 1 else ' makes'} at most {bound:.0f} samples/s "
+                        f"({other.trial.name} fetched a batch in {record.assessment.fetch_ms:.1f} ms), below the "
+                        f"{behind.bar_samples_per_s:.0f} it would need to contend")
+        return None
 
     def check_data(self) -> None:
         """Each measured trial's data check kept on its run; a record whose check changed is
