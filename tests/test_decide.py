@@ -334,10 +334,16 @@ def test_workers_bound_is_their_batches_at_the_measured_fetch_time_less_its_marg
     assert workers_bound(1, 8, 36.0) == pytest.approx(8 / 0.0324)  # 36 ms less 10%: 32.4 ms a batch
     assert workers_bound(3, 8, 36.0) == pytest.approx(3 * 8 / 0.0324)
     base = {"num_workers": 1, "batch_size": 8, "prefetch_factor": 2}
-    assert fetches_alike({**base, "prefetch_factor": 4, "persistent_workers": True, "pin_memory": True}, base)
+    assert fetches_alike({**base, "prefetch_factor": 4}, base) and fetches_alike(base, {**base, "prefetch_factor": 1})
+    kept = {**base, "persistent_workers": True}
+    assert fetches_alike(base, kept), "fetches of persistent workers are never the colder"
+    assert not fetches_alike(kept, base), "workers started every epoch fetch their first batches cold"
+    assert not fetches_alike({**base, "pin_memory": True}, base), "a pinned copy is the model's to learn"
     assert not fetches_alike({**base, "num_workers": 2}, base), "more workers make more"
     assert not fetches_alike({**base, "worker_threads": 2}, base), "threads change a fetch"
     assert not fetches_alike({**base, "num_workers": 0}, {**base, "num_workers": 0}), "no workers: the loop fetches"
+    assert not fetches_alike({**base, "batch_size": None}, {**base, "batch_size": None}), \
+        "a batch sampler's batches: no batch size to count by"
 
 
 class Fetching(FakeTrials):
@@ -380,8 +386,8 @@ def test_a_config_its_workers_cannot_carry_past_the_leader_is_not_measured(tmp_p
     row = records[deeper.name]
     if skipped:
         assert deeper.name not in fake.runs and row.status == "skipped"
-        assert re.fullmatch(r"its 1 worker makes at most 247 samples/s \(baseline fetched a batch in 36\.0 ms\), "
-                            r"below the 3\d\d it would need to contend", row.reason or ""), row.reason
+        assert re.fullmatch(r"its 1 worker makes at most 247 samples/s \(baseline fetched a batch in 36\.0 ms, taken "
+                            r"as 32\.4\), below the 3\d\d it would need to contend", row.reason or ""), row.reason
     else:
         assert fake.runs[deeper.name] == 1 and row.status == "ok"
     assert fake.runs["num_workers=2"] == 1 and records["num_workers=2"].status == "ok"

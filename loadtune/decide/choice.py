@@ -69,9 +69,12 @@ def picked(records: Sequence[Record], pick: str | None) -> Record | None:
     return tied_row(records, pick) or recommended(records)
 
 
-# Settings that change neither what a worker does to make a batch nor how many workers make them:
-# a config differing from a measured one only in these cannot deliver more than its workers make.
-FETCH_NEUTRAL = ("prefetch_factor", "persistent_workers", "pin_memory")
+# Settings that change neither what a worker does to make a batch nor how many workers make them,
+# as far as a bound goes: a config differing from a measured one only in these cannot deliver more
+# than the measured one's workers make (fetches_alike says which measured configs bound which).
+# pin_memory is not among them: on a device its trials are the pipeline model's only evidence of a
+# pinned copy.
+FETCH_NEUTRAL = ("prefetch_factor", "persistent_workers")
 # The measured fetch time a batch, lowered by this share before it bounds a config: the bound is
 # a mean over one process's windows, and another process may fetch a little faster.
 FETCH_BOUND_MARGIN = 0.10
@@ -84,7 +87,12 @@ def workers_bound(workers: int, batch_size: int, fetch_ms: float) -> float:
     return workers * batch_size / (fetch_ms * (1 - FETCH_BOUND_MARGIN) / 1000)
 
 
-def fetches_alike(a: dict[str, object], b: dict[str, object]) -> bool:
-    """Whether two configs' loaders differ only in FETCH_NEUTRAL settings, with workers in both."""
-    keys = (set(a) | set(b)) - set(FETCH_NEUTRAL)
-    return bool(a.get("num_workers")) and all(a.get(k) == b.get(k) for k in keys)
+def fetches_alike(config: dict[str, object], measured: dict[str, object]) -> bool:
+    """Whether the `measured` config's fetch time bounds `config`: both have workers and the same
+    batch size, their loaders differ only in FETCH_NEUTRAL settings, and the measured one's fetches
+    were no slower for them: workers started again every epoch fetch their first batches cold, so
+    a config with persistent workers is not bounded by one without."""
+    keys = (set(config) | set(measured)) - set(FETCH_NEUTRAL)
+    return bool(config.get("num_workers")) and isinstance(config.get("batch_size"), int) \
+        and all(config.get(k) == measured.get(k) for k in keys) \
+        and (bool(measured.get("persistent_workers")) or not config.get("persistent_workers"))

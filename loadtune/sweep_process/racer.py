@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 from loadtune.core.kinds import RankBy, Status
-from loadtune.decide.choice import contends, fetches_alike, workers_bound
+from loadtune.decide.choice import FETCH_BOUND_MARGIN, contends, fetches_alike, workers_bound
 from loadtune.decide.ranking import scored_from_record
 from loadtune.decide.selection import RaceStep, Scored, behind_bar, race_step
 from loadtune.decide.stats import ProcessNoise, pooled_noise
@@ -283,15 +283,16 @@ class Racer:
                 self._run_once(run)
             else:
                 run.trial = dataclasses.replace(run.trial, skip_reason=why)
+                self._plan_runs(-1)
             self._finish(run)
         self.check_data()
         self.pool_noise()
 
     def _out_of_reach(self, run: TrialRun) -> str | None:
-        """Why the trial need not run: a measured config whose loaders differ from its own only in
-        settings that leave the workers' fetches alone (choice.FETCH_NEUTRAL) bounds it
-        (workers_bound) below what it must reach to stay in the race (behind_bar); else None.
-        Only where a window may end early (_behind) and under the model strategy."""
+        """Why the trial need not run: a config measured in full whose fetch time bounds it
+        (choice.fetches_alike, workers_bound) below what it must reach to stay in the race
+        (behind_bar); else None. Only where a window may end early (_behind) and under the model
+        strategy."""
         behind = self._behind(run.trial) if self.settings.bounds else None
         kwargs = run.trial.loader_kwargs
         if behind is None or run.trial.feed == FEED_MEMORY:
@@ -299,14 +300,16 @@ class Racer:
         for other in self.runs.values():
             record = other.record
             if other is run or other.cut_short or other.flagged or record is None or not record.ran \
-                    or not fetches_alike(kwargs, other.trial.loader_kwargs) or not record.assessment.fetch_ms:
+                    or record.measuring.stopped_early or not record.assessment.fetch_ms \
+                    or not fetches_alike(kwargs, other.trial.loader_kwargs):
                 continue
-            workers = int(kwargs.get("num_workers") or 0)
-            bound = workers_bound(workers, int(kwargs.get("batch_size") or 1), record.assessment.fetch_ms)
+            workers, fetch_ms = int(kwargs["num_workers"]), record.assessment.fetch_ms
+            bound = workers_bound(workers, int(kwargs["batch_size"]), fetch_ms)
             if bound < behind.bar_samples_per_s:
                 return (f"its {workers} worker{'s make' if workers > 1 else ' makes'} at most {bound:.0f} samples/s "
-                        f"({other.trial.name} fetched a batch in {record.assessment.fetch_ms:.1f} ms), below the "
-                        f"{behind.bar_samples_per_s:.0f} it would need to contend")
+                        f"({other.trial.name} fetched a batch in {fetch_ms:.1f} ms, taken as "
+                        f"{fetch_ms * (1 - FETCH_BOUND_MARGIN):.1f}), below the {behind.bar_samples_per_s:.0f} it "
+                        "would need to contend")
         return None
 
     def check_data(self) -> None:

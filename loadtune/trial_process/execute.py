@@ -94,13 +94,19 @@ def measure_here(job: TrialJob, rank: RankContext | None, channel: SweepChannel)
 
 
 def _forked(kwargs: dict[str, Any], start_method: str) -> bool:
-    """Whether the loader's workers (if any) are forked: then nothing of theirs outlives the tree,
-    which the sweep may end as soon as it has the result. Spawned or forkserver workers register
-    their queues' semaphores with the sweep's resource tracker, so they stop cleanly first."""
+    """Whether the loader's workers (if any) are forked and pass batches as file descriptors: then
+    nothing of theirs outlives the tree, which the sweep may end as soon as it has the result.
+    Spawned or forkserver workers register their queues' semaphores with the sweep's resource
+    tracker, so they stop cleanly first."""
+    import torch.multiprocessing
+
     context = kwargs.get("multiprocessing_context")
     method = context if isinstance(context, str) else \
         context.get_start_method() if context is not None else start_method
-    return not kwargs.get("num_workers") or method == "fork"
+    # With the file_system strategy, torch_shm_manager unlinks the batches' shared memory once the
+    # tree is gone: ended while batches are held, it would leave them in /dev/shm.
+    shared = torch.multiprocessing.get_sharing_strategy() == "file_descriptor"  # type: ignore[no-untyped-call]
+    return not kwargs.get("num_workers") or (method == "fork" and shared)
 
 
 def _behind(job: TrialJob, plan: EpochPlan) -> Behind | None:
