@@ -84,7 +84,12 @@ def workers_bound(workers: int, batch_size: int, fetch_ms: float) -> float:
     """The most samples a second `workers` loading processes deliver when each takes `fetch_ms` to
     make a batch (less FETCH_BOUND_MARGIN): were the loop never to wait for anything else, the
     workers all busy and no epoch ever starting, it would run no faster."""
-    return workers * batch_size / (fetch_ms * (1 - FETCH_BOUND_MARGIN) / 1000)
+    return workers * batch_size / (bounding_fetch_ms(fetch_ms) / 1000)
+
+
+def bounding_fetch_ms(fetch_ms: float) -> float:
+    """The measured mean fetch time a batch as a bound takes it: less FETCH_BOUND_MARGIN."""
+    return fetch_ms * (1 - FETCH_BOUND_MARGIN)
 
 
 def fetches_alike(config: dict[str, object], measured: dict[str, object]) -> bool:

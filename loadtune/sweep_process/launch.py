@@ -258,12 +258,11 @@ def _outcome(message: Any, ended: str | None, samples: ResourceSamples | None, p
     """The Outcome of the trial's last message (its result), or of why none came."""
     if message is not None:
         status, payload = message
-        if status != Status.OK:
-            process.join(EXIT_GRACE_S)  # a failed trial's loader stops cleanly as the process exits
         if status == Status.OK:  # what was asked is in: the trial's tree is ended at once (_clean_up)
             if samples is not None and isinstance(payload, Measurement):
                 payload = dataclasses.replace(payload, resources=(samples,))
             return Outcome(Status.OK, "", payload, wall_s)
+        process.join(EXIT_GRACE_S)  # a failed trial's loader stops cleanly as the process exits
         return Outcome(Status.FAILED, payload, None, wall_s)
     if ended == ABORTED:
         return Outcome(Status.FAILED, STOPPED_BY_PEER, None, wall_s)

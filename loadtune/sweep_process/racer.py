@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 from loadtune.core.kinds import RankBy, Status
-from loadtune.decide.choice import FETCH_BOUND_MARGIN, contends, fetches_alike, workers_bound
+from loadtune.decide.choice import bounding_fetch_ms, contends, fetches_alike, workers_bound
 from loadtune.decide.ranking import scored_from_record
 from loadtune.decide.selection import RaceStep, Scored, behind_bar, race_step
 from loadtune.decide.stats import ProcessNoise, pooled_noise
@@ -308,7 +308,7 @@ class Racer:
             if bound < behind.bar_samples_per_s:
                 return (f"its {workers} worker{'s make' if workers > 1 else ' makes'} at most {bound:.0f} samples/s "
                         f"({other.trial.name} fetched a batch in {fetch_ms:.1f} ms, taken as "
-                        f"{fetch_ms * (1 - FETCH_BOUND_MARGIN):.1f}), below the {behind.bar_samples_per_s:.0f} it "
+                        f"{bounding_fetch_ms(fetch_ms):.1f}), below the {behind.bar_samples_per_s:.0f} it "
                         "would need to contend")
         return None
 
