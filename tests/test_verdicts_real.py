@@ -16,6 +16,7 @@ from loadtune.measure.verdict import (
     DATA_BOUND_IO,
     DATA_BOUND_STARVED,
     FETCH_CPU_CONTENDED_SHARE,
+    HANDOVER_MAIN_SHARE,
 )
 from tests.conftest import MARKER_VAR, run_cli, tiny_config
 from tests.quiet_machine import measured_quietly, wait_for_quiet
@@ -138,7 +139,7 @@ def test_many_small_tensors_per_batch_are_a_hand_over_bottleneck(write_config, t
                               {"batch_size": 8, "num_workers": 2}, 0.001,
                               {"warmup_batches": 3, "batches": 30, "repeats": 1, "timeout_s": 120})
     assert row.verdict == DATA_BOUND_HANDOVER, row.advice
-    assert row.handover_ms > 0.5 * row.wait_ms, row
+    assert row.handover_ms >= HANDOVER_MAIN_SHARE * row.wait_ms, row
 
 
 @pytest.mark.serial
