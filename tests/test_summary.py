@@ -15,6 +15,7 @@ from loadtune.present.report import results_table, short_trial
 from loadtune.present.summary import Summary, detail_lines, summarize_sweep, summary_lines
 from loadtune.present.summary_parts import DataFindings, Flagged
 from loadtune.present.sweep import Decision, ModelTie
+from loadtune.record.findings import BusyMachine, ManyUnstable
 from loadtune.record.record import Record
 
 PICK = "num_workers=2, prefetch_factor=4"
@@ -299,3 +300,12 @@ def test_the_answer_fits_one_screen(columns, most):
         lines = [line for item in [*summary_lines(info), files] for line in wrap(item, columns)]
         assert len(lines) <= most, lines
         assert len(wrap(summary_lines(info)[1], columns)) <= (2 if columns == 100 else 3)
+
+
+def test_lists_of_trial_names_keep_each_name_whole():
+    """Trial names hold ", " themselves: a list of them is joined with "; " so each reads as one."""
+    two = ("num_workers=3, persistent_workers=true", "num_workers=2, prefetch_factor=4")
+    unstable = ManyUnstable(3, 0.16, 0.22, two).words()
+    assert "(first: num_workers=3, persistent_workers=true; num_workers=2, prefetch_factor=4)" in unstable
+    busy = BusyMachine(((two[0], 1), (two[1], 2)), 0.25).words()
+    assert "num_workers=3, persistent_workers=true (1); num_workers=2, prefetch_factor=4 (2). See" in busy

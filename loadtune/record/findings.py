@@ -55,9 +55,9 @@ class BusyMachine(Finding):
     max_outside_cpu: float
 
     def words(self) -> str:
-        listed = ", ".join(f"{trial} ({count})" for trial, count in self.disturbed)
+        listed = "; ".join(f"{trial} ({count})" for trial, count in self.disturbed)
         return (f"the machine was busy: repeats measured again because other processes used more than "
-                f"{self.max_outside_cpu:g} of the cores: {listed}; see outside_cpu, and rerun on a quiet machine "
+                f"{self.max_outside_cpu:g} of the cores: {listed}. See outside_cpu, and rerun on a quiet machine "
                 "to be sure")
 
 
@@ -97,7 +97,7 @@ class ManyUnstable(Finding):
 
     def words(self) -> str:
         return (f"{self.count} trials have unstable results, throughput ±{self.least * 100:.0f}% to "
-                f"±{self.most * 100:.0f}% (first: {', '.join(self.first)}): processes differ that much from one "
+                f"±{self.most * 100:.0f}% (first: {'; '.join(self.first)}): processes differ that much from one "
                 f"repeat to the next here; {UNSTABLE_REMEDY}")
 
 
