@@ -37,15 +37,39 @@ SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.da
 _context.set_forkserver_preload(SERVER_MODULES)
 
 
+# A server already running for an earlier sweep in this process (the API, a notebook) that lacks
+# this sweep's factory modules is started again with them when a process forked from it takes at
+# least this long to import them: every trial would pay that, and a sweep starts ten or more
+# trial processes against one start of the server (a few seconds, torch's import).
+RESTART_IMPORT_S = 0.25
+IMPORT_CHECK_TIMEOUT_S = 60.0
+_served: list[str] = []  # the modules the running server was started with
+
+
 def preload(specs: list[str], base_dir: str) -> None:
     """Have the trial server import the user's factory modules too (torchvision, say), once,
-    instead of every trial process importing them again, and start it. Only before the
-    server's first start; a module that fails to import there is simply imported by each
-    trial, as without this."""
+    instead of every trial process importing them again, and start it. A server already
+    running without them is started again only where importing them is slow (RESTART_IMPORT_S);
+    a module that fails to import there is simply imported by each trial, as without this."""
     from multiprocessing import forkserver
 
-    if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
-        return
+    modules = _modules(specs, base_dir)
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None:
+        missing = [m for m in modules if m not in _served]
+        stop = getattr(server, "_stop", None)
+        if not missing or stop is None or _import_s(missing) < RESTART_IMPORT_S:
+            return
+        stop()
+        modules = list(dict.fromkeys([*_served, *modules]))
+    _served[:] = modules
+    _context.set_forkserver_preload(modules)
+    _start_server()
+
+
+def _modules(specs: list[str], base_dir: str) -> list[str]:
+    """The server's modules and those of the "module:callable" specs (a file's by its stem, its
+    folder put on the path the server takes from here)."""
     modules = list(SERVER_MODULES)
     for spec in specs:
         module = spec.rpartition(":")[0]
@@ -55,8 +79,32 @@ def preload(specs: list[str], base_dir: str) -> None:
                 sys.path.append(str(path.parent))  # the server takes its sys.path from here
             module = path.stem
         modules.append(module)
-    _context.set_forkserver_preload(list(dict.fromkeys(modules)))
-    _start_server()
+    return list(dict.fromkeys(modules))
+
+
+def _import_s(modules: list[str]) -> float:
+    """Seconds a process forked from the running server takes to import `modules` (0 where none
+    could be started: the server is left as it is)."""
+    from loadtune.trial_process.server_init import time_imports
+
+    receiver, sender = _context.Pipe(duplex=False)
+    process = _context.Process(target=time_imports, args=(modules, sender), daemon=True,
+                               name="loadtune import check")
+    try:
+        try:
+            process.start()
+        finally:
+            sender.close()
+        return float(receiver.recv()) if receiver.poll(IMPORT_CHECK_TIMEOUT_S) else IMPORT_CHECK_TIMEOUT_S
+    except (EOFError, OSError, ValueError):
+        return 0.0
+    finally:
+        receiver.close()
+        if process.pid is not None:
+            process.join(EXIT_GRACE_S)
+            if process.exitcode is None:
+                process.kill()
+                process.join()
 
 
 def _start_server() -> None:

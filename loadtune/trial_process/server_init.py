@@ -40,3 +40,18 @@ def _stand_in_for_the_sweeps_main() -> None:
 
 
 _stand_in_for_the_sweeps_main()
+
+
+def time_imports(modules: list[str], sender: object) -> None:
+    """In a process forked from the server: send the seconds importing `modules` takes here (what
+    each trial would spend on them); one that fails to import counts what it took."""
+    import importlib
+    import time
+
+    start = time.perf_counter()
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except BaseException:  # noqa: BLE001 - the trial that needs it says what is wrong
+            pass
+    sender.send(time.perf_counter() - start)  # type: ignore[attr-defined]
