@@ -77,7 +77,25 @@ def test_workers_double_while_they_pay_then_prefetch_then_it_settles_with_persis
     assert tuner.settled and tuner.current == {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": True,
                                                "pin_memory": False}
     assert [t.settings["num_workers"] for t in tuner.tried] == [0, 1, 2, 4, 3, 2]
+    # Every setting with workers was tried as the kept one runs: persistent.
+    assert all(t.settings["persistent_workers"] for t in tuner.tried if t.settings["num_workers"])
+
+
+def test_a_start_with_workers_kept_as_it_is_is_made_persistent():
+    clock = FakeClock()
+    start = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False, "pin_memory": False}
+    tuner = Tuner(start, Limits(("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"), 4, False,
+                                60.0, 0.5), clock, lambda s: WarmUp(clock, base=1, extra_batches=0, extra_max_s=0.0))
+    run_setting(tuner, clock, wait_s=0.0002, step_s=0.05)  # waits 0.4%: nothing to gain, the start is kept
+    assert tuner.settled and tuner.current == {**start, "persistent_workers": True}
     assert any("persistent_workers=True" in n for n in tuner.notes)
+
+
+def test_where_persistence_may_not_change_the_settings_tried_keep_the_loader_s():
+    clock = FakeClock()
+    tuner = make_tuner(clock, tune=("num_workers",))
+    run_setting(tuner, clock, 0.04)
+    assert tuner.current["num_workers"] == 1 and tuner.current["persistent_workers"] is False
 
 
 def test_a_doubling_past_the_best_is_followed_by_the_workers_halfway():
@@ -215,10 +233,11 @@ def test_each_sample_is_handed_once_per_epoch_in_the_sampler_order_across_switch
     rows = tuned.close()
     assert all(epoch == list(range(600)) for epoch in got)
     tried = [r for r in rows if r.tuned]
-    assert [r.trial for r in tried] == ["train: baseline", "train: num_workers=1", "train: num_workers=2",
-                                        "train: num_workers=4", "train: num_workers=6",
-                                        "train: num_workers=6, prefetch_factor=4",
-                                        "train: num_workers=6, prefetch_factor=8"]
+    # Persistence may change: each setting with workers is tried persistent, as the one kept runs.
+    assert [r.trial for r in tried] == ["train: baseline"] + [
+        f"train: {name}, persistent_workers=true" for name in (
+            "num_workers=1", "num_workers=2", "num_workers=4", "num_workers=6", "num_workers=6, prefetch_factor=4",
+            "num_workers=6, prefetch_factor=8")]
     assert sum(1 for r in rows if r.status == "watched") == 1
     assert "each sample once" in caplog.text and "keeps" in caplog.text
 

@@ -157,7 +157,8 @@ def test_a_setting_failing_on_rank_0_is_left_by_every_rank_at_the_next_batch(tmp
     second = train(rank_of(tmp_path, store, 1))
     a, b = ([s for e in epochs for s in e["settings"]] for epochs in (first, second))
     differ = [i for i in range(len(a)) if a[i] != b[i]]
-    assert len(differ) == 1 and b[differ[0]] == "num_workers=2", "rank 1 ran the batch rank 0 failed on"
+    assert len(differ) == 1 and b[differ[0]] == "num_workers=2, persistent_workers=true", \
+        "rank 1 ran the batch rank 0 failed on"
     assert all(e["got"] == e["order"] for e in first + second)
     assert store.words() == []
 
@@ -170,11 +171,12 @@ def test_a_setting_failing_on_another_rank_alone_is_left_there_for_the_one_befor
     follower = rank_of(tmp_path, store, 1, Indices(SAMPLES, fail_with_workers=2))
     second = train(follower)
     assert all(e["got"] == e["order"] for e in first + second)
-    assert any("rank 1: num_workers=2 failed on this rank (ValueError: no sample with 2 workers" in line and
-               "back to num_workers=1 on this rank" in line for line in said)
+    assert any("rank 1: num_workers=2, persistent_workers=true failed on this rank (ValueError: no sample with 2 "
+               "workers" in line and "back to num_workers=1, persistent_workers=true on this rank" in line
+               for line in said)
     # rank 0 kept 6 workers, which never ran on rank 1: it keeps its own
     assert follower.settings["num_workers"] == 1 and follower.tuner.settled
-    assert second[-1]["settings"][-1] == "num_workers=1"
+    assert second[-1]["settings"][-1] == "num_workers=1, persistent_workers=true"
     assert store.words() == [], "it read rank 0's words to the settled one"
 
 

@@ -9,8 +9,10 @@ watched run) names up to MODEL_TRIES settings to try first, each measured. Then,
 so far, one change at a time: more workers (doubling, up to what the default sweep around a
 watched loader tries: 3 a usable core, at least 4; after a doubling that did not pay, halfway back
 to it), then a deeper prefetch, then pinned memory on
-an accelerator; persistent workers (which matter at each epoch's start, never inside a window)
-are kept on.
+an accelerator. Persistent workers matter at each epoch's start: where the run may change
+`persistent_workers`, every setting with workers is tried with it on, as the one kept will run
+(a window that crosses an epoch's start would otherwise charge more workers their start-up,
+which the kept setting never pays), and the setting kept is made persistent.
 A change is kept when it is faster than the setting kept so far by more than the zone: the
 tolerance, or what the two windows' spread can resolve, the larger. A dimension stops at its first
 change that is not kept (the workers once nothing is left between). The search stops, keeping the
@@ -147,8 +149,7 @@ class Tuner:
         picks: list[dict[str, Any]] = []
         for config in configs:
             pick = {**self.current, **{k: config[k] for k in config if k in self.limits.tune and k in self.current}}
-            # Persistence shows at epoch starts, never inside a window: it is settled at the end (_settle).
-            pick["persistent_workers"] = bool(self.current.get("persistent_workers")) and bool(pick.get("num_workers"))
+            pick["persistent_workers"] = _persistent(self.current, self.limits) and bool(pick.get("num_workers"))
             if not pick.get("num_workers"):
                 pick.update(prefetch_factor=None)
             else:  # a shallower queue than DataLoader's default shows its cost at epoch starts, not in a window
@@ -255,7 +256,13 @@ def _more_workers(settings: Mapping[str, Any], limits: Limits, tried: Sequence[T
     if more <= workers:
         return None
     return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or DEFAULT_PREFETCH,
-            "persistent_workers": bool(settings.get("persistent_workers"))}
+            "persistent_workers": _persistent(settings, limits)}
+
+
+def _persistent(settings: Mapping[str, Any], limits: Limits) -> bool:
+    """Whether a setting with workers that the search tries keeps them between epochs: as the
+    setting kept will (_settle), where the run may change it; else as the loader has it."""
+    return bool(settings.get("persistent_workers")) or "persistent_workers" in limits.tune
 
 
 def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
