@@ -91,6 +91,22 @@ def test_a_start_with_workers_kept_as_it_is_is_made_persistent():
     assert any("persistent_workers=True" in n for n in tuner.notes)
 
 
+def test_from_a_start_with_workers_not_kept_up_every_setting_proposed_is_tried_persistent():
+    clock = FakeClock()
+    start = {"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False, "pin_memory": False}
+    limits = Limits(("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"), 4, True, 60.0, 0.5)
+    tuner = Tuner(start, limits, clock, lambda s: WarmUp(clock, base=1, extra_batches=0, extra_max_s=0.0))
+    run_setting(tuner, clock, 0.02)  # the start, measured as the loader has it
+    assert tuner.current == {**start, "num_workers": 4, "persistent_workers": True}
+    run_setting(tuner, clock, 0.02)  # 4 workers do not pay: 3, halfway, next
+    assert tuner.current == {**start, "num_workers": 3, "persistent_workers": True}
+    run_setting(tuner, clock, 0.02)  # nor do 3: the start is kept; a deeper prefetch next
+    assert tuner.current == {**start, "prefetch_factor": 4, "persistent_workers": True}
+    run_setting(tuner, clock, 0.02)  # no faster: pinned memory next (batches go to an accelerator)
+    assert tuner.current == {**start, "pin_memory": True, "persistent_workers": True}
+    assert tuner.tried[0].settings == start
+
+
 def test_where_persistence_may_not_change_the_settings_tried_keep_the_loader_s():
     clock = FakeClock()
     tuner = make_tuner(clock, tune=("num_workers",))

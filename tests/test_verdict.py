@@ -18,6 +18,7 @@ from loadtune.measure.verdict import (
     DATA_BOUND_IO,
     DATA_BOUND_START_UP,
     DATA_BOUND_STARVED,
+    HANDOVER_MAIN_SHARE,
     MEMORY_RISK,
     MEMORY_RISK_GROWTH_MB,
     START_UP_WAIT_SHARE,
@@ -274,3 +275,10 @@ def test_starved_workers_get_a_deeper_prefetch_and_out_of_order_advice():
     assert "in_order=False" not in judge(cpu_util=0.4, machine_busy=0.4, worker_idle_share=0.5,
                                          fetch_cpu_share=0.9, prefetch_factor=1, in_order=False,
                                          num_workers=2)[1]
+
+
+def test_the_hand_over_is_the_verdict_from_its_main_share_on():
+    at = dict(cpu_util=0.4, machine_busy=0.4, fetch_cpu_share=0.9, num_workers=2)
+    assert judge(**at, handover_share=HANDOVER_MAIN_SHARE)[0] == DATA_BOUND_HANDOVER
+    name, advice = judge(**at, handover_share=HANDOVER_MAIN_SHARE - 0.01)
+    assert name != DATA_BOUND_HANDOVER and "partly hand-over (39%" in advice

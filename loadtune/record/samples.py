@@ -279,7 +279,7 @@ class SamplesFile:
         names = [t.trial for t in trials]
         if len(set(names)) != len(names):
             twice = sorted({n for n in names if names.count(n) > 1})
-            raise ValueError(f"trials named twice: {', '.join(twice)}")
+            raise ValueError(f"trials named twice: {'; '.join(twice)}")
         head = _dumps({"format_version": SAMPLES_FORMAT_VERSION, "config_sha": config_sha, "host": host,
                        "scale": scale, "ranks": ranks})
         parts = [_member(head[:-1] + ',"trials":[')]

@@ -18,7 +18,14 @@ from loadtune.core.kinds import Status
 from loadtune.measure.resources import TreeSampler
 from loadtune.parts.failures import signal_text
 from loadtune.record.measurement import Measurement, ResourceSamples
-from loadtune.trial_process.channel import COUNTED_END, COUNTED_START, MAIN_NAME_VAR, MAIN_PATH_VAR, SAMPLING
+from loadtune.trial_process.channel import (
+    COUNTED_END,
+    COUNTED_START,
+    MAIN_NAME_VAR,
+    MAIN_PATH_VAR,
+    SAMPLING,
+    SYS_PATH_VAR,
+)
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
 from loadtune.trial_process.main import trial_main
 
@@ -42,6 +49,8 @@ _context.set_forkserver_preload(SERVER_MODULES)
 # least this long to import them: every trial would pay that, and a sweep starts ten or more
 # trial processes against one start of the server (a few seconds, torch's import).
 RESTART_IMPORT_S = 0.25
+# An import check that has not answered by then leaves the server as it is (a module that hangs
+# on import would hang the restarted server before it served any trial).
 IMPORT_CHECK_TIMEOUT_S = 60.0
 _served: list[str] = []  # the modules the running server was started with
 
@@ -49,18 +58,25 @@ _served: list[str] = []  # the modules the running server was started with
 def preload(specs: list[str], base_dir: str) -> None:
     """Have the trial server import the user's factory modules too (torchvision, say), once,
     instead of every trial process importing them again, and start it. A server already
-    running without them is started again only where importing them is slow (RESTART_IMPORT_S);
-    a module that fails to import there is simply imported by each trial, as without this."""
+    running without them is started again only where importing them is slow (RESTART_IMPORT_S)
+    and raises nothing but ImportError (which the server skips, and each trial reports)."""
     from multiprocessing import forkserver
 
     modules = _modules(specs, base_dir)
     server = forkserver._forkserver
-    if getattr(server, "_forkserver_pid", None) is not None:
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is not None:
         missing = [m for m in modules if m not in _served]
         stop = getattr(server, "_stop", None)
         if not missing or stop is None or _import_s(missing) < RESTART_IMPORT_S:
             return
-        stop()
+        try:
+            # Told to end now: left to notice its pipe close, it would wait for every process
+            # holding that pipe (any forked from this one) to exit.
+            os.kill(pid, signal.SIGTERM)
+            stop()
+        except OSError:  # gone already: a new one is started all the same
+            setattr(server, "_forkserver_pid", None)
         modules = list(dict.fromkeys([*_served, *modules]))
     _served[:] = modules
     _context.set_forkserver_preload(modules)
@@ -76,32 +92,35 @@ def _modules(specs: list[str], base_dir: str) -> list[str]:
         if module.endswith(".py") or "/" in module:
             path = (Path(base_dir) / module).resolve()
             if str(path.parent) not in sys.path:
-                sys.path.append(str(path.parent))  # the server takes its sys.path from here
+                sys.path.append(str(path.parent))  # the server takes its sys.path from here (_start_server)
             module = path.stem
         modules.append(module)
     return list(dict.fromkeys(modules))
 
 
 def _import_s(modules: list[str]) -> float:
-    """Seconds a process forked from the running server takes to import `modules` (0 where none
-    could be started: the server is left as it is)."""
+    """Seconds a process forked from the running server takes to import `modules`; 0 (the server
+    is left as it is) where the check could not run, did not answer in IMPORT_CHECK_TIMEOUT_S, or
+    an import raised more than an ImportError."""
     from loadtune.trial_process.server_init import time_imports
 
-    receiver, sender = _context.Pipe(duplex=False)
-    process = _context.Process(target=time_imports, args=(modules, sender), daemon=True,
-                               name="loadtune import check")
+    process, took = None, None
     try:
+        receiver, sender = _context.Pipe(duplex=False)
+        process = _context.Process(target=time_imports, args=(modules, sender), daemon=True,
+                                   name="loadtune import check")
         try:
             process.start()
         finally:
             sender.close()
-        return float(receiver.recv()) if receiver.poll(IMPORT_CHECK_TIMEOUT_S) else IMPORT_CHECK_TIMEOUT_S
-    except (EOFError, OSError, ValueError):
+        with receiver:
+            took = receiver.recv() if receiver.poll(IMPORT_CHECK_TIMEOUT_S) else None
+        return float(took) if took is not None else 0.0
+    except Exception:  # noqa: BLE001 - no check, no restart: each trial imports what it needs
         return 0.0
     finally:
-        receiver.close()
-        if process.pid is not None:
-            process.join(EXIT_GRACE_S)
+        if process is not None and process.pid is not None:
+            process.join(EXIT_GRACE_S if took is not None else 0)
             if process.exitcode is None:
                 process.kill()
                 process.join()
@@ -111,12 +130,15 @@ def _start_server() -> None:
     """Start the trial server, telling it (see server_init) the sweep's main module as
     multiprocessing names it to each new process, so that trials do not run that module again:
     the `loadtune` script imports the CLI (0.1 s a trial), a user's script runs its top level.
-    Trials need nothing from it: they import every callable by its "module:callable" spec. A
-    server that cannot start now is tried again, and reported, by the first trial."""
+    Trials need nothing from it: they import every callable by its "module:callable" spec. It
+    is told this process's sys.path too, which each trial gets anyway, so that it can import a
+    factory given as a file (multiprocessing's server starts on its own path). A server that
+    cannot start now is tried again, and reported, by the first trial."""
     from multiprocessing import forkserver, spawn
 
     main = spawn.get_preparation_data("loadtune")
-    told = {MAIN_NAME_VAR: main.get("init_main_from_name"), MAIN_PATH_VAR: main.get("init_main_from_path")}
+    told = {MAIN_NAME_VAR: main.get("init_main_from_name"), MAIN_PATH_VAR: main.get("init_main_from_path"),
+            SYS_PATH_VAR: os.pathsep.join(sys.path)}
     saved = {key: os.environ.get(key) for key in told}
     try:
         for key, value in told.items():

@@ -10,7 +10,8 @@ so far, one change at a time: more workers (doubling, up to what the default swe
 watched loader tries: 3 a usable core, at least 4; after a doubling that did not pay, halfway back
 to it), then a deeper prefetch, then pinned memory on
 an accelerator. Persistent workers matter at each epoch's start: where the run may change
-`persistent_workers`, every setting with workers is tried with it on, as the one kept will run
+`persistent_workers`, every setting with workers the search proposes (the start is measured as
+the loader has it) is tried with it on, as the one kept will run
 (a window that crosses an epoch's start would otherwise charge more workers their start-up,
 which the kept setting never pays), and the setting kept is made persistent.
 A change is kept when it is faster than the setting kept so far by more than the zone: the
@@ -270,13 +271,15 @@ def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits, tried: Sequenc
         return None
     now = int(settings.get("prefetch_factor") or DEFAULT_PREFETCH)
     deeper = next((p for p in PREFETCH_STEPS if p > now), None)
-    return {**settings, "prefetch_factor": deeper} if deeper is not None else None
+    return {**settings, "prefetch_factor": deeper, "persistent_workers": _persistent(settings, limits)} \
+        if deeper is not None else None
 
 
 def _pinned(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
     if "pin_memory" not in limits.tune or not limits.accelerator or settings.get("pin_memory"):
         return None
-    return {**settings, "pin_memory": True}
+    workers = bool(settings.get("num_workers"))
+    return {**settings, "pin_memory": True, "persistent_workers": workers and _persistent(settings, limits)}
 
 
 # Each stage proposes the next change from the kept setting; a stage runs again while its change pays.

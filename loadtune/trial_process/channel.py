@@ -15,6 +15,7 @@ ACK_TIMEOUT_S = 10.0
 # the sweep's main module, as multiprocessing names it to each new process.
 MAIN_NAME_VAR = "LOADTUNE_SWEEP_MAIN_NAME"
 MAIN_PATH_VAR = "LOADTUNE_SWEEP_MAIN_PATH"
+SYS_PATH_VAR = "LOADTUNE_SWEEP_SYS_PATH"
 
 
 class SweepChannel:

@@ -12,7 +12,8 @@ leaves by os._exit), so it leaves at once.
 Multiprocessing runs the parent's main module again in each new process (as `__mp_main__`)
 unless that process's `__main__` already has its name or path. The sweep names its main
 module in the environment when it starts the server, and the server's `__main__` takes that
-name and path: the trials forked from here then skip it (launch._start_server says why).
+name and path: the trials forked from here then skip it (launch._start_server says why). It
+takes the sweep's sys.path too, so that it can import a factory module given as a file.
 """
 
 import atexit
@@ -21,7 +22,7 @@ import os
 import signal
 import sys
 
-from loadtune.trial_process.channel import MAIN_NAME_VAR, MAIN_PATH_VAR
+from loadtune.trial_process.channel import MAIN_NAME_VAR, MAIN_PATH_VAR, SYS_PATH_VAR
 
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 atexit.register(os._exit, 0)
@@ -40,18 +41,29 @@ def _stand_in_for_the_sweeps_main() -> None:
 
 
 _stand_in_for_the_sweeps_main()
+# The sweep's sys.path, as each trial forked from here gets it, before the factory modules the
+# server imports next: one given as a file lies in a folder only the sweep's path has.
+_sweeps_path = os.environ.pop(SYS_PATH_VAR, None)
+if _sweeps_path:
+    sys.path[:] = _sweeps_path.split(os.pathsep)
 
 
 def time_imports(modules: list[str], sender: object) -> None:
     """In a process forked from the server: send the seconds importing `modules` takes here (what
-    each trial would spend on them); one that fails to import counts what it took."""
+    each trial would spend on them), or None where one raises more than an ImportError (the server
+    skips only those: such a module would stop it)."""
     import importlib
     import time
 
     start = time.perf_counter()
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except BaseException:  # noqa: BLE001 - the trial that needs it says what is wrong
-            pass
-    sender.send(time.perf_counter() - start)  # type: ignore[attr-defined]
+    took: float | None = None
+    try:
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except ImportError:  # the trial that needs it says what is wrong
+                pass
+        took = time.perf_counter() - start
+    except BaseException:  # noqa: BLE001 - reported as None, the server left as it is
+        pass
+    sender.send(took)  # type: ignore[attr-defined]
