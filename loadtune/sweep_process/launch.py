@@ -27,7 +27,7 @@ from loadtune.trial_process.channel import (
     SYS_PATH_VAR,
 )
 from loadtune.trial_process.jobs import PreflightJob, TrialJob
-from loadtune.trial_process.main import trial_main
+from loadtune.trial_process.main import time_imports, trial_main
 
 EXIT_GRACE_S = 10.0
 MAX_WAIT_S = 10.0 ** 7  # a longer wait overflows poll(); 115 days is forever here
@@ -44,65 +44,67 @@ SERVER_MODULES = ["loadtune.trial_process.server_init", "torch", "torch.utils.da
 _context.set_forkserver_preload(SERVER_MODULES)
 
 
-# A server already running for an earlier sweep in this process (the API, a notebook) that lacks
-# this sweep's factory modules is started again with them when a process forked from it takes at
-# least this long to import them: every trial would pay that, and a sweep starts ten or more
-# trial processes against one start of the server (a few seconds, torch's import).
+# The server imports the factory's package modules when it starts (as a trial would). A factory
+# given as a file (a user's data.py, which may run code at import: parse arguments, train) and a
+# later sweep's modules in the same process (the API, a notebook) are first imported once in a
+# process forked from the running server: where that raises nothing but ImportError, answers
+# within IMPORT_CHECK_TIMEOUT_S and takes at least RESTART_IMPORT_S, the server is started again
+# with them. Every trial would pay that import, and a sweep starts ten or more trial processes
+# against one start of the server (a few seconds, torch's import).
 RESTART_IMPORT_S = 0.25
-# An import check that has not answered by then leaves the server as it is (a module that hangs
-# on import would hang the restarted server before it served any trial).
-IMPORT_CHECK_TIMEOUT_S = 60.0
+IMPORT_CHECK_TIMEOUT_S = 20.0
 _served: list[str] = []  # the modules the running server was started with
 
 
 def preload(specs: list[str], base_dir: str) -> None:
     """Have the trial server import the user's factory modules too (torchvision, say), once,
-    instead of every trial process importing them again, and start it. A server already
-    running without them is started again only where importing them is slow (RESTART_IMPORT_S)
-    and raises nothing but ImportError (which the server skips, and each trial reports)."""
+    instead of every trial process importing them again, and start it (see RESTART_IMPORT_S)."""
     from multiprocessing import forkserver
 
-    modules = _modules(specs, base_dir)
+    packages, files = _modules(specs, base_dir)
     server = forkserver._forkserver
-    pid = getattr(server, "_forkserver_pid", None)
-    if pid is not None:
-        missing = [m for m in modules if m not in _served]
-        stop = getattr(server, "_stop", None)
-        if not missing or stop is None or _import_s(missing) < RESTART_IMPORT_S:
-            return
-        try:
-            # Told to end now: left to notice its pipe close, it would wait for every process
-            # holding that pipe (any forked from this one) to exit.
-            os.kill(pid, signal.SIGTERM)
-            stop()
-        except OSError:  # gone already: a new one is started all the same
-            setattr(server, "_forkserver_pid", None)
-        modules = list(dict.fromkeys([*_served, *modules]))
-    _served[:] = modules
-    _context.set_forkserver_preload(modules)
+    if getattr(server, "_forkserver_pid", None) is None:
+        _start_with([*SERVER_MODULES, *packages])
+    wanted = [m for m in [*packages, *files] if m not in _served]
+    pid, stop = getattr(server, "_forkserver_pid", None), getattr(server, "_stop", None)
+    if not wanted or pid is None or stop is None or _import_s(wanted) < RESTART_IMPORT_S:
+        return
+    try:
+        # Told to end now: left to notice its pipe close, it would wait for every process
+        # holding that pipe (any forked from this one) to exit.
+        os.kill(pid, signal.SIGTERM)
+        stop()
+    except OSError:  # gone already: a new one is started all the same
+        setattr(server, "_forkserver_pid", None)
+    _start_with([*_served, *wanted])
+
+
+def _start_with(modules: list[str]) -> None:
+    _served[:] = list(dict.fromkeys(modules))
+    _context.set_forkserver_preload(list(_served))
     _start_server()
 
 
-def _modules(specs: list[str], base_dir: str) -> list[str]:
-    """The server's modules and those of the "module:callable" specs (a file's by its stem, its
-    folder put on the path the server takes from here)."""
-    modules = list(SERVER_MODULES)
+def _modules(specs: list[str], base_dir: str) -> tuple[list[str], list[str]]:
+    """The modules of the "module:callable" specs: those named as modules, and those given as
+    files (by stem, each file's folder put on the path the server takes from here: _start_server)."""
+    packages, files = [], []
     for spec in specs:
         module = spec.rpartition(":")[0]
         if module.endswith(".py") or "/" in module:
             path = (Path(base_dir) / module).resolve()
             if str(path.parent) not in sys.path:
-                sys.path.append(str(path.parent))  # the server takes its sys.path from here (_start_server)
-            module = path.stem
-        modules.append(module)
-    return list(dict.fromkeys(modules))
+                sys.path.append(str(path.parent))
+            files.append(path.stem)
+        else:
+            packages.append(module)
+    return list(dict.fromkeys(packages)), list(dict.fromkeys(files))
 
 
 def _import_s(modules: list[str]) -> float:
     """Seconds a process forked from the running server takes to import `modules`; 0 (the server
     is left as it is) where the check could not run, did not answer in IMPORT_CHECK_TIMEOUT_S, or
     an import raised more than an ImportError."""
-    from loadtune.trial_process.server_init import time_imports
 
     process, took = None, None
     try:

@@ -47,23 +47,3 @@ _sweeps_path = os.environ.pop(SYS_PATH_VAR, None)
 if _sweeps_path:
     sys.path[:] = _sweeps_path.split(os.pathsep)
 
-
-def time_imports(modules: list[str], sender: object) -> None:
-    """In a process forked from the server: send the seconds importing `modules` takes here (what
-    each trial would spend on them), or None where one raises more than an ImportError (the server
-    skips only those: such a module would stop it)."""
-    import importlib
-    import time
-
-    start = time.perf_counter()
-    took: float | None = None
-    try:
-        for module in modules:
-            try:
-                importlib.import_module(module)
-            except ImportError:  # the trial that needs it says what is wrong
-                pass
-        took = time.perf_counter() - start
-    except BaseException:  # noqa: BLE001 - reported as None, the server left as it is
-        pass
-    sender.send(took)  # type: ignore[attr-defined]
