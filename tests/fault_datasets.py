@@ -203,7 +203,9 @@ def make_python_objects(num_items: int = 8_000_000, num_samples: int = 160):
 
 class ThreadReporter(Dataset):
     """Each worker notes, in a file of `folder` named by its pid, its torch threads and the
-    OpenMP/BLAS pools' limits as it loads; the training process notes its own when it loads."""
+    OpenMP/BLAS pools' limits as it loads; the training process notes its own when it loads.
+    Each note is written beside its file and moved onto it: the sweep may end a trial's workers
+    at any moment once it has the result, and a file cut short there would read empty."""
 
     def __init__(self, folder: str, num_samples: int = 200) -> None:
         self.folder, self.num_samples = folder, num_samples
@@ -219,8 +221,10 @@ class ThreadReporter(Dataset):
 
         where = "worker" if _in_worker() else "main"
         pools = sorted({p["num_threads"] for p in threadpool_info()}) or [0]
-        with open(f"{self.folder}/{where}-{os.getpid()}", "w") as f:
+        note = f"{self.folder}/.{where}-{os.getpid()}.part"
+        with open(note, "w") as f:
             f.write(f"{torch.get_num_threads()} {max(pools)}")
+        os.replace(note, f"{self.folder}/{where}-{os.getpid()}")
         return torch.zeros(4), index
 
 
