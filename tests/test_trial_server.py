@@ -24,21 +24,14 @@ def _module(tmp_path, name: str, body: str) -> str:
     return f"{name}.py:make"
 
 
-def _stop_server() -> None:
-    pid = _server_pid()
-    if pid is not None:
-        launch.os.kill(pid, launch.signal.SIGTERM)
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]
-
-
 @pytest.fixture
 def fresh_server(monkeypatch):
     """No server running, none of this test's modules left behind in a later one."""
-    _stop_server()
+    launch.stop_server()
     monkeypatch.setattr(launch, "_served", [])
     monkeypatch.setattr(sys, "path", list(sys.path))
     yield
-    _stop_server()
+    launch.stop_server()
     launch._context.set_forkserver_preload(launch.SERVER_MODULES)
 
 

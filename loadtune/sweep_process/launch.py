@@ -66,17 +66,27 @@ def preload(specs: list[str], base_dir: str) -> None:
     if getattr(server, "_forkserver_pid", None) is None:
         _start_with([*SERVER_MODULES, *packages])
     wanted = [m for m in [*packages, *files] if m not in _served]
-    pid, stop = getattr(server, "_forkserver_pid", None), getattr(server, "_stop", None)
-    if not wanted or pid is None or stop is None or _import_s(wanted) < RESTART_IMPORT_S:
+    running = getattr(server, "_forkserver_pid", None) is not None and hasattr(server, "_stop")
+    if not wanted or not running or _import_s(wanted) < RESTART_IMPORT_S:
+        return
+    stop_server()
+    _start_with([*_served, *wanted])
+
+
+def stop_server() -> None:
+    """End the trial server, if one runs. It is told to end now: left to notice its pipe close, it
+    would wait for every process holding that pipe (any forked from this one) to exit."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
         return
     try:
-        # Told to end now: left to notice its pipe close, it would wait for every process
-        # holding that pipe (any forked from this one) to exit.
         os.kill(pid, signal.SIGTERM)
-        stop()
+        server._stop()  # type: ignore[attr-defined]
     except OSError:  # gone already: a new one is started all the same
         setattr(server, "_forkserver_pid", None)
-    _start_with([*_served, *wanted])
 
 
 def _start_with(modules: list[str]) -> None:
@@ -105,7 +115,6 @@ def _import_s(modules: list[str]) -> float:
     """Seconds a process forked from the running server takes to import `modules`; 0 (the server
     is left as it is) where the check could not run, did not answer in IMPORT_CHECK_TIMEOUT_S, or
     an import raised more than an ImportError."""
-
     process, took = None, None
     try:
         receiver, sender = _context.Pipe(duplex=False)

@@ -150,7 +150,7 @@ class Tuner:
         picks: list[dict[str, Any]] = []
         for config in configs:
             pick = {**self.current, **{k: config[k] for k in config if k in self.limits.tune and k in self.current}}
-            pick["persistent_workers"] = _persistent(self.current, self.limits) and bool(pick.get("num_workers"))
+            pick = _proposed(pick, self.limits)
             if not pick.get("num_workers"):
                 pick.update(prefetch_factor=None)
             else:  # a shallower queue than DataLoader's default shows its cost at epoch starts, not in a window
@@ -256,14 +256,17 @@ def _more_workers(settings: Mapping[str, Any], limits: Limits, tried: Sequence[T
     more = (workers + min(above)) // 2 if above else min(max(1, 2 * workers), limits.workers)
     if more <= workers:
         return None
-    return {**settings, "num_workers": more, "prefetch_factor": settings.get("prefetch_factor") or DEFAULT_PREFETCH,
-            "persistent_workers": _persistent(settings, limits)}
+    return _proposed({**settings, "num_workers": more,
+                      "prefetch_factor": settings.get("prefetch_factor") or DEFAULT_PREFETCH}, limits)
 
 
-def _persistent(settings: Mapping[str, Any], limits: Limits) -> bool:
-    """Whether a setting with workers that the search tries keeps them between epochs: as the
-    setting kept will (_settle), where the run may change it; else as the loader has it."""
-    return bool(settings.get("persistent_workers")) or "persistent_workers" in limits.tune
+def _proposed(settings: dict[str, Any], limits: Limits) -> dict[str, Any]:
+    """A setting the search proposes, its workers kept between epochs as the setting kept will
+    keep them (_settle) where the run may change that, else as the loader has it; off without
+    workers."""
+    workers = bool(settings.get("num_workers"))
+    keep = bool(settings.get("persistent_workers")) or "persistent_workers" in limits.tune
+    return {**settings, "persistent_workers": workers and keep}
 
 
 def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
@@ -271,15 +274,13 @@ def _deeper_prefetch(settings: Mapping[str, Any], limits: Limits, tried: Sequenc
         return None
     now = int(settings.get("prefetch_factor") or DEFAULT_PREFETCH)
     deeper = next((p for p in PREFETCH_STEPS if p > now), None)
-    return {**settings, "prefetch_factor": deeper, "persistent_workers": _persistent(settings, limits)} \
-        if deeper is not None else None
+    return _proposed({**settings, "prefetch_factor": deeper}, limits) if deeper is not None else None
 
 
 def _pinned(settings: Mapping[str, Any], limits: Limits, tried: Sequence[Tried] = ()) -> dict[str, Any] | None:
     if "pin_memory" not in limits.tune or not limits.accelerator or settings.get("pin_memory"):
         return None
-    workers = bool(settings.get("num_workers"))
-    return {**settings, "pin_memory": True, "persistent_workers": workers and _persistent(settings, limits)}
+    return _proposed({**settings, "pin_memory": True}, limits)
 
 
 # Each stage proposes the next change from the kept setting; a stage runs again while its change pays.

@@ -40,10 +40,14 @@ def _stand_in_for_the_sweeps_main() -> None:
         main.__file__ = path
 
 
+def _take_the_sweeps_path() -> None:
+    """The sweep's sys.path, as each trial forked from here gets it, before the factory modules
+    the server imports next: one given as a file lies in a folder only the sweep's path has."""
+    path = os.environ.pop(SYS_PATH_VAR, None)
+    if path:
+        sys.path[:] = path.split(os.pathsep)
+
+
 _stand_in_for_the_sweeps_main()
-# The sweep's sys.path, as each trial forked from here gets it, before the factory modules the
-# server imports next: one given as a file lies in a folder only the sweep's path has.
-_sweeps_path = os.environ.pop(SYS_PATH_VAR, None)
-if _sweeps_path:
-    sys.path[:] = _sweeps_path.split(os.pathsep)
+_take_the_sweeps_path()
 
