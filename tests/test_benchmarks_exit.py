@@ -210,6 +210,31 @@ def test_model_error_goals_from_made_up_errors(bench) -> None:
     assert me.check_goals([judged("io", [])], goals_of(bench)[0]).exit_status() == 1
 
 
+def test_paired_exits_1_when_the_referee_disagrees_with_the_pairs(bench, monkeypatch) -> None:
+    import math
+
+    paired = bench("paired")
+    monkeypatch.setattr(sys, "argv", ["paired.py", "--pairs", "4", "--referee", "2"])
+    monkeypatch.setattr(paired, "machine_line", lambda: "machine: made up")
+    whole = SimpleNamespace(run_epoch_batches=None)
+    a = SimpleNamespace(name="trial a", trial=SimpleNamespace(name="a"), measure=whole)
+    b = SimpleNamespace(name="trial b", trial=SimpleNamespace(name="b"))
+    monkeypatch.setattr(paired, "jobs", lambda config, x, y: (a, b, 0.03))
+    calls: list[Any] = []
+
+    def measured(job: Any, run_epoch: Any) -> float:
+        calls.append(job)
+        drift = 0.1 * math.sin(len(calls) // 2)  # the same for a pair's two processes
+        return math.log(100.0 if job is a else 90.0) + drift + 0.01 * (len(calls) % 3)
+
+    monkeypatch.setattr(paired, "measured", measured)
+    for referee, status in ((0.9, 0), (1.2, 1)):
+        calls.clear()
+        plain = iter([100.0, 100.0 * referee * 1.01, 100.0 * referee, 100.0])
+        monkeypatch.setattr(paired, "plain", lambda config, settings, p=plain: next(p))
+        assert paired.main() == status
+
+
 # --- every script says what its exit status means -------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from tests.test_resume import CONFIG, SameMeasurements
 REBUILT = "(the CSV keeps which are equal, not how sure the sweep was)."
 # What racing decided, as the sweep's --json and the report's --json both give it.
 DECIDED = ("decided", "tolerance", "zone", "gain_bound", "undecided", "at_most_lost", "expected_lost", "equal",
-           "ties", "speedup_interval", "recommended", "dataloader", "change", "summary")
+           "ties", "paired", "speedup_interval", "recommended", "dataloader", "change", "summary")
 
 
 class WithCpu(SameMeasurements):

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 from loadtune.core.errors import ResultsError
 from loadtune.core.kinds import EndedBy
 from loadtune.decide.choice import tied_row
+from loadtune.decide.paired import Judged
 from loadtune.record.record import Record
 from loadtune.record.sidecar import replace_json
 
@@ -99,6 +100,8 @@ class Decision:
     # the CSV), best first, the pick left out: either will do.
     equal: tuple[str, ...] = ()
     resolving: Resolving = Resolving()
+    # Close calls measured in adjacent processes, judged at the zone, each with the pick first.
+    paired: tuple[Judged, ...] = ()
 
     @property
     def zone(self) -> float:
@@ -111,20 +114,23 @@ class Decision:
                 "undecided": list(self.undecided), "gap": self.gap, "why": self.why, "expected": self.expected,
                 "ties": [t.to_json() for t in self.ties],
                 "ended_by": str(self.ended_by) if self.ended_by is not None else None,
-                "equal": list(self.equal), "resolving": self.resolving.to_json()}
+                "equal": list(self.equal), "resolving": self.resolving.to_json(),
+                "paired": [j.to_json() for j in self.paired]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Decision:
         """A decision as to_json wrote it; ValueError where it is not (a field missing is its default)."""
         decided, ties, resolving = data["decided"], data.get("ties") or [], data.get("resolving") or {}
-        if not isinstance(decided, bool) or not isinstance(ties, list) or not isinstance(resolving, dict):
-            raise ValueError("decided must be true or false, ties a list and resolving an object")
+        paired = data.get("paired") or []
+        if not isinstance(decided, bool) or not isinstance(ties, list) or not isinstance(resolving, dict) \
+                or not isinstance(paired, list):
+            raise ValueError("decided must be true or false, ties and paired lists and resolving an object")
         pick, ended_by = data.get("pick"), data.get("ended_by")
         return cls(decided, _number(data["tolerance"]), None if pick is None else _text(pick),
                    _names(data.get("undecided")), _number(data.get("gap", 0.0)), _text(data.get("why", "")),
                    _maybe_number(data.get("expected")), tuple(ModelTie.from_json(_object(t)) for t in ties),
                    None if ended_by is None else EndedBy(ended_by), _names(data.get("equal")),
-                   Resolving.from_json(resolving))
+                   Resolving.from_json(resolving), tuple(Judged.from_json(_object(j)) for j in paired))
 
 
 def ended(kept: bool, budget_spent: bool) -> EndedBy:

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 
 from loadtune.core.kinds import EndedBy
 from loadtune.decide.decision import Decision, ModelTie
+from loadtune.decide.paired import Judged, PairedOutcome
 from loadtune.model.model import ModelReport
 from loadtune.present.report import short_trial
 from loadtune.present.summary_parts import Elsewhere, OnRanks, Pick, Standing
@@ -190,6 +191,22 @@ def tie_lines(ties: Sequence[ModelTie]) -> list[str]:
         "the spread of the model's fit"
     return [f"Tied with the pick: {named}{more}: the model explains them as equal and the measurements agree "
             f"within {spread} (±{ties[0].spread:.0%}), so the cheapest is picked and none was raced further."]
+
+
+def paired_lines(paired: Sequence[Judged], zone: float) -> list[str]:
+    """One sentence per close call measured in adjacent processes: the ratio, its 90% interval and
+    what it showed at the zone."""
+    lines = []
+    for judged in paired[:NAMED_UNDECIDED]:
+        first, second, pairs = judged.call.first, judged.call.second, len(judged.call.log_ratios)
+        shown = {PairedOutcome.EQUAL: f"equal within the {share(zone)} zone",
+                 PairedOutcome.FIRST_AHEAD: f"{first} ahead by more than the {share(zone)} zone",
+                 PairedOutcome.SECOND_AHEAD: f"{second} ahead by more than the {share(zone)} zone",
+                 PairedOutcome.UNDECIDED: f"not settled at the {share(zone)} zone"}[judged.outcome]
+        lines.append(f"Head to head: {second} ran {judged.ratio:.2f}x {first} (90% interval {judged.low:.2f}-"
+                     f"{judged.high:.2f}) over {pairs} pair{'s' if pairs != 1 else ''} of adjacent processes in "
+                     f"alternating order: {shown}.")
+    return lines
 
 
 def model_lines(report: ModelReport | None) -> list[str]:

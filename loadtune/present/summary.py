@@ -86,6 +86,7 @@ class Summary:
             "data_check": found.data.to_json() if found.data is not None else None,
             "model": found.model.to_json() if found.model is not None else None,
             "ties": [dataclasses.asdict(t) for t in (decision.ties if decision is not None else ())],
+            "paired": [j.to_json() for j in (decision.paired if decision is not None else ())],
             "travel": [dataclasses.asdict(t) for t in self.elsewhere.moved],
             "travel_same": list(self.elsewhere.same),
             "notes": [str(n) for n in found.notes],
@@ -155,6 +156,7 @@ def detail_lines(info: Summary) -> list[str]:
                      "expected to cost at most half that) and is the cheapest such trial (the baseline, then "
                      "fewest workers).")
     lines.extend(answer.tie_lines(decision.ties if decision is not None else ()))
+    lines.extend(answer.paired_lines(decision.paired, decision.zone) if decision is not None else [])
     if decision is not None and not decision.decided:
         lines.append(answer.undecided_line(decision))
     lines.extend(answer.bottleneck_lines(info.standing))

@@ -64,7 +64,7 @@ def raced(runner: Racer) -> Raced:
     """Where the racer's sweep stands, as one value."""
     setup = runner.setup
     return Raced(setup, runner.files.out_path, dict(runner.runs), decision(runner), tuple(runner.progress.notes),
-                 runner.model.ties, tuple(runner.model.predicted_records(setup.accelerator, setup.context)),
+                 runner.ties, tuple(runner.model.predicted_records(setup.accelerator, setup.context)),
                  advised(runner.runs, setup.spec.config, setup.accelerator), runner.data.findings(runner.runs),
                  runner.model.report())
 
@@ -77,17 +77,19 @@ def decision(runner: Racer) -> Decision | None:
         return None
     measure = runner.setup.spec.config.measure
     ties = tuple(t.facing(step.pick) for t in runner.model.tie_notes if step.pick in (t.pick, t.other))
+    paired = tuple(j.facing(step.pick) if step.pick in (j.call.first, j.call.second) else j
+                   for j in runner.judged_pairs())
     known = runner.noise is not None
     resolving = Resolving(runner.spread, measure.repeats, step.zone if known else None,
                           step.bound if known and math.isfinite(step.bound) else None)
     if step.decided:
         return Decision(True, measure.tolerance, step.pick, gap=step.zone, expected=step.expected,
-                        ties=ties, equal=step.equal, resolving=resolving)
+                        ties=ties, equal=step.equal, resolving=resolving, paired=paired)
     kept = any(runner.runs[name].resumed for name in step.undecided if name in runner.runs)
     ended_by = ended(kept, runner.progress.budget_spent)
     return Decision(False, measure.tolerance, step.pick, step.undecided, step.gap,
                     ended_words(ended_by, measure.repeats), step.expected, ties=ties, ended_by=ended_by,
-                    equal=step.equal, resolving=resolving)
+                    equal=step.equal, resolving=resolving, paired=paired)
 
 
 def advised(runs: Mapping[str, TrialRun], config: Config, accelerator: bool) -> dict[str, list[Advised]]:

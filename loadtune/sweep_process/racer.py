@@ -17,8 +17,9 @@ from typing import Callable, Sequence
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 from loadtune.core.kinds import RankBy, Status
 from loadtune.decide.choice import bounding_fetch_ms, contends, fetches_alike, workers_bound
+from loadtune.decide.paired import Judged, PairedCall, PairedOutcome, judge, log_throughput, paired_spread
 from loadtune.decide.ranking import scored_from_record
-from loadtune.decide.selection import RaceStep, Scored, behind_bar, race_step
+from loadtune.decide.selection import RaceStep, Scored, Ties, behind_bar, race_step, zone
 from loadtune.decide.stats import ProcessNoise, pooled_noise
 from loadtune.measure.diagnose import outside_share
 from loadtune.record.findings import Finding
@@ -72,12 +73,14 @@ class RaceSettings:
 @dataclass
 class Progress:
     """What the race has done so far: repeats planned, when it started, whether the time budget
-    ran out, and what diagnosing the trials found (threads oversubscribed)."""
+    ran out, what diagnosing the trials found (threads oversubscribed), and the close calls
+    measured in adjacent processes (the duels), by their pair of names."""
 
     runs_planned: int = 0
     started: float = field(default_factory=time.monotonic)
     budget_spent: bool = False
     notes: list[Finding] = field(default_factory=list)
+    paired: dict[frozenset[str], PairedCall] = field(default_factory=dict)
 
 
 class Racer:
@@ -265,11 +268,13 @@ class Racer:
                     new.append(run)
         return new, kept
 
-    def _run_round(self, runs: Sequence[TrialRun]) -> None:
-        """One more repeat of each run, in a shuffled order; each run's record is (re)made after,
-        and the data checks and the pooled noise between processes once the round is done."""
+    def _run_round(self, runs: Sequence[TrialRun], shuffle: bool = True) -> None:
+        """One more repeat of each run, in a shuffled order (or as given); each run's record is
+        (re)made after, and the data checks and the pooled noise between processes once the round is
+        done."""
         batch = [run for run in runs if run.failure is None]
-        self.rng.shuffle(batch)
+        if shuffle:
+            self.rng.shuffle(batch)
         # A first round: the baseline first while it has no figure, then the likely leaders (the
         # model's, else the most workers), as a trial clearly behind what ran before it ends its
         # window early (_behind).
@@ -370,10 +375,15 @@ class Racer:
             if not more or step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
-            self._run_round([self.runs[name] for name in step.again])
+            if len(step.again) == 2 and self._pairable():
+                self._run_pair(step.again[0], step.again[1])
+            else:
+                self._run_round([self.runs[name] for name in step.again])
 
     def _race_step(self, more: bool) -> RaceStep:
-        """Where the race stands among the contenders (choice.contends)."""
+        """Where the race stands among the contenders (choice.contends), after the close calls
+        settled in pairs: a config shown behind its rival stops."""
+        self._stop_paired_behind()
         m, use_ties = self.setup.spec.config.measure, self.settings.use_model_ties
         scores = {name: run.score for name, run in self.runs.items() if run.score is not None}
         contenders = [self.runs[name] for name, score in scores.items()
@@ -385,9 +395,62 @@ class Racer:
             # Contenders the model and the data tie need no more repeats.
             self.model.tie([run for run in contenders if not run.stopped_early], self.noise)
         return race_step([scores[run.trial.name] for run in contenders], m.tolerance, m.repeats,
-                         self.settings.rank_by, behind, may_stop=self.noise is not None, ties=self.model.ties,
+                         self.settings.rank_by, behind, may_stop=self.noise is not None, ties=self.ties,
                          disputes=self._disputes if use_ties else None, spread=self.spread,
                          ideal=scores.get(IDEAL))
+
+    # --- close calls in pairs ------------------------------------------------------------------
+
+    def _pairable(self) -> bool:
+        """Whether a duel is measured in pairs of adjacent processes: ranked by throughput (a
+        ratio), on this machine alone."""
+        spec = self.setup.spec
+        return self.settings.rank_by == RankBy.THROUGHPUT and spec.ranks == 1 and not spec.torchrun
+
+    def _run_pair(self, a: str, b: str) -> None:
+        """One more repeat of each of the two, one right after the other, the first of them
+        alternating from pair to pair (ABBA); the pair's log ratio kept when both measured it whole."""
+        key = frozenset((a, b))
+        call = self.progress.paired.get(key, PairedCall(a, b))
+        order = (call.first, call.second) if len(call.log_ratios) % 2 == 0 else (call.second, call.first)
+        runs = [self.runs[name] for name in order]
+        before = [len(run.done) for run in runs]
+        self._run_round(runs, shuffle=False)
+        logs = {run.trial.name: log_throughput(run.done[-1].measurement, self.deriving.run_epoch)
+                for run, count in zip(runs, before) if run.failure is None and len(run.done) == count + 1}
+        first, second = logs.get(call.first), logs.get(call.second)
+        if first is not None and second is not None:
+            self.progress.paired[key] = call.plus(second - first)
+
+    def judged_pairs(self) -> list[Judged]:
+        """Every close call measured in pairs, judged at the zone with the paired spread pooled over
+        them (paired.judge); none before the spread between processes is known, or two pairs."""
+        spread = paired_spread(list(self.progress.paired.values()))
+        if self.noise is None or spread is None:
+            return []
+        m = self.setup.spec.config.measure
+        width = zone(m.tolerance, self.spread, m.repeats)
+        return [j for call in self.progress.paired.values() if (j := judge(call, width, *spread)) is not None]
+
+    @property
+    def ties(self) -> Ties:
+        """The pairs tied: by the model and the data, or shown equal within the zone in pairs."""
+        paired = {frozenset((j.call.first, j.call.second)) for j in self.judged_pairs()
+                  if j.outcome == PairedOutcome.EQUAL}
+        return self.model.ties | frozenset(paired)
+
+    def _stop_paired_behind(self) -> None:
+        """A config its paired rival is shown ahead of by more than the zone stops, as one clearly
+        behind the leader does."""
+        for judged in self.judged_pairs():
+            loser = judged.call.second if judged.outcome == PairedOutcome.FIRST_AHEAD else \
+                judged.call.first if judged.outcome == PairedOutcome.SECOND_AHEAD else None
+            run = self.runs.get(loser) if loser is not None else None
+            if run is not None and not run.stopped_early:
+                run.stopped_early = True
+                if run.record is not None:
+                    run.record = run.record.with_columns(stopped_early=True)
+                self.rewrite()
 
     @property
     def spread(self) -> float | None:
@@ -423,3 +486,4 @@ class Racer:
             self.emit(events.Notice(f"{run.trial.name}: other processes used {outside:.0%} of the cores during "
                                     f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
                                     "measuring it again"))
+
