@@ -65,9 +65,9 @@ CONFIG = tiny_config(sweep={"num_workers": [0, 2, 3, 4], "prefetch_factor": [4]}
                      measure={"warmup_batches": 1, "batches": 20, "timeout_s": 10, "min_repeats": 2, "repeats": 4})
 
 
-def sweep(config_path, out, execute, **options):
+def sweep(config_path, out, execute, overrides=None, **options):
     """A whole sweep of fake trials; preflight and the machine stand in (fake_setup)."""
-    asked = SweepOptions.of(config_path, out=out, **options)
+    asked = SweepOptions.of(config_path, overrides, out=out, **options)
     spec = asked.spec()
     setup = fake_setup(spec, {"config_sha": spec.sha, "scale": spec.scale, "ranks": 1, "started_at": "then"},
                        dataset_len=400)
@@ -258,3 +258,32 @@ def test_a_kept_trial_is_known_in_full_again_by_its_name(write_config):
     # A name this config does not give those settings: as recorded.
     assert known_in_full(config, False, "num_workers=7", trial_record(two, {}, round_no=1)) is None
     assert known_in_full(config, False, "num_workers=7", None) is None
+
+
+class Swinging(SameMeasurements):
+    """Processes 15% fast and 15% slow in turn: every contender's interval is wide."""
+
+    def __call__(self, job, timeout_s):
+        name = job.trial.name
+        k = self.calls[name] = self.calls.get(name, 0) + 1
+        truth = 1000.0 if job.trial.feed == FEED_MEMORY else self.truth(job.trial)
+        return Outcome(Status.OK, "", fake_measurement(truth * (1.15 if k % 2 else 0.85), k, job.measure.batches), 0.5)
+
+
+def test_the_rerun_an_unstable_result_suggests_measures_it_again(write_config, tmp_path):
+    """Issue #45: an unstable result's remedy, run exactly as it says, takes each unstable
+    contender to more processes, even where the pick was decided (more --repeats alone would
+    measure nothing then)."""
+    config, out = write_config(CONFIG), tmp_path / "out.csv"
+    machine = Swinging()
+    first = sweep(config, out, machine)
+    notes = [str(n) for n in (*first.summary.found.warnings, *first.summary.found.notes) if "unstable" in str(n)]
+    assert notes, "the swing makes some contender's result unstable"
+    asked = re.search(r"rerun with --resume --repeats (\d+) --set (measure\.min_repeats=\d+) ", notes[0])
+    assert asked, notes[0]
+    unstable = {r.trial: r.measuring.repeats for r in first.records if r.trial and r.trial in notes[0]}
+    assert unstable and all(int(asked.group(1)) > n for n in unstable.values())
+    before = dict(machine.calls)
+    sweep(config, out, machine, [asked.group(2)], resume=True, repeats=int(asked.group(1)))
+    measured = measured_since(machine, before)
+    assert all(name in measured for name in unstable), (unstable, measured)

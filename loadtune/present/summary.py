@@ -251,13 +251,14 @@ def noise_warnings(records: Sequence[Record]) -> list[Finding]:
         interval = r.throughput_interval
         if r.status == Status.OK and record_contends(r) and not r.measuring.stopped_early \
                 and interval is not None and interval.mean:
-            note = unstable_note(r.trial or "", interval)
+            note = unstable_note(r.trial or "", interval, r.measuring.repeats or 1)
             if note:
                 unstable.append(note)
     if len(unstable) <= NAMED_UNSTABLE:
         return list(unstable)
     spreads = [u.spread for u in unstable]
-    return [ManyUnstable(len(unstable), min(spreads), max(spreads), tuple(u.trial for u in unstable[:NAMED_UNSTABLE]))]
+    return [ManyUnstable(len(unstable), min(spreads), max(spreads), tuple(u.trial for u in unstable[:NAMED_UNSTABLE]),
+                         max(u.repeats for u in unstable))]
 
 
 def failure(records: Sequence[Record]) -> str | None:

@@ -7,9 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-# What to do about a result processes do not agree on.
-UNSTABLE_REMEDY = ("rerun with --resume --repeats 5 (keeps what was measured), or --overwrite with a longer --batches, "
-                   "or close other programs")
+# The processes a rerun takes an unstable trial to, at least: and always more than it holds.
+UNSTABLE_RERUN_REPEATS = 5
+
+
+def unstable_remedy(repeats: int) -> str:
+    """What to do about results processes do not agree on, held in at most `repeats` processes: a
+    rerun that measures them again (min_repeats takes every contender to N processes, where more
+    --repeats alone adds none to a pick already decided)."""
+    n = max(UNSTABLE_RERUN_REPEATS, repeats + 2)
+    return (f"rerun with --resume --repeats {n} --set measure.min_repeats={n} (keeps what was measured and "
+            f"takes each contender to {n} processes), or --overwrite with a longer --batches, or close other "
+            "programs")
 
 
 def _cores(cores: float) -> str:
@@ -81,9 +90,10 @@ class Unstable(Finding):
 
     trial: str
     spread: float  # half the interval's width over the mean
+    repeats: int = 1  # the processes it holds
 
     def words(self) -> str:
-        return f"{self.trial}: unstable result, throughput ±{self.spread * 100:.0f}%: {UNSTABLE_REMEDY}"
+        return f"{self.trial}: unstable result, throughput ±{self.spread * 100:.0f}%: {unstable_remedy(self.repeats)}"
 
 
 @dataclass(frozen=True)
@@ -94,11 +104,12 @@ class ManyUnstable(Finding):
     least: float
     most: float
     first: tuple[str, ...]
+    repeats: int = 1  # the most processes one of them holds
 
     def words(self) -> str:
         return (f"{self.count} trials have unstable results, throughput ±{self.least * 100:.0f}% to "
                 f"±{self.most * 100:.0f}% (first: {'; '.join(self.first)}): processes differ that much from one "
-                f"repeat to the next here; {UNSTABLE_REMEDY}")
+                f"repeat to the next here; {unstable_remedy(self.repeats)}")
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ class Interval:
         return (self.hi - self.lo) / 2 / abs(self.mean) if self.mean else 0.0
 
 
-def unstable_note(name: str, throughput: Interval) -> Unstable | None:
-    """The finding when a trial's throughput interval is wider than ±NOISY_RELATIVE_SPREAD of
-    its mean, else None."""
+def unstable_note(name: str, throughput: Interval, repeats: int = 1) -> Unstable | None:
+    """The finding when a trial's throughput interval (from `repeats` processes) is wider than
+    ±NOISY_RELATIVE_SPREAD of its mean, else None."""
     spread = throughput.relative_spread
-    return Unstable(name, spread) if spread > NOISY_RELATIVE_SPREAD else None
+    return Unstable(name, spread, repeats) if spread > NOISY_RELATIVE_SPREAD else None
