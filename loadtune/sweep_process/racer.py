@@ -408,10 +408,11 @@ class Racer:
         return self.settings.rank_by == RankBy.THROUGHPUT and spec.ranks == 1 and not spec.torchrun
 
     def _run_pair(self, a: str, b: str) -> None:
-        """One more repeat of each of the two, one right after the other, the first of them
-        alternating from pair to pair (ABBA); the pair's log ratio kept when both measured it whole."""
+        """One more repeat of each of the two, one right after the other, the first of them drawn
+        for the first pair and alternating from then on (ABBA); the pair's log ratio kept when both
+        measured it whole."""
         key = frozenset((a, b))
-        call = self.progress.paired.get(key, PairedCall(a, b))
+        call = self.progress.paired.get(key) or PairedCall(*((a, b) if self.rng.random() < 0.5 else (b, a)))
         order = (call.first, call.second) if len(call.log_ratios) % 2 == 0 else (call.second, call.first)
         runs = [self.runs[name] for name in order]
         before = [len(run.done) for run in runs]
@@ -486,4 +487,3 @@ class Racer:
             self.emit(events.Notice(f"{run.trial.name}: other processes used {outside:.0%} of the cores during "
                                     f"a repeat (more than measure.max_outside_cpu={m.max_outside_cpu:g}): "
                                     "measuring it again"))
-
