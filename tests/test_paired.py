@@ -169,3 +169,13 @@ def test_a_config_shown_behind_in_pairs_stops(tmp_path, write_config):
     assert decision.paired[0].outcome == PairedOutcome.FIRST_AHEAD
     rows = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     assert rows[A].measuring.stopped_early is True, "the file says so"
+
+
+def test_verbose_names_each_call_with_its_interval_and_outcome():
+    from loadtune.present.answer import paired_lines
+
+    (line,) = paired_lines([judged(call(1.002, 0.998, 1.001, 0.999))], 0.03)
+    assert line.startswith("Head to head: b ran 1.00x a (90% interval 1.00-1.00) over 4 pairs of adjacent processes")
+    assert line.endswith("equal within the 3% zone.")
+    (behind,) = paired_lines([judged(call(0.90, 0.91, 0.89, 0.90))], 0.03)
+    assert behind.endswith("a ahead by more than the 3% zone.")
