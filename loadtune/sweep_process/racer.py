@@ -447,7 +447,7 @@ class Racer:
             loser = judged.call.second if judged.outcome == PairedOutcome.FIRST_AHEAD else \
                 judged.call.first if judged.outcome == PairedOutcome.SECOND_AHEAD else None
             run = self.runs.get(loser) if loser is not None else None
-            if run is not None and not run.stopped_early:
+            if run is not None and run.failure is None and not run.stopped_early:
                 run.stopped_early = True
                 if run.record is not None:
                     run.record = run.record.with_columns(stopped_early=True)
