@@ -149,7 +149,7 @@ def main() -> int:
     ref_se = statistics.stdev(math.log(r) for r in ratios) / math.sqrt(len(ratios))
     print(f"referee:  b/a {referee:.3f} over {args.referee} rounds of whole epochs "
           f"[{' '.join(f'{r:.3f}' for r in ratios)}]; {time.perf_counter() - started:.0f} s in all")
-    paired_se = math.log(judged.high / judged.ratio) / t_one_sided_95(dof)
+    paired_se = spread / math.sqrt(n)
     widened = t_one_sided_95(min(dof, len(ratios) - 1)) * math.sqrt(paired_se ** 2 + ref_se ** 2)
     off = abs(math.log(referee) - math.log(judged.ratio))
     goals = Goals()

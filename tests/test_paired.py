@@ -21,6 +21,7 @@ from loadtune.decide.paired import (
     t_one_sided_95,
 )
 from loadtune.record.record import read_records
+from loadtune.record.samples import read_samples, samples_file
 from loadtune.sweep_process.conclude import decision as decision_of
 from loadtune.sweep_process.launch import Outcome
 from tests.test_decide import fake_measurement, runner_for
@@ -169,6 +170,8 @@ def test_a_config_shown_behind_in_pairs_stops(tmp_path, write_config):
     assert decision.paired[0].outcome == PairedOutcome.FIRST_AHEAD
     rows = {r.trial: r for r in read_records(tmp_path / "out.csv", required=())}
     assert rows[A].measuring.stopped_early is True, "the file says so"
+    kept = read_samples(samples_file(tmp_path / "out.csv"))
+    assert kept is not None and kept.trials[A].stopped_early, "and so do the raw samples a --resume reads"
 
 
 def test_verbose_names_each_call_with_its_interval_and_outcome():

@@ -364,14 +364,7 @@ class Racer:
         while True:
             step = self._race_step(more)
             self.last_race = step
-            for name in step.stop:
-                stopped = self.runs[name]
-                stopped.stopped_early = True
-                if stopped.record is not None:  # only the flag changes: no figure to derive again
-                    stopped.record = stopped.record.with_columns(stopped_early=True)
-            if step.stop:
-                self.rewrite()
-                self.store()
+            self._stop(step.stop)
             if not more or step.decided or not step.again or not self._budget_left():
                 return
             self._plan_runs(len(step.again))
@@ -443,15 +436,23 @@ class Racer:
     def _stop_paired_behind(self) -> None:
         """A config its paired rival is shown ahead of by more than the zone stops, as one clearly
         behind the leader does."""
-        for judged in self.judged_pairs():
-            loser = judged.call.second if judged.outcome == PairedOutcome.FIRST_AHEAD else \
-                judged.call.first if judged.outcome == PairedOutcome.SECOND_AHEAD else None
-            run = self.runs.get(loser) if loser is not None else None
-            if run is not None and run.failure is None and not run.stopped_early:
-                run.stopped_early = True
-                if run.record is not None:
-                    run.record = run.record.with_columns(stopped_early=True)
-                self.rewrite()
+        losers = [judged.call.second if judged.outcome == PairedOutcome.FIRST_AHEAD else judged.call.first
+                  for judged in self.judged_pairs()
+                  if judged.outcome in (PairedOutcome.FIRST_AHEAD, PairedOutcome.SECOND_AHEAD)]
+        self._stop([name for name in dict.fromkeys(losers)
+                    if (run := self.runs.get(name)) is not None and run.failure is None and not run.stopped_early])
+
+    def _stop(self, names: Sequence[str]) -> None:
+        """Racing stops these trials: only the flag changes (no figure to derive again), in the
+        records and the raw samples beside them."""
+        for name in names:
+            run = self.runs[name]
+            run.stopped_early = True
+            if run.record is not None:
+                run.record = run.record.with_columns(stopped_early=True)
+        if names:
+            self.rewrite()
+            self.store()
 
     @property
     def spread(self) -> float | None:

@@ -50,4 +50,3 @@ def _take_the_sweeps_path() -> None:
 
 _stand_in_for_the_sweeps_main()
 _take_the_sweeps_path()
-
