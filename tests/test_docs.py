@@ -502,7 +502,7 @@ CONTRACT_NAMES = [
     "`dataset.factory`", "train_dataloader()",
     "loadtune.sweep(config, *, out=None, overrides=None, **options)", "`.rows`", "`.frame`", "`.recommended`",
     "`.loader_kwargs`", "`strategy`", "`configs/remote.yaml`", "`make lint`",
-    "| 130 |", "| 3 |", "`format_version`", "The format version is **5**",
+    "| 130 |", "| 3 |", "`format_version`", "The format version is **6**",
     "`measure.run_epoch_batches`", "`window_throughput`", "`run_epoch_batches`", "`equal`",
     "loadtune.watch(loader, *, out=None, every_s=60.0, name=None)",
     "loadtune watch [--out FILE] [--every S] SCRIPT [ARGS]...", "`watched`", "`dist_rank`",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pandas as pd
@@ -211,3 +212,71 @@ def test_the_model_is_fitted_to_trials_measured_in_full_only(tmp_path):
     fitted_to = Modelling({r.trial: run for r, run in zip(records, runs(frozenset()).values())
                            if r.trial != cut}, spec.config, events.ignore).fit()
     assert without == fitted_to and without != whole
+
+
+def test_only_a_trials_first_window_may_end_early_a_repeat_the_race_asks_for_runs_whole(tmp_path, write_config):
+    # The duel's configs are within the zone of each other; a slow second process of one of them
+    # must not end its window early and take it out of the race: the race asked for that repeat
+    # to decide between them.
+    from loadtune.asked.plan import trial_for
+    from loadtune.record.measurement import Measurement
+    from loadtune.sweep_process.launch import Outcome
+    from tests.test_decide import fake_measurement, runner_for
+
+    truths = {"num_workers=2": 420.0, "num_workers=3": 400.0}
+    jobs: list[tuple[str, int, bool]] = []
+
+    def execute(job, timeout_s):  # type: ignore[no-untyped-def]
+        name = job.trial.name
+        repeat = sum(1 for n, _, _ in jobs if n == name)
+        jobs.append((name, repeat, job.behind is not None))
+        slow = 0.75 if (name, repeat) == ("num_workers=2", 1) else 1.0  # its second process reads slow
+        m = fake_measurement(truths[name] * slow, repeat)
+        cut = job.behind is not None and truths[name] * slow < job.behind.bar_samples_per_s
+        return Outcome("ok", "", Measurement(m.start, m.windows, behind=cut), 0.5)
+
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=4, tolerance=0.03)
+    runner.execute = execute
+    spec = runner.setup.spec.config
+    runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    runner.race()
+    assert any(repeat == 0 and bar for _, repeat, bar in jobs), f"a first window may end early: {jobs}"
+    assert not any(repeat > 0 and bar for _, repeat, bar in jobs), f"no later one: {jobs}"
+    assert runner.runs["num_workers=2"].repeats >= 2 and not runner.runs["num_workers=2"].stopped_early
+
+
+def test_a_trial_cut_short_against_a_leader_whose_figure_fell_runs_a_whole_window_again(tmp_path, write_config):
+    # The leader's first process read 30% fast and set the bar that ended the other's window; once
+    # its later processes bring its figure down, the one cut short is back within reach: it runs a
+    # whole window in place of the cut one and contends again.
+    from loadtune.asked.plan import trial_for
+    from loadtune.record.measurement import Measurement
+    from loadtune.sweep_process.launch import Outcome
+    from tests.test_decide import fake_measurement, runner_for
+
+    jobs: list[tuple[str, float | None]] = []
+
+    def execute(job, timeout_s):  # type: ignore[no-untyped-def]
+        name = job.trial.name
+        repeat = sum(1 for n, _ in jobs if n == name)
+        jobs.append((name, job.behind.bar_samples_per_s if job.behind is not None else None))
+        reads = 520.0 if (name, repeat) == ("num_workers=3", 0) else 400.0
+        m = fake_measurement(reads, repeat)
+        cut = job.behind is not None and reads < job.behind.bar_samples_per_s
+        whole = m.windows[0]
+        parts = {f.name: getattr(whole, f.name)[:8] for f in dataclasses.fields(whole)
+                 if len(getattr(whole, f.name) or ()) == len(whole)}
+        windows = (dataclasses.replace(whole, **parts),) if cut else m.windows
+        return Outcome("ok", "", Measurement(m.start, windows, behind=cut), 0.5)
+
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=4, tolerance=0.03)
+    runner.execute = execute
+    spec = runner.setup.spec.config
+    runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
+    other = runner.runs["num_workers=2"]
+    assert other.cut_short and other.stopped_early, f"cut against the leader's first process: {jobs}"
+    runner.race()
+    assert not other.cut_short and not other.stopped_early and other.repeats >= 1, jobs
+    assert [bar is None for name, bar in jobs if name == "num_workers=2"][1:] == [True] * (other.repeats), \
+        "its window run again, and every one after, whole"
+    assert all(len(r.measurement.windows[0]) == 20 for r in other.done), "the cut window is replaced"

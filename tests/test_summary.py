@@ -3,12 +3,14 @@ against the trials that measured it: made-up records, exact text."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 
 import pytest
 from rich.console import Console
 
+from loadtune.core.text import wrap
 from loadtune.decide.advice import Advised, checked_advice, weigh, with_checked_advice
 from loadtune.decide.decision import Resolving
 from loadtune.present.report import results_table, short_trial
@@ -110,20 +112,29 @@ def test_the_answer_when_decided_or_tied():
 
 
 def test_nothing_left_to_gain_beyond_the_zone_is_said_so():
-    bounded = Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028), equal=("num_workers=2",))
+    bounded = Decision(True, 0.03, PICK, resolving=Resolving(0.05, 3, 0.067, 0.028), equal=(PERSISTENT,))
     assert summary_lines(summary(bounded))[1] == (
         "Sure: nothing can run more than 2.8% faster (its wait ratio bounds it), inside the 6.7% this machine "
         "resolves (±5% between processes, 3 repeats); it is the cheapest of the 2 marked =1.")
+    # A cheaper config marked =1 (within the zone by its estimate), not the pick: not called the cheapest.
+    cheaper = dataclasses.replace(bounded, equal=("num_workers=2",))
+    assert summary_lines(summary(cheaper))[1].endswith("3 repeats); the 2 marked =1.")
 
 
 def test_configs_equal_within_the_zone_are_counted_as_marked_in_the_table():
-    equal = Decision(True, 0.03, PICK, resolving=Resolving(0.06, 3, 0.08), equal=("num_workers=2", "num_workers=3"))
+    equal = Decision(True, 0.03, PICK, resolving=Resolving(0.06, 3, 0.08), equal=(PERSISTENT, "num_workers=3"))
     assert summary_lines(summary(equal))[1] == (
         "Sure: 2 other configs marked =1 ran within the 8% this machine resolves (±6% between processes, 3 "
         "repeats); this is the cheapest of them.")
     rows = {r.trial for r in summary(equal).standing.trials}
     assert [e["trial"] for e in summary(equal).to_json()["equal"]] == \
-        [name for name in ("num_workers=2", "num_workers=3") if name in rows], "each with its row's settings"
+        [name for name in (PERSISTENT, "num_workers=3") if name in rows], "each with its row's settings"
+    # num_workers=2 is cheaper than the pick (prefetch_factor 2 against 4): the pick is the cheapest of
+    # those expected to cost at most half the zone (selection.acceptable), and the line says so.
+    cheaper = dataclasses.replace(equal, equal=("num_workers=2", "num_workers=3"))
+    line = summary_lines(summary(cheaper))[1]
+    assert line.endswith("this is the cheapest expected to lose under 4% to the fastest of them.") and \
+        len(wrap(line, 100)) <= 2, line
 
 
 def test_the_details_wait_for_verbose():

@@ -9,7 +9,7 @@ from typing import Callable, Iterable, Sequence, TypeVar
 
 from loadtune.asked.trials import IDEAL, cost_of
 from loadtune.core.kinds import RankBy
-from loadtune.record.record import Record
+from loadtune.record.record import PICK_FIRST_FORMAT, Record
 
 T = TypeVar("T")
 
@@ -53,7 +53,12 @@ def cost(record: Record) -> tuple[float, ...]:
 
 
 def recommended(records: Sequence[Record]) -> Record | None:
-    """Among the trials tied with the best, the cheapest (choose, by cost); None when none ran."""
+    """The sweep's pick as its rows tell it: the first row tied with the best, in a file that puts
+    the pick there (PICK_FIRST_FORMAT); in an older one, the cheapest of them (choose, by cost),
+    as the sweep picked then. None when none ran."""
+    first = next((r for r in records if r.assessment.tied_with_best), None)
+    if first is not None and (first.run.format_version or 1) >= PICK_FIRST_FORMAT:
+        return first
     return choose(records, lambda r: bool(r.assessment.tied_with_best), cost)
 
 
@@ -85,6 +90,17 @@ def workers_bound(workers: int, batch_size: int, fetch_ms: float) -> float:
     make a batch (less FETCH_BOUND_MARGIN): were the loop never to wait for anything else, the
     workers all busy and no epoch ever starting, it would run no faster."""
     return workers * batch_size / (bounding_fetch_ms(fetch_ms) / 1000)
+
+
+def out_of_reach(workers: int, batch_size: int, fetch_ms: float, bar_samples_per_s: float, by: str) -> str | None:
+    """Why a config with `workers` workers need not run, when the fetch time of the config `by`
+    bounds it (workers_bound) below the throughput it needs to contend; else None."""
+    bound = workers_bound(workers, batch_size, fetch_ms)
+    if bound >= bar_samples_per_s:
+        return None
+    return (f"its {workers} worker{'s make' if workers > 1 else ' makes'} at most {bound:.0f} samples/s "
+            f"({by} fetched a batch in {fetch_ms:.1f} ms, taken as {bounding_fetch_ms(fetch_ms):.1f}), "
+            f"below the {bar_samples_per_s:.0f} it would need to contend")
 
 
 def bounding_fetch_ms(fetch_ms: float) -> float:

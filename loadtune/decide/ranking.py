@@ -5,11 +5,11 @@ see selection) shares the leader's rank."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from loadtune.asked.trials import cost_of
 from loadtune.core.kinds import TOLERANCE, RankBy, Status
-from loadtune.decide.selection import Scored, Ties, acceptable, order
+from loadtune.decide.selection import Scored, Ties, acceptable, order, point_loss
 from loadtune.record.record import Record
 
 
@@ -26,44 +26,54 @@ class Placing:
 
 
 def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
-         ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset()) -> dict[str, Placing]:
+         ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset(),
+         within_zone: bool = False) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
-    the leader's rank; one that cannot be told yet starts a group of its own. The pick (the
-    baseline kept because no change is shown to pay) is among the best, wherever it places.
-    A trial `behind` (its window ended early, clearly behind the leader: figures from part of a
-    window) places by its figures, but after the best group and never in another's."""
+    the leader's rank (with `within_zone`, also one whose estimate lies within `tolerance`, the
+    sweep's zone, of the leader's: a difference the sweep cannot resolve); one that cannot be told
+    yet starts a group of its own. The pick (the baseline kept because no change is shown to pay)
+    is among the best, wherever it places. A trial `behind` (its window ended early, clearly
+    behind the leader: figures from part of a window) places by its figures, but after the best
+    group and never in another's."""
     by = RankBy(by)  # a ValueError for anything else
+
+    def alike(item: Scored, leader: Scored) -> bool:
+        return acceptable(item, leader, tolerance, by, ties) or \
+            (within_zone and point_loss(item, leader, by) <= tolerance)
+
     placings: dict[str, Placing] = {}
     leader: Scored | None = None
     group_rank = 0
-    ordered = _behind_the_best(order(items, by), by, tolerance, ties, behind)
+    ordered = _behind_the_best(order(items, by), alike, behind)
     for position, item in enumerate(ordered, start=1):
-        if leader is None or item.name in behind or not acceptable(item, leader, tolerance, by, ties):
+        if leader is None or item.name in behind or not alike(item, leader):
             leader, group_rank = item, position
         placings[item.name] = Placing(1 if item.name == pick else group_rank, group_rank == 1 or item.name == pick)
     return placings
 
 
-def _behind_the_best(ordered: list[Scored], by: RankBy, tolerance: float, ties: Ties,
+def _behind_the_best(ordered: list[Scored], alike: Callable[[Scored, Scored], bool],
                      behind: frozenset[str]) -> list[Scored]:
     """`ordered` with the trials `behind` moved after the best group: the leader measured in full
-    and the trials measured in full that follow it acceptable in its place."""
+    and the trials measured in full that follow it `alike` it."""
     full = [item for item in ordered if item.name not in behind]
     if not behind or not full:
         return ordered
     best = [full[0]]
     for item in full[1:]:
-        if not acceptable(item, full[0], tolerance, by, ties):
+        if not alike(item, full[0]):
             break
         best.append(item)
     return best + [item for item in ordered if item not in best]
 
 
 def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
-                  baseline_throughput: float | None, ideal_throughput: float | None = None) -> list[Record]:
+                  baseline_throughput: float | None, ideal_throughput: float | None = None,
+                  pick: str | None = None) -> list[Record]:
     """Records with rank, tied_with_best, speedup and pct_of_ideal filled in: ranked records best
-    first, then the unranked reference records that ran (the ideal), then those the data check
-    flagged, then those that did not run."""
+    first (the `pick` first of its rank: readers of the file take it as the recommendation,
+    choice.recommended), then the unranked reference records that ran (the ideal), then those the
+    data check flagged, then those that did not run."""
     out = []
     for record in records:
         placing = placings.get(record.trial or "")
@@ -75,7 +85,8 @@ def apply_ranking(records: Sequence[Record], placings: Mapping[str, Placing],
             if ideal_throughput:
                 changes["pct_of_ideal"] = round(100 * record.throughput / ideal_throughput, 1)
         out.append(record.with_columns(**changes))
-    ranked = sorted((r for r in out if r.rank is not None), key=lambda r: (r.rank, -(r.throughput or 0)))
+    ranked = sorted((r for r in out if r.rank is not None),
+                    key=lambda r: (r.rank, r.trial != pick, -(r.throughput or 0)))
     reference = [r for r in out if r.rank is None and r.status == Status.OK and not r.data_flagged]
     flagged = [r for r in out if r.rank is None and r.status == Status.OK and r.data_flagged]
     return ranked + reference + flagged + [r for r in out if r.rank is None and r.status != Status.OK]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from loadtune.asked.trials import cost_of
 from loadtune.core.kinds import EndedBy
 from loadtune.decide.decision import Decision, ModelTie
 from loadtune.decide.paired import Judged, PairedOutcome
+from loadtune.decide.selection import PICK_SHORTFALL_SHARE
 from loadtune.model.model import ModelReport
 from loadtune.present.report import short_trial
 from loadtune.present.summary_parts import Elsewhere, OnRanks, Pick, Standing
@@ -123,15 +125,21 @@ def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> s
     if not decision.decided:
         return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster, beyond "
                 f"the {share(decision.zone)} this machine resolves; to settle it, {settle(decision)}.")
-    return _sure_words(decision, chosen)
+    equal = [r for r in standing.trials if r.trial in decision.equal]
+    return _sure_words(decision, chosen, all(cost_of(chosen.to_dict()) <= cost_of(r.to_dict()) for r in equal))
 
 
-def _sure_words(decision: Decision, chosen: Record) -> str:
+def _sure_words(decision: Decision, chosen: Record, cheapest: bool = True) -> str:
     """Why a decided pick is sure: nothing left can gain more than the zone, the model's ties, the
-    configs equal within the zone, or the rest behind."""
+    configs equal within the zone, or the rest behind. Of the equal (their estimates within the
+    zone), the pick is the cheapest, or where a cheaper one is expected to lose more than
+    PICK_SHORTFALL_SHARE of the zone to the fastest (selection.acceptable), the cheapest that is not."""
     bound = decision.resolving.bound
+    which = "the cheapest" if cheapest else \
+        f"the cheapest expected to lose under {share(decision.zone * PICK_SHORTFALL_SHARE)} to the fastest"
     if bound is not None and bound <= decision.zone:
-        equal = f"; it is the cheapest of the {len(decision.equal) + 1} marked =1" if decision.equal else ""
+        marked = f"the {len(decision.equal) + 1} marked =1"
+        equal = "" if not decision.equal else f"; it is the cheapest of {marked}" if cheapest else f"; {marked}"
         return (f"Sure: nothing can run more than {share(bound)} faster (its wait ratio bounds it), inside "
                 f"{_zone_words(decision)}{equal}.")
     if decision.ties:
@@ -139,7 +147,7 @@ def _sure_words(decision: Decision, chosen: Record) -> str:
         return (f"Sure: {tie.other} ({tie.measured_ratio:.2f}x measured, {tie.predicted_ratio:.2f}x predicted) ran "
                 "as fast, as the model predicts; this is the cheapest of them.")
     if decision.equal:
-        return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; this is the cheapest of them."
+        return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; this is {which} of them."
     return (f"Sure: every other config is slower, or at most {share(decision.zone)} faster and dearer; a rerun "
             "here picks this one again.")
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 # 1: before this column existed (migrated below); 2: before the predicted columns and rows; 3: before
 # throughput and wait_ratio were the training run's (epoch starts weighed by run_epoch_batches); 4: before
-# watched rows (status watched, dist_rank).
-FORMAT_VERSION = 5
+# watched rows (status watched, dist_rank); 5: before the pick came first of the rows tied with the best.
+FORMAT_VERSION = PICK_FIRST_FORMAT = 6
 RUN_FIGURES_FORMAT = 4  # the first version whose figures are the training run's: what a sweep may resume
 ENCODING = "utf-8"
 # The data_check column: whether a trial delivered the baseline's samples. Trials that did not

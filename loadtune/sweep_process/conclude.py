@@ -111,7 +111,7 @@ def conclude(options: SweepOptions, race: Raced) -> SweepResult:
     setup, cfg = race.setup, race.setup.spec.config
     judged = race.decision
     records = tuple(ranked(race.runs, options.rank_by, judged.zone if judged else cfg.measure.tolerance, race.ties,
-                           judged.pick if judged else None)) + race.predicted
+                           judged.pick if judged else None, judged is not None and judged.decided)) + race.predicted
     if judged is not None:
         # What the answer calls equal is what the table marks '=1' (tied_with_best): one definition.
         judged = dataclasses.replace(judged, equal=tuple(
@@ -143,13 +143,15 @@ def write_result(files: SweepFiles, result: SweepResult, rank_records: Sequence[
 
 
 def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties: Ties = frozenset(),
-           pick: str | None = None) -> list[Record]:
+           pick: str | None = None, decided: bool = False) -> list[Record]:
     """The runs' records ranked (apply_ranking) at the zone the pick was judged at (`tolerance`),
-    the pick among the best; the ideal a reference, not ranked."""
+    the pick among the best; the ideal a reference, not ranked. Once the pick is decided, configs
+    whose estimates lie within the zone of the best's share its rank (rank's within_zone): no
+    repeat left can tell them apart."""
     records = [run.record for run in runs.values() if run.record is not None]
     placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties,
-                    pick, frozenset(name for name, run in runs.items() if run.cut_short))
-    return apply_ranking(records, placings, throughput(runs, BASELINE), throughput(runs, IDEAL))
+                    pick, frozenset(name for name, run in runs.items() if run.cut_short), within_zone=decided)
+    return apply_ranking(records, placings, throughput(runs, BASELINE), throughput(runs, IDEAL), pick)
 
 
 def scored(runs: Mapping[str, TrialRun], name: str) -> Scored:

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
 from loadtune.core.kinds import RankBy, Status
-from loadtune.decide.choice import bounding_fetch_ms, contends, fetches_alike, workers_bound
+from loadtune.decide.choice import contends, fetches_alike, out_of_reach
 from loadtune.decide.paired import Judged, PairedCall, PairedOutcome, judge, log_throughput, paired_spread
 from loadtune.decide.ranking import scored_from_record
 from loadtune.decide.selection import RaceStep, Scored, Ties, behind_bar, race_step, zone
@@ -65,9 +65,7 @@ class RaceSettings:
     rank_by: RankBy = RankBy.THROUGHPUT
     use_model_ties: bool = False
     scratch: str | None = None
-    # A trial its workers cannot carry past the leader, by the fetch time a measured config with the
-    # same workers showed (choice.workers_bound), is not measured (the model strategy).
-    bounds: bool = False
+    bounds: bool = False  # a trial its workers cannot carry to the leader is not measured (choice.out_of_reach)
 
 
 @dataclass
@@ -145,10 +143,9 @@ class Racer:
             self.runs[samples.trial] = restored(samples, record)
 
     def settle_pending(self) -> None:
-        """Kept trials the strategy did not ask for again (its path may differ once the kept trials
-        hold more repeats): taken up with their raw samples, in their own rounds, where the config
-        still names their trial in full (known_in_full), so racing measures them further as in one
-        sweep; the rest stay as recorded."""
+        """Kept trials the strategy did not ask for again, taken up with their raw samples in their
+        own rounds where the config still names them in full (known_in_full), so racing measures
+        them further as in one sweep; the rest stay as recorded."""
         config, accelerator = self.setup.spec.config, self.setup.accelerator
         rounds: dict[int, list[Trial]] = {}
         for run in [run for run in self.runs.values() if run.pending]:
@@ -188,13 +185,16 @@ class Racer:
 
     # --- measuring ---------------------------------------------------------------------------
 
-    def _job(self, trial: Trial) -> TrialJob:
-        spec = self.setup.spec
+    def _job(self, run: TrialRun) -> TrialJob:
+        """The trial's next repeat, as its process runs it: only its first window may end early
+        (_behind); a later one is asked for by the race, to decide it, and runs whole."""
+        spec, trial = self.setup.spec, run.trial
         cfg = spec.config
         measure = {"repeats": 1, "batches": counted_batches(trial.name, cfg.measure)}
         return TrialJob(trial, cfg.dataset, cfg.step, cfg.measure.model_copy(update=measure),
                         self.setup.device, str(spec.base_dir), os.getpid(), multiprocessing.get_start_method(),
-                        spec.ranks, scratch=self.settings.scratch, behind=self._behind(trial))
+                        spec.ranks, scratch=self.settings.scratch,
+                        behind=None if run.repeats else self._behind(trial))
 
     def _behind(self, trial: Trial) -> Behind | None:
         """When the trial's window may end early, clearly behind the leader so far (decide's
@@ -218,12 +218,10 @@ class Racer:
 
     def measure(self, trials: Sequence[Trial], round_no: int) -> dict[str, Scored]:
         """Measure the trials not measured yet, `measure.min_repeats` repeats each, interleaved;
-        stop those clearly behind (see race); the current score of every trial so far (racing may
-        have stopped or failed earlier ones, and the data check flagged them), but those kept by
-        --resume that no strategy asked for again yet: to the strategy, as in a sweep that measured
-        nothing before, they are still to measure. The repeats that
-        decide the pick come once, after the last round (race): a round's winner only says where
-        the next round sits, and contenders a later round overtakes need no more repeats."""
+        stop those clearly behind (see race); the score of every trial so far but those kept by
+        --resume that no strategy asked for again yet (to the strategy, still to measure). The
+        repeats that decide the pick come once, after the last round (race): a round's winner only
+        says where the next round sits."""
         new, kept = self._take(trials, round_no)
         # Predicted from the trials measured before these, as they were when the kept ones ran.
         for name, prediction in self.model.predict_new([run.trial for run in new if run.predicted is None]).items():
@@ -295,26 +293,21 @@ class Racer:
 
     def _out_of_reach(self, run: TrialRun) -> str | None:
         """Why the trial need not run: a config measured in full whose fetch time bounds it
-        (choice.fetches_alike, workers_bound) below what it must reach to stay in the race
-        (behind_bar); else None. Only where a window may end early (_behind) and under the model
-        strategy."""
+        (choice.fetches_alike, out_of_reach) below what it must reach to stay in the race
+        (behind_bar), where a window may end early (_behind), under the model strategy; else None."""
         behind = self._behind(run.trial) if self.settings.bounds else None
         kwargs = run.trial.loader_kwargs
         if behind is None or run.trial.feed == FEED_MEMORY:
             return None
         for other in self.runs.values():
             record = other.record
-            if other is run or other.cut_short or other.flagged or record is None or not record.ran \
-                    or record.measuring.stopped_early or not record.assessment.fetch_ms \
-                    or not fetches_alike(kwargs, other.trial.loader_kwargs):
-                continue
-            workers, fetch_ms = int(kwargs["num_workers"]), record.assessment.fetch_ms
-            bound = workers_bound(workers, int(kwargs["batch_size"]), fetch_ms)
-            if bound < behind.bar_samples_per_s:
-                return (f"its {workers} worker{'s make' if workers > 1 else ' makes'} at most {bound:.0f} samples/s "
-                        f"({other.trial.name} fetched a batch in {fetch_ms:.1f} ms, taken as "
-                        f"{bounding_fetch_ms(fetch_ms):.1f}), below the {behind.bar_samples_per_s:.0f} it "
-                        "would need to contend")
+            if other is not run and not other.cut_short and not other.flagged and record is not None and record.ran \
+                    and not record.measuring.stopped_early and record.assessment.fetch_ms \
+                    and fetches_alike(kwargs, other.trial.loader_kwargs) \
+                    and (why := out_of_reach(int(kwargs["num_workers"]), int(kwargs["batch_size"]),
+                                             record.assessment.fetch_ms, behind.bar_samples_per_s,
+                                             other.trial.name)) is not None:
+                return why
         return None
 
     def check_data(self) -> None:
@@ -362,6 +355,8 @@ class Racer:
         rival get one more repeat each, interleaved, until the pick is decided, or the two reach
         `measure.repeats`, or the time budget runs out."""
         while True:
+            if more and self._budget_left():
+                self._revive()
             step = self._race_step(more)
             self.last_race = step
             self._stop(step.stop)
@@ -372,6 +367,20 @@ class Racer:
                 self._run_pair(step.again[0], step.again[1])
             else:
                 self._run_round([self.runs[name] for name in step.again])
+
+    def _revive(self) -> None:
+        """Trials whose first window ended early against a leader's figure that has since fallen
+        (what they ran reaches the bar of the leader now: _behind) run a whole window in place of
+        the cut one and contend again: one process's reading set the bar that cut them."""
+        runs = [run for run in self.runs.values() if run.cut_short and run.repeats == 1 and run.live
+                and run.failure is None and run.score is not None and run.score.ran
+                and (behind := self._behind(run.trial)) is not None
+                and run.score.measured_throughput.mean >= behind.bar_samples_per_s]
+        for run in runs:
+            run.stopped_early = False
+        if runs:
+            self._plan_runs(len(runs))
+            self._run_round(runs)
 
     def _race_step(self, more: bool) -> RaceStep:
         """Where the race stands among the contenders (choice.contends), after the close calls
@@ -473,14 +482,15 @@ class Racer:
         m = self.setup.spec.config.measure
         for attempt in range(MAX_REDONE + 1):
             self.emit(events.RunStarted(run.trial, run.repeats + 1, m.repeats))
-            outcome = self.execute(self._job(run.trial), m.timeout_s)
+            outcome = self.execute(self._job(run), m.timeout_s)
             self.emit(events.RunFinished(run.trial, outcome))
             if outcome.result is None:
                 run.failure = outcome
                 return
             outside = outside_share(outcome.result, self.setup.sampled_cores)
             if outside is None or outside <= m.max_outside_cpu or attempt == MAX_REDONE:
-                run.done.append(Repeat(outcome.result, outcome.wall_s))
+                # A whole window replaces one cut short (a trial revived: _revive).
+                run.done = [*(r for r in run.done if not r.measurement.behind), Repeat(outcome.result, outcome.wall_s)]
                 run.stopped_early = run.stopped_early or outcome.result.behind
                 return
             run.disturbed += 1
