@@ -65,3 +65,28 @@ def test_the_pick_and_the_recommendation_follow_the_one_rule():
             Record.of(trial="d", status="ok", throughput=50.0, tied_with_best=False, num_workers=0)]
     best = recommended(rows)
     assert best is not None and best.trial == "b", "the cheapest tied with the best; of equal cost the faster"
+
+
+def test_a_files_recommendation_is_its_first_row_tied_with_the_best_and_in_older_files_the_cheapest():
+    # Since format 6 a decided sweep marks every config within its zone =1 and writes its pick first of
+    # them: the pick may be dearer than another =1 row (that one expected to cost more than half the zone).
+    def rows(version: int) -> list[Record]:
+        return [Record.of(trial="pick", status="ok", throughput=100.0, tied_with_best=True, num_workers=3,
+                          format_version=version),
+                Record.of(trial="cheap", status="ok", throughput=93.0, tied_with_best=True, num_workers=2,
+                          format_version=version)]
+
+    now, older = recommended(rows(6)), recommended(rows(5))
+    assert now is not None and now.trial == "pick"
+    assert older is not None and older.trial == "cheap", "as the sweep picked then: the cheapest tied"
+
+
+def test_the_pick_is_written_first_of_the_rows_tied_with_the_best():
+    from loadtune.decide.ranking import Placing, apply_ranking
+
+    rows = [Record.of(trial="fast", status="ok", throughput=100.0),
+            Record.of(trial="pick", status="ok", throughput=95.0),
+            Record.of(trial="slow", status="ok", throughput=50.0)]
+    placings = {"fast": Placing(1, True), "pick": Placing(1, True), "slow": Placing(3, False)}
+    assert [r.trial for r in apply_ranking(rows, placings, 50.0, pick="pick")] == ["pick", "fast", "slow"]
+    assert [r.trial for r in apply_ranking(rows, placings, 50.0)] == ["fast", "pick", "slow"]

@@ -392,3 +392,23 @@ def test_a_config_its_workers_cannot_carry_past_the_leader_is_not_measured(tmp_p
         assert fake.runs[deeper.name] == 1 and row.status == "ok"
     assert fake.runs["num_workers=2"] == 1 and records["num_workers=2"].status == "ok"
     assert RaceSettings().bounds is False, "other strategies measure every trial they ask for"
+
+
+def test_a_config_racing_stopped_after_a_whole_window_still_bounds_what_its_workers_make(tmp_path, write_config,
+                                                                                      monkeypatch):
+    """Racing stops the baseline (clearly behind), its window whole: its fetch time still bounds a
+    config with its one worker and more prefetch, as before it was stopped (a resumed sweep meets
+    the baseline stopped; it measured such configs again)."""
+    import dataclasses
+
+    runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=1)
+    runner.execute = fake = Fetching(0.036)
+    runner.settings = dataclasses.replace(runner.settings, bounds=True)
+    spec = runner.setup.spec.config
+    runner.measure([trial_for(spec, {}, False), trial_for(spec, {"num_workers": 2}, False)], 1)
+    runner._stop(["baseline"])
+    assert runner.runs["baseline"].stopped_early and not runner.runs["baseline"].cut_short
+    deeper = trial_for(spec, {"prefetch_factor": 4}, False)
+    monkeypatch.setitem(TRUE, deeper.name, 200.0)
+    runner.measure([deeper], 2)
+    assert deeper.name not in fake.runs and runner.runs[deeper.name].trial.skipped

@@ -187,3 +187,17 @@ def test_the_interval_holds_a_reruns_estimate_as_often_as_its_level_says():
         held += runs[0].throughput.lo <= runs[1].throughput.mean <= runs[0].throughput.hi
         pairs += 1
     assert 0.90 <= held / pairs <= 0.995
+
+
+def test_once_decided_every_config_within_the_zone_by_its_estimate_is_marked_equal():
+    # b reads 5% behind a, within the 8% zone, but could be 15% behind: not shown within it. Once the
+    # pick is decided, no repeat is left to tell them apart: b shares a's rank; c, 12% behind, does not;
+    # a trial cut short (behind) never does.
+    items = [scored("a", 100, 5), scored("b", 95, 8), scored("c", 88, 1), scored("cut", 99, 1)]
+    plain = rank(items, tolerance=0.08, behind=frozenset({"cut"}))
+    assert not plain["b"].tied_with_best
+    decided = rank(items, tolerance=0.08, behind=frozenset({"cut"}), unresolved=frozenset({"a", "b", "c", "cut"}))
+    assert {k: (v.rank, v.tied_with_best) for k, v in decided.items()} == \
+        {"a": (1, True), "b": (1, True), "cut": (3, False), "c": (4, False)}
+    stopped = rank(items, tolerance=0.08, behind=frozenset({"cut"}), unresolved=frozenset({"a", "c", "cut"}))
+    assert not stopped["b"].tied_with_best, "racing stopped b (shown behind in pairs): never equal by its estimate"

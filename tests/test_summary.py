@@ -133,7 +133,7 @@ def test_configs_equal_within_the_zone_are_counted_as_marked_in_the_table():
     # those expected to cost at most half the zone (selection.acceptable), and the line says so.
     cheaper = dataclasses.replace(equal, equal=("num_workers=2", "num_workers=3"))
     line = summary_lines(summary(cheaper))[1]
-    assert line.endswith("this is the cheapest expected to lose under 4% to the fastest of them.") and \
+    assert line.endswith("; of them, this is the cheapest expected to lose under 4% to the fastest.") and \
         len(wrap(line, 100)) <= 2, line
 
 

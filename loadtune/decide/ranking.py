@@ -27,10 +27,10 @@ class Placing:
 
 def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: float = TOLERANCE,
          ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset(),
-         within_zone: bool = False) -> dict[str, Placing]:
+         unresolved: frozenset[str] = frozenset()) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
-    the leader's rank (with `within_zone`, also one whose estimate lies within `tolerance`, the
-    sweep's zone, of the leader's: a difference the sweep cannot resolve); one that cannot be told
+    the leader's rank (a trial `unresolved`, with no repeat left to tell it apart, also where its
+    estimate lies within `tolerance`, the sweep's zone, of the leader's); one that cannot be told
     yet starts a group of its own. The pick (the baseline kept because no change is shown to pay)
     is among the best, wherever it places. A trial `behind` (its window ended early, clearly
     behind the leader: figures from part of a window) places by its figures, but after the best
@@ -39,7 +39,7 @@ def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: flo
 
     def alike(item: Scored, leader: Scored) -> bool:
         return acceptable(item, leader, tolerance, by, ties) or \
-            (within_zone and point_loss(item, leader, by) <= tolerance)
+            (item.name in unresolved and point_loss(item, leader, by) <= tolerance)
 
     placings: dict[str, Placing] = {}
     leader: Scored | None = None

@@ -135,8 +135,6 @@ def _sure_words(decision: Decision, chosen: Record, cheapest: bool = True) -> st
     zone), the pick is the cheapest, or where a cheaper one is expected to lose more than
     PICK_SHORTFALL_SHARE of the zone to the fastest (selection.acceptable), the cheapest that is not."""
     bound = decision.resolving.bound
-    which = "the cheapest" if cheapest else \
-        f"the cheapest expected to lose under {share(decision.zone * PICK_SHORTFALL_SHARE)} to the fastest"
     if bound is not None and bound <= decision.zone:
         marked = f"the {len(decision.equal) + 1} marked =1"
         equal = "" if not decision.equal else f"; it is the cheapest of {marked}" if cheapest else f"; {marked}"
@@ -147,7 +145,9 @@ def _sure_words(decision: Decision, chosen: Record, cheapest: bool = True) -> st
         return (f"Sure: {tie.other} ({tie.measured_ratio:.2f}x measured, {tie.predicted_ratio:.2f}x predicted) ran "
                 "as fast, as the model predicts; this is the cheapest of them.")
     if decision.equal:
-        return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; this is {which} of them."
+        which = "this is the cheapest of them" if cheapest else "of them, this is the cheapest expected to lose " \
+            f"under {share(decision.zone * PICK_SHORTFALL_SHARE)} to the fastest"
+        return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; {which}."
     return (f"Sure: every other config is slower, or at most {share(decision.zone)} faster and dearer; a rerun "
             "here picks this one again.")
 

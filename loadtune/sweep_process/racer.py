@@ -293,17 +293,17 @@ class Racer:
 
     def _out_of_reach(self, run: TrialRun) -> str | None:
         """Why the trial need not run: a config measured in full whose fetch time bounds it
-        (choice.fetches_alike, out_of_reach) below what it must reach to stay in the race
-        (behind_bar), where a window may end early (_behind), under the model strategy; else None."""
+        (fetches_alike, out_of_reach) below the bar to contend (_behind; model strategy); else None."""
         behind = self._behind(run.trial) if self.settings.bounds else None
         kwargs = run.trial.loader_kwargs
         if behind is None or run.trial.feed == FEED_MEMORY:
             return None
         for other in self.runs.values():
             record = other.record
-            if other is not run and not other.cut_short and not other.flagged and record is not None and record.ran \
-                    and not record.measuring.stopped_early and record.assessment.fetch_ms \
-                    and fetches_alike(kwargs, other.trial.loader_kwargs) \
+            # Its windows whole (racing may stop one measured in full; kept without samples, not known).
+            whole = not other.cut_short if other.done else record is not None and not record.measuring.stopped_early
+            if other is not run and whole and not other.flagged and record is not None and record.ran \
+                    and record.assessment.fetch_ms and fetches_alike(kwargs, other.trial.loader_kwargs) \
                     and (why := out_of_reach(int(kwargs["num_workers"]), int(kwargs["batch_size"]),
                                              record.assessment.fetch_ms, behind.bar_samples_per_s,
                                              other.trial.name)) is not None:
