@@ -29,7 +29,7 @@ def rank(items: Sequence[Scored], by: RankBy = RankBy.THROUGHPUT, tolerance: flo
          ties: Ties = frozenset(), pick: str | None = None, behind: frozenset[str] = frozenset(),
          unresolved: frozenset[str] = frozenset()) -> dict[str, Placing]:
     """Competition ranks (1, 1, 3, ...): a trial acceptable in place of its group's leader shares
-    the leader's rank (a trial `unresolved`, with no repeat left to tell it apart, also where its
+    the leader's rank (a trial `unresolved`, which racing left as it was, also where its
     estimate lies within `tolerance`, the sweep's zone, of the leader's); one that cannot be told
     yet starts a group of its own. The pick (the baseline kept because no change is shown to pay)
     is among the best, wherever it places. A trial `behind` (its window ended early, clearly

@@ -147,7 +147,7 @@ def ranked(runs: Mapping[str, TrialRun], rank_by: RankBy, tolerance: float, ties
     """The runs' records ranked (apply_ranking) at the zone the pick was judged at (`tolerance`),
     the pick among the best; the ideal a reference, not ranked. Once the pick is decided, configs
     racing did not stop whose estimates lie within the zone of the best's share its rank (rank's
-    `unresolved`): no repeat left can tell them apart."""
+    `unresolved`): the pick does not turn on them, and the sweep did not resolve them."""
     records = [run.record for run in runs.values() if run.record is not None]
     unresolved = frozenset(name for name, run in runs.items() if decided and not run.stopped_early)
     placings = rank([scored(runs, r.trial or "") for r in records if r.trial != IDEAL], rank_by, tolerance, ties,
