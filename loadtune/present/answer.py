@@ -126,10 +126,10 @@ def sure_line(standing: Standing, decision: Decision | None, rebuilt: bool) -> s
         return (f"Not sure: {_named(decision.undecided)} might still be up to {decision.gap:.0%} faster, beyond "
                 f"the {share(decision.zone)} this machine resolves; to settle it, {settle(decision)}.")
     equal = [r for r in standing.trials if r.trial in decision.equal]
-    return _sure_words(decision, chosen, all(cost_of(chosen.to_dict()) <= cost_of(r.to_dict()) for r in equal))
+    return _sure_words(decision, all(cost_of(chosen.to_dict()) <= cost_of(r.to_dict()) for r in equal))
 
 
-def _sure_words(decision: Decision, chosen: Record, cheapest: bool = True) -> str:
+def _sure_words(decision: Decision, cheapest: bool) -> str:
     """Why a decided pick is sure: nothing left can gain more than the zone, the model's ties, the
     configs equal within the zone, or the rest behind. Of the equal (their estimates within the
     zone), the pick is the cheapest, or where a cheaper one is expected to lose more than

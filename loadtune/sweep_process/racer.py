@@ -300,13 +300,13 @@ class Racer:
             return None
         for other in self.runs.values():
             record = other.record
+            if other is run or other.flagged or record is None or not record.ran or not record.assessment.fetch_ms:
+                continue
             # Its windows whole (racing may stop one measured in full; kept without samples, not known).
-            whole = not other.cut_short if other.done else record is not None and not record.measuring.stopped_early
-            if other is not run and whole and not other.flagged and record is not None and record.ran \
-                    and record.assessment.fetch_ms and fetches_alike(kwargs, other.trial.loader_kwargs) \
-                    and (why := out_of_reach(int(kwargs["num_workers"]), int(kwargs["batch_size"]),
-                                             record.assessment.fetch_ms, behind.bar_samples_per_s,
-                                             other.trial.name)) is not None:
+            whole = not other.cut_short if other.done else not record.measuring.stopped_early
+            if whole and fetches_alike(kwargs, other.trial.loader_kwargs) and (why := out_of_reach(
+                    int(kwargs["num_workers"]), int(kwargs["batch_size"]), record.assessment.fetch_ms,
+                    behind.bar_samples_per_s, other.trial.name)) is not None:
                 return why
         return None
 
