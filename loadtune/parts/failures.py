@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 import signal
+import time
+from collections.abc import Callable
+from typing import Any
 
 # Prefix of the note added to an exception raised while loading a sample or collating a batch;
 # it travels inside the traceback text of an error re-raised from a DataLoader worker.
@@ -15,6 +18,14 @@ SIGNAL_HINTS = {
     "SIGBUS": "/dev/shm may be too small for the batches workers share (Docker's default is 64 MB)",
 }
 
+
+# Errors with which a batch's hand-over from a worker breaks when the worker dies during it (the
+# trial process is fetching the batch's shared memory from the worker's socket).
+HANDOVER_BROKEN = (ConnectionError, EOFError)
+# How long a worker whose hand-over broke is given to show its exit status: its sockets close
+# before the kernel records how it ended.
+DEATH_SEEN_WITHIN_S = 1.0
+DEATH_POLL_S = 0.01
 
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
 _CAUGHT = re.compile(r"^Caught \S+ ")
@@ -81,6 +92,42 @@ def _worker_death(exc: BaseException) -> str | None:
     return None
 
 
+def _loader_workers(chain: list[BaseException]) -> list[Any]:
+    """The worker processes of the DataLoader iterator the error was raised in (read off the
+    traceback: the iterator is `self` of torch's frames)."""
+    for link in chain:
+        tb = link.__traceback__
+        while tb is not None:
+            workers = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
+            if isinstance(workers, list) and workers:
+                return workers
+            tb = tb.tb_next
+    return []
+
+
+def killed_in_handover(exc: BaseException, clock: Callable[[], float] = time.monotonic,
+                       sleep: Callable[[float], None] = time.sleep) -> str | None:
+    """'DataLoader worker (pid N) killed by SIGKILL (...)' when a batch's hand-over broke because
+    its worker died of a signal: torch raises the broken connection itself when the worker was not
+    yet seen dead, so its exit status is waited for here (at most DEATH_SEEN_WITHIN_S)."""
+    chain = _chain(exc)
+    if not any(isinstance(link, HANDOVER_BROKEN) for link in chain):
+        return None
+    workers = _loader_workers(chain)
+    deadline = clock() + DEATH_SEEN_WITHIN_S
+    killed: list[tuple[int, int]] = []
+    while workers:
+        killed = [(w.pid, w.exitcode) for w in workers if isinstance(w.exitcode, int) and w.exitcode < 0]
+        if killed or clock() >= deadline:
+            break
+        sleep(DEATH_POLL_S)
+    if not killed:
+        return None
+    # A worker stopped by the loader's own shutdown (SIGTERM) is named only when no other was killed.
+    pid, code = min(killed, key=lambda k: k[1] == -signal.SIGTERM)
+    return f"DataLoader worker (pid {pid}) killed by {signal_text(-code)}"
+
+
 def _from_worker(text: str) -> tuple[str, list[str], str]:
     """An error re-raised from a worker ('Caught X in DataLoader worker process N.' and the
     worker's traceback): the original error line, loadtune's notes, and where it happened."""
@@ -103,7 +150,7 @@ def describe(exc: BaseException) -> str:
     try:
         if getattr(exc, "reason_as_is", False):  # already a whole reason (ranks.RankFailedError)
             return _text(exc)
-        death = _worker_death(exc)
+        death = _worker_death(exc) or killed_in_handover(exc)
         if death:
             return death
         text = _text(exc)
