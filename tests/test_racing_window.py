@@ -269,8 +269,13 @@ def test_a_trial_cut_short_against_a_leader_whose_figure_fell_runs_a_whole_windo
         windows = (dataclasses.replace(whole, **parts),) if cut else m.windows
         return Outcome("ok", "", Measurement(m.start, windows, behind=cut), 0.5)
 
+    from loadtune.sweep_process import events
+
     runner, _ = runner_for(tmp_path, write_config, min_repeats=1, repeats=4, tolerance=0.03)
     runner.execute = execute
+    said: list[int] = []  # the repeat each of its processes is announced as (the progress line)
+    runner.emit = lambda e: said.append(e.repeat) if isinstance(e, events.RunStarted) and \
+        e.trial.name == "num_workers=2" else None
     spec = runner.setup.spec.config
     runner.measure([trial_for(spec, {"num_workers": 2}, False), trial_for(spec, {"num_workers": 3}, False)], 1)
     other = runner.runs["num_workers=2"]
@@ -280,3 +285,4 @@ def test_a_trial_cut_short_against_a_leader_whose_figure_fell_runs_a_whole_windo
     assert [bar is None for name, bar in jobs if name == "num_workers=2"][1:] == [True] * (other.repeats), \
         "its window run again, and every one after, whole"
     assert all(len(r.measurement.windows[0]) == 20 for r in other.done), "the cut window is replaced"
+    assert said == [1, *range(1, other.repeats + 1)], f"the whole window is announced as repeat 1 again: {said}"

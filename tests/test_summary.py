@@ -103,7 +103,7 @@ def test_the_answer_and_the_details_give_the_same_rerun(ended_by):
 def test_the_answer_when_decided_or_tied():
     decided = Decision(True, 0.03, PICK, resolving=Resolving(0.02, 3, 0.03))
     assert summary_lines(summary(decided))[1] == \
-        "Sure: every other config is slower, or at most 3% faster and dearer; a rerun here picks this one again."
+        "Sure: every other config is slower, or dearer and faster by at most the 3% tolerance."
     tie = ModelTie(PICK, "num_workers=2", 1.0, 0.96, 0.06, "processes")
     assert summary_lines(summary(Decision(True, 0.03, PICK, ties=(tie,))))[1] == (
         "Sure: num_workers=2 (0.96x measured, 1.00x predicted) ran as fast, as the model predicts; this is the "

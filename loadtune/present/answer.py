@@ -148,8 +148,7 @@ def _sure_words(decision: Decision, cheapest: bool) -> str:
         which = "this is the cheapest of them" if cheapest else "of them, this is the cheapest expected to lose " \
             f"under {share(decision.zone * PICK_SHORTFALL_SHARE)} to the fastest"
         return f"Sure: {_counted(decision.equal)} ran within {_zone_words(decision)}; {which}."
-    return (f"Sure: every other config is slower, or at most {share(decision.zone)} faster and dearer; a rerun "
-            "here picks this one again.")
+    return f"Sure: every other config is slower, or dearer and faster by at most {_zone_words(decision)}."
 
 
 def undecided_line(decision: Decision) -> str:

@@ -481,7 +481,7 @@ class Racer:
         than measure.max_outside_cpu of the cores during its window."""
         m = self.setup.spec.config.measure
         for attempt in range(MAX_REDONE + 1):
-            self.emit(events.RunStarted(run.trial, run.repeats + 1, m.repeats))
+            self.emit(events.RunStarted(run.trial, run.next_repeat, m.repeats))
             outcome = self.execute(self._job(run), m.timeout_s)
             self.emit(events.RunFinished(run.trial, outcome))
             if outcome.result is None:

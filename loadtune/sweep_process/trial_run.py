@@ -215,6 +215,12 @@ class TrialRun:
         return len(self.done)
 
     @property
+    def next_repeat(self) -> int:
+        """The repeat a new process of it makes: a revived trial's whole window (Racer._revive)
+        takes the place of its cut one, not a repeat of its own."""
+        return sum(not r.measurement.behind for r in self.done) + 1
+
+    @property
     def mean_wall_s(self) -> float:
         return sum(r.wall_s for r in self.done) / len(self.done) if self.done else 0.0
 
