@@ -186,6 +186,60 @@ def test_a_setting_that_fails_falls_back_to_the_one_kept():
     assert not tuner.failed("again")  # the kept setting failing is the loop's own error
 
 
+
+class Neighbour:
+    """What other processes use during each window, in the order the windows end (then nothing);
+    counts the windows it was asked about."""
+
+    def __init__(self, *shares: float | None) -> None:
+        self.shares, self.opened = list(shares), 0
+
+    def __call__(self) -> Callable[[], float | None]:
+        self.opened += 1
+        return lambda: self.shares.pop(0) if self.shares else 0.0
+
+
+def test_a_window_disturbed_by_other_processes_is_measured_again_and_the_search_says_so():
+    clock = FakeClock()
+    neighbour = Neighbour(0.6)  # the start's first window: other processes took 60% of the cores
+    tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
+                  lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=neighbour)
+    # 2 warm-up batches, a disturbed window of 12, then the window measured again: 12 more
+    assert run_setting(tuner, clock, wait_s=0.04) == 2 + 2 * WINDOW_MIN_BATCHES
+    assert neighbour.opened == 2 and tuner.disturbed == [0.6] and len(tuner.tried) == 1
+    run_setting(tuner, clock, wait_s=0.0002, step_s=0.05)  # one worker: nothing left to gain
+    assert tuner.settled and tuner.notes == [
+        "1 window(s) measured again: other processes used up to 60% of the cores (more than 25%)"]
+
+
+def test_a_window_is_measured_again_at_most_max_redone_times_and_a_quiet_or_unknown_one_never():
+    from loadtune.core.kinds import MAX_REDONE
+
+    clock = FakeClock()
+    busy = Neighbour(*[0.9] * (MAX_REDONE + 1))
+    tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
+                  lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=busy)
+    assert run_setting(tuner, clock, wait_s=0.04) == 2 + (MAX_REDONE + 1) * WINDOW_MIN_BATCHES
+    assert tuner.disturbed == [0.9] * MAX_REDONE and tuner.tried[0].samples_per_s == pytest.approx(10 / 0.05)
+    for neighbour in (Neighbour(0.25), Neighbour(None)):  # at the limit, or not known (a CPU quota)
+        clock = FakeClock()
+        tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
+                      lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=neighbour)
+        assert run_setting(tuner, clock, wait_s=0.04) == 2 + WINDOW_MIN_BATCHES and not tuner.disturbed
+
+
+def test_what_other_processes_use_is_read_from_the_machine_s_count_less_the_tree_s():
+    from loadtune.measure.cpu import cpu_outside_share, outside_since
+    from loadtune.record.measurement import CpuWindow
+
+    assert cpu_outside_share(CpuWindow(2.0, main_cpu_s=1.0, workers_cpu_s=1.5, machine_busy_s=3.5,
+                                       machine_cpus=2), usable_cores=2) == pytest.approx(0.25)
+    assert cpu_outside_share(CpuWindow(1.0, 1.0, 1.0, machine_busy_s=1.5, machine_cpus=2), 2) == 0.0
+    assert cpu_outside_share(CpuWindow(1.0, 1.0, 1.0, machine_busy_s=None, machine_cpus=None), 2) is None
+    share = outside_since(1.0)()  # a real reading: a share of the cores, or None under a quota
+    assert share is None or share >= 0.0
+
+
 # --- real DataLoaders ------------------------------------------------------------------------------
 
 
@@ -216,16 +270,18 @@ class Stream(IterableDataset):
 
 
 def quick_patches(patch: Callable[[Any, str, Any], None]) -> None:
-    """Short windows, 2 usable cores (so 6 workers at most) whatever this machine has, and every
-    change kept, so a run switches at the same batches whatever the figures: 0, 1, 2, 4, 6
-    workers, then prefetch_factor 4 and 8, then the kept setting made persistent. `patch`:
-    monkeypatch.setattr, or setattr in a process of its own (a rank of tests/test_tune_ranks.py)."""
+    """Short windows, 2 usable cores (so 6 workers at most) whatever this machine has, no window
+    measured again for what other processes use, and every change kept, so a run switches at the
+    same batches whatever the figures: 0, 1, 2, 4, 6 workers, then prefetch_factor 4 and 8, then
+    the kept setting made persistent. `patch`: monkeypatch.setattr, or setattr in a process of its
+    own (a rank of tests/test_tune_ranks.py)."""
     patch(tune_module, "MIN_WINDOW_S", 0.05)
     patch(tune_module, "WINDOWS_IN_BUDGET", 10**6)  # windows of 0.05 s, a budget never spent
     patch(tune_module, "TOLERANCE", -2.0)  # no loop waits so little that nothing can gain
     patch(Tuner, "zone", lambda self, a, b: -1.0)  # any change is faster by more than the zone
     patch(tune_module.Tuned, "_suggest", lambda self: None)  # the model's picks: see below
     patch(tune_module, "usable_cores", lambda: 2)
+    patch(tune_module, "outside_since", lambda cores: lambda: None)  # a test beside this one redoes no window
     # one warm-up rule (watch.warm_up_rule) for the search and the rows: a batch
     patch(watch_module, "_MEASURE", MeasureSpec(warmup_batches=1, warmup_batches_per_worker=0))
 
@@ -264,6 +320,7 @@ def test_the_pipeline_model_fitted_to_the_start_names_what_to_try_first(tmp_path
     monkeypatch.setattr(tune_module, "MIN_WINDOW_S", 0.05)
     monkeypatch.setattr(tune_module, "WINDOWS_IN_BUDGET", 10**6)
     suggested: list = []
+    monkeypatch.setattr(tune_module, "outside_since", lambda cores: lambda: None)  # the start's one window
     monkeypatch.setattr(Tuner, "suggest", lambda self, configs: suggested.extend(configs))
     tuned = loadtune.tune(DataLoader(Indices(300), batch_size=4), out=tmp_path / "run.csv", budget_s=100)
     got = epochs(tuned, 2)

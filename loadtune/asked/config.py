@@ -31,7 +31,7 @@ from pydantic import (
 
 from loadtune.asked.config_yaml import did_you_mean, parse_yaml, read_yaml, yaml_problem
 from loadtune.core.errors import ConfigError
-from loadtune.core.kinds import TOLERANCE
+from loadtune.core.kinds import MAX_OUTSIDE_CPU, TOLERANCE
 from loadtune.core.text import short_repr
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
@@ -192,7 +192,7 @@ class MeasureSpec(_Model):
     tolerance: float = Field(default=TOLERANCE, ge=0, lt=1)  # practical-equivalence margin, share of throughput
     budget_s: Optional[float] = Field(default=None, gt=0)  # time budget for the racing repeats
     # Share of the usable cores other processes may use during a window before it is measured again.
-    max_outside_cpu: float = Field(default=0.25, ge=0)
+    max_outside_cpu: float = Field(default=MAX_OUTSIDE_CPU, ge=0)
     timeout_s: float = Field(default=300.0, gt=0)
 
     @property

@@ -59,6 +59,10 @@ def choices(kind: type[Word]) -> str:
 # Configs whose throughput is within this share of each other are as good (measure.tolerance,
 # predict --tolerance).
 TOLERANCE = 0.03
+# Share of the usable cores other processes may use during a window before it is measured again
+# (measure.max_outside_cpu; a tuned run's windows), and how many times at most.
+MAX_OUTSIDE_CPU = 0.25
+MAX_REDONE = 2
 # The one-sided 95% quantile of the normal: a difference of Z_ONE_SIDED standard errors is shown
 # (the sweep's decisions), and a window's rest is bounded by it (racing inside a window).
 Z_ONE_SIDED = 1.645

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from loadtune.measure.procfs import descendant_pids
 from loadtune.record.measurement import CpuWindow
@@ -103,3 +104,18 @@ def window_between(start: CpuReading, end: CpuReading) -> CpuWindow:
     return CpuWindow(wall_s=end.t_s - start.t_s, main_cpu_s=max(0.0, end.main_cpu_s - start.main_cpu_s),
                      workers_cpu_s=max(0.0, end.workers_cpu_s - start.workers_cpu_s), machine_busy_s=busy,
                      machine_cpus=end.machine_cpus)
+
+
+def cpu_outside_share(cpu: CpuWindow, usable_cores: float) -> float | None:
+    """The share of the usable cores that processes other than the measured tree used over `cpu`'s
+    stretch (None where the machine's count is not known: under a CPU quota)."""
+    if cpu.machine_busy_s is None or cpu.wall_s <= 0 or usable_cores <= 0:
+        return None
+    return max(0.0, cpu.machine_busy_s - cpu.main_cpu_s - cpu.workers_cpu_s) / cpu.wall_s / usable_cores
+
+
+def outside_since(usable_cores: float) -> Callable[[], float | None]:
+    """Read this process tree's CPU and the machine's now; the function returned, called later,
+    gives the share of the usable cores that other processes used in between."""
+    start = read_cpu()
+    return lambda: cpu_outside_share(window_between(start, read_cpu()), usable_cores)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from loadtune.decide.stats import TrialStats
+from loadtune.measure.cpu import cpu_outside_share
 from loadtune.measure.resource_figures import ResourceFigures, summarize_resources
 from loadtune.measure.resources import shm_need_mb
 from loadtune.measure.verdict import (
@@ -48,9 +49,8 @@ class WindowEvidence:
 
 def outside_share(measurement: Measurement, usable_cores: float) -> float | None:
     """The largest share of the usable cores that processes outside the trial used in a window."""
-    shares = [max(0.0, c.machine_busy_s - c.main_cpu_s - c.workers_cpu_s) / c.wall_s / usable_cores
-              for w in measurement.windows if (c := w.cpu) is not None and c.machine_busy_s is not None
-              and c.wall_s > 0]
+    shares = [share for w in measurement.windows if w.cpu is not None
+              and (share := cpu_outside_share(w.cpu, usable_cores)) is not None]
     return max(shares) if shares else None
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from loadtune.asked.trials import BASELINE, FEED_MEMORY, IDEAL, Trial, counted_batches
-from loadtune.core.kinds import RankBy, Status
+from loadtune.core.kinds import MAX_REDONE, RankBy, Status
 from loadtune.decide.choice import contends, fetches_alike, out_of_reach
 from loadtune.decide.paired import Judged, PairedCall, PairedOutcome, judge, log_throughput, paired_spread
 from loadtune.decide.ranking import scored_from_record
@@ -51,8 +51,6 @@ from loadtune.trial_process.jobs import TrialJob
 
 # Runs one trial job with a timeout: launch.run_in_trial_process, or torchrun's Cluster on every rank.
 Executor = Callable[[TrialJob, float], Outcome]
-# A repeat disturbed by other processes is measured again at most this many times.
-MAX_REDONE = 2
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from loadtune.core.errors import ConfigError, LoadtuneError
 from loadtune.core.kinds import TOLERANCE
+from loadtune.measure.cpu import outside_since
 from loadtune.measure.loop import WarmUp, batch_len
 from loadtune.measure.machine import usable_cores
 from loadtune.model.predict import forecast
@@ -377,9 +378,10 @@ def tuned_for(loader: Any, run: RunWatch, name: str | None = None, budget_s: flo
         return warm_up_rule(run.clock, int(settings.get("num_workers") or 0), bool(settings.get("persistent_workers")),
                             epoch)
 
-    most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * usable_cores())  # as record.watched.default_sweep
+    cores = usable_cores()
+    most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * cores)  # as record.watched.default_sweep
     limits = Limits(tuple(allowed), most, is_accelerator(resolve_device("auto")), budget_s,
                     max(MIN_WINDOW_S, budget_s / WINDOWS_IN_BUDGET), TOLERANCE)
-    tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for)
+    tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for, outside=lambda: outside_since(cores))
     return Tuned(loader, run, name or default_name(loader, len(run.loaders.watches)), tuner)
 

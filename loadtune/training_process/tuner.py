@@ -19,6 +19,9 @@ tolerance, or what the two windows' spread can resolve, the larger. A dimension 
 change that is not kept (the workers once nothing is left between). The search stops, keeping the
 best so far, when no change can gain more than the zone (a setting waiting a share w of the time
 can gain at most 1 / (1 - w)), when nothing is left to try, or when `budget_s` is spent.
+A window during which other processes used more than `max_outside_cpu` of the usable cores is
+measured again (at most MAX_REDONE times), as a sweep measures a disturbed repeat again: one
+busy moment of a neighbour would otherwise decide the rest of the run.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from loadtune.asked.trials import DEFAULT_PREFETCH
-from loadtune.core.kinds import TOLERANCE
+from loadtune.core.kinds import MAX_OUTSIDE_CPU, MAX_REDONE, TOLERANCE
 from loadtune.decide.selection import waiting_gain
 from loadtune.measure.loop import WarmUp
 
@@ -38,6 +41,10 @@ BLOCKS = 3
 PREFETCH_STEPS = (4, 8)
 MODEL_TRIES = 2  # the pipeline model's picks tried first
 Z_TWO_SIDED = 1.96  # the two windows' difference is resolved at 95%
+
+# Called as a window starts; what it returns, called as the window ends, is the share of the
+# usable cores that processes other than the run's used meanwhile (None where it cannot tell).
+Outside = Callable[[], Callable[[], "float | None"]]
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,8 @@ class _Trying:
     from_model: bool = False
     warm: bool = False
     window: _Window = field(default_factory=_Window)
+    redone: int = 0  # its windows measured again, disturbed by other processes
+    outside: Callable[[], float | None] | None = None  # the window's outside share, read at its end
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,17 @@ class Limits:
     budget_s: float
     window_s: float
     tolerance: float = TOLERANCE
+    max_outside_cpu: float = MAX_OUTSIDE_CPU
+
+
+@dataclass(frozen=True)
+class _Asks:
+    """What the search asks of the run: each setting's warm-up rule, whether workers it would
+    add fit in memory (why not, or ""), and what other processes use during a window."""
+
+    warmup: Callable[[Mapping[str, Any]], WarmUp]
+    room_for: Callable[[int], str]
+    outside: Outside | None
 
 
 class Tuner:
@@ -113,8 +133,10 @@ class Tuner:
 
     def __init__(self, start: Mapping[str, Any], limits: Limits, clock: Callable[[], float],
                  warmup: Callable[[Mapping[str, Any]], WarmUp],
-                 room_for: Callable[[int], str] = lambda added: "") -> None:
-        self.limits, self.clock, self._warmup, self._room_for = limits, clock, warmup, room_for
+                 room_for: Callable[[int], str] = lambda added: "", outside: Outside | None = None) -> None:
+        self.limits, self.clock = limits, clock
+        self._asks = _Asks(warmup, room_for, outside)
+        self.disturbed: list[float] = []  # the outside share of each window measured again
         self.kept: Tried | None = None  # the best setting measured so far
         self.tried: list[Tried] = []
         self.settled = False
@@ -134,12 +156,33 @@ class Tuner:
         trying = self._trying
         if not trying.warm:
             trying.warm = trying.rule is not None and trying.rule.after_batch() is True
+            self._open(trying)
             return False
         window = trying.window
         window.add(wait_s, step_s, samples)
         if len(window.samples) < WINDOW_MIN_BATCHES or window.seconds < self.limits.window_s:
             return False
+        if self._disturbed(trying):
+            return False
         self._judge(window.tried(self.current))
+        return True
+
+    def _open(self, trying: _Trying) -> None:
+        """A window starts (its warm-up done): the outside reading begins."""
+        if trying.warm and self._asks.outside is not None:
+            trying.outside = self._asks.outside()
+
+    def _disturbed(self, trying: _Trying) -> bool:
+        """Whether the window just ended is measured again: other processes used more than
+        max_outside_cpu of the usable cores during it, and it was not measured again MAX_REDONE
+        times already."""
+        share = trying.outside() if trying.outside is not None else None
+        if share is None or share <= self.limits.max_outside_cpu or trying.redone >= MAX_REDONE:
+            return False
+        self.disturbed.append(share)
+        trying.redone += 1
+        trying.window = _Window()
+        self._open(trying)
         return True
 
     def suggest(self, configs: Sequence[Mapping[str, Any]]) -> None:
@@ -190,7 +233,7 @@ class Tuner:
     # --- the search ---------------------------------------------------------------------------
 
     def _begin(self, settings: Mapping[str, Any], from_model: bool = False) -> None:
-        self._trying = _Trying(dict(settings), self._warmup(settings), from_model)
+        self._trying = _Trying(dict(settings), self._asks.warmup(settings), from_model)
 
     def _judge(self, tried: Tried) -> None:
         self.tried.append(tried)
@@ -230,7 +273,7 @@ class Tuner:
     def _fits(self, change: Mapping[str, Any], kept: Tried) -> bool:
         """Whether the workers `change` adds fit in memory (a note where they do not)."""
         added = int(change.get("num_workers") or 0) - int(kept.settings.get("num_workers") or 0)
-        short = self._room_for(added) if added > 0 else ""
+        short = self._asks.room_for(added) if added > 0 else ""
         if short:
             self.notes.append(f"num_workers={change['num_workers']} not tried: {short}")
         return not short
@@ -238,6 +281,9 @@ class Tuner:
     def _settle(self) -> None:
         assert self.kept is not None
         self.settled = True
+        if self.disturbed:
+            self.notes.append(f"{len(self.disturbed)} window(s) measured again: other processes used up to "
+                              f"{max(self.disturbed):.0%} of the cores (more than {self.limits.max_outside_cpu:.0%})")
         kept = dict(self.kept.settings)
         if "persistent_workers" in self.limits.tune and kept.get("num_workers") and not kept.get("persistent_workers"):
             # Its effect is at each epoch's start, which a window inside an epoch does not see.
