@@ -293,3 +293,17 @@ def test_two_real_ranks_switch_at_the_same_batches_and_rank_0_writes_both(tmp_pa
              for rank in range(WORLD)}
     assert set(names) == {0, 1} and names[0] == names[1] and "train" in names[0]
     assert not list(tmp_path.glob("run.rank*.csv"))
+
+
+def test_a_rank_beside_others_on_the_machine_does_not_count_them_as_neighbours(tmp_path, monkeypatch):
+    # The job's other ranks use the cores too: a tuned run alone measures what others use, one of
+    # several ranks here does not (each of their windows would be measured again).
+    for env, checked in (({}, True), ({"LOCAL_WORLD_SIZE": "2"}, False), ({"WORLD_SIZE": "2"}, False)):
+        for key in ("LOCAL_WORLD_SIZE", "WORLD_SIZE", "RANK"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        run = RunWatch(tmp_path / "run.csv", 60.0, say=lambda line, level: None, sample_tree=False)
+        tuned = tuned_for(DataLoader(Indices(8), batch_size=4), run, "train")
+        assert (tuned.tuner._asks.outside is not None) == checked, env
+        run.close()

@@ -382,6 +382,9 @@ def tuned_for(loader: Any, run: RunWatch, name: str | None = None, budget_s: flo
     most = max(WORKERS_TRIED_AT_LEAST, WORKERS_PER_CORE * cores)  # as record.watched.default_sweep
     limits = Limits(tuple(allowed), most, is_accelerator(resolve_device("auto")), budget_s,
                     max(MIN_WINDOW_S, budget_s / WINDOWS_IN_BUDGET), TOLERANCE)
-    tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for, outside=lambda: outside_since(cores))
+    # The job's other ranks on this machine are not this process's tree: what they use is no neighbour's.
+    alone = int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 1) <= 1
+    tuner = Tuner(settings_of(loader), limits, run.clock, warmup, room_for,
+                  outside=(lambda: outside_since(cores)) if alone else None)
     return Tuned(loader, run, name or default_name(loader, len(run.loaders.watches)), tuner)
 
