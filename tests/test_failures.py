@@ -9,6 +9,7 @@ import signal
 from typing import Any
 
 from loadtune.parts.failures import DEATH_POLL_S, DEATH_SEEN_WITHIN_S, describe, killed_in_handover
+from tests.test_measure import FakeClock
 
 
 class _Iterator:
@@ -55,41 +56,30 @@ class _DiesLater:
         return self._exitcode if self._polls < 0 else None
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now_s = 0.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def sleep(self, seconds: float) -> None:
-        self.now_s += seconds
-
-
 def test_the_exit_status_is_waited_for_up_to_its_limit_and_no_longer():
-    clock = _Clock()
+    clock = FakeClock()
     seen = _raised([_DiesLater(7, polls=5, exitcode=-signal.SIGSEGV)], ConnectionResetError())
-    assert killed_in_handover(seen, clock, clock.sleep) == (
+    assert killed_in_handover(seen, clock, clock.advance) == (
         "DataLoader worker (pid 7) killed by SIGSEGV (Segmentation fault)")
-    assert clock.now_s == 5 * DEATH_POLL_S
+    assert clock.now == 5 * DEATH_POLL_S
 
-    clock = _Clock()
+    clock = FakeClock()
     alive = _raised([_DiesLater(8, polls=10**6, exitcode=-9)], EOFError())
-    assert killed_in_handover(alive, clock, clock.sleep) is None
-    assert DEATH_SEEN_WITHIN_S <= clock.now_s < DEATH_SEEN_WITHIN_S + 2 * DEATH_POLL_S
+    assert killed_in_handover(alive, clock, clock.advance) is None
+    assert DEATH_SEEN_WITHIN_S <= clock.now < DEATH_SEEN_WITHIN_S + 2 * DEATH_POLL_S
 
 
 def test_a_worker_the_loader_stopped_is_named_only_when_none_other_was_killed():
-    clock = _Clock()
+    clock = FakeClock()
     both = [_DiesLater(1, 0, -signal.SIGTERM), _DiesLater(2, 0, -signal.SIGBUS)]
-    assert "pid 2) killed by SIGBUS" in (killed_in_handover(_raised(both, EOFError()), clock, clock.sleep) or "")
+    assert "pid 2) killed by SIGBUS" in (killed_in_handover(_raised(both, EOFError()), clock, clock.advance) or "")
     stopped = [_DiesLater(1, 0, -signal.SIGTERM), _DiesLater(2, 0, 0)]
-    assert "pid 1) killed by SIGTERM" in (killed_in_handover(_raised(stopped, EOFError()), clock, clock.sleep) or "")
+    assert "pid 1) killed by SIGTERM" in (killed_in_handover(_raised(stopped, EOFError()), clock, clock.advance) or "")
 
 
 def test_other_errors_and_errors_outside_a_loader_are_left_as_they_were():
-    clock = _Clock()
-    assert killed_in_handover(_raised([_DiesLater(1, 0, -9)], ValueError("bad")), clock, clock.sleep) is None
+    clock = FakeClock()
+    assert killed_in_handover(_raised([_DiesLater(1, 0, -9)], ValueError("bad")), clock, clock.advance) is None
     assert describe(_raised([], ConnectionResetError(104, "Connection reset by peer"))) == (
         "ConnectionResetError: [Errno 104] Connection reset by peer")
-    assert clock.now_s == 0.0
+    assert clock.now == 0.0
