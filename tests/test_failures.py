@@ -82,4 +82,9 @@ def test_other_errors_and_errors_outside_a_loader_are_left_as_they_were():
     assert killed_in_handover(_raised([_DiesLater(1, 0, -9)], ValueError("bad")), clock, clock.advance) is None
     assert describe(_raised([], ConnectionResetError(104, "Connection reset by peer"))) == (
         "ConnectionResetError: [Errno 104] Connection reset by peer")
+    # A dataset's own broken connection, re-raised from a worker: described as it is, at once.
+    reraised = ConnectionResetError("Caught ConnectionResetError in DataLoader worker process 0.\n"
+                                    "Original Traceback (most recent call last):\n  File \"data.py\", line 3\n"
+                                    "ConnectionResetError: [Errno 104] Connection reset by peer")
+    assert killed_in_handover(_raised([_DiesLater(1, 10, -9)], reraised), clock, clock.advance) is None
     assert clock.now == 0.0

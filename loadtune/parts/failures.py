@@ -111,7 +111,8 @@ def killed_in_handover(exc: BaseException, clock: Callable[[], float] = time.mon
     its worker died of a signal: torch raises the broken connection itself when the worker was not
     yet seen dead, so its exit status is waited for here (at most DEATH_SEEN_WITHIN_S)."""
     chain = _chain(exc)
-    if not any(isinstance(link, HANDOVER_BROKEN) for link in chain):
+    # Not an error a worker raised itself (a dataset's own broken connection), which torch re-raises.
+    if not any(isinstance(link, HANDOVER_BROKEN) and "Original Traceback" not in _text(link) for link in chain):
         return None
     workers = _loader_workers(chain)
     deadline = clock() + DEATH_SEEN_WITHIN_S
