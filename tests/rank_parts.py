@@ -17,6 +17,11 @@ from torch.utils.data import Dataset
 
 from loadtune.synthetic import sleep_cost
 
+# A port found free can be taken by another process before a rank listens on it: a test that
+# sees this in a rank's error starts its ranks again on a new port, at most PORT_TRIES times.
+PORT_TAKEN = "EADDRINUSE"
+PORT_TRIES = 3
+
 
 def free_port() -> int:
     """A TCP port free on this host now, for a test's rendezvous."""

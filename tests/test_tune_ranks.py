@@ -27,7 +27,7 @@ from loadtune.training_process.run import RunWatch, _Group
 from loadtune.training_process.switching import Agreement, Word
 from loadtune.training_process.tune import AGREE_PREFIX, Tuned, tuned_for
 from loadtune.training_process.tuner import Tuner
-from tests.rank_parts import free_port
+from tests.rank_parts import PORT_TAKEN, PORT_TRIES, free_port
 from tests.test_tune import Indices, quick_patches
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -262,22 +262,33 @@ def rank_main(out: str, record: str) -> None:
 
 
 
+def launch_ranks(tmp_path: Path, out: Path) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """rank_main on WORLD ranks started as torchrun starts them (env://, a free port); again on a
+    new port where the one found free was taken meanwhile."""
+    code = "import sys; from tests.test_tune_ranks import rank_main; rank_main(*sys.argv[1:])"
+    for _ in range(PORT_TRIES):
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(WORLD),
+               "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+        ranks = [subprocess.Popen([sys.executable, "-c", code, str(out), str(tmp_path / f"rank{r}.json")],
+                                  cwd=tmp_path, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
+        try:
+            done = [rank.communicate(timeout=RANKS_TIMEOUT_S) for rank in ranks]
+        finally:
+            for rank in ranks:
+                if rank.poll() is None:
+                    rank.kill()
+                    rank.wait()
+        if not any(PORT_TAKEN in err for _, err in done):
+            break
+        out.unlink(missing_ok=True)
+    return ranks, done
+
+
 @pytest.mark.slow
 def test_two_real_ranks_switch_at_the_same_batches_and_rank_0_writes_both(tmp_path):
     out = tmp_path / "run.csv"
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(WORLD),
-           "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    code = "import sys; from tests.test_tune_ranks import rank_main; rank_main(*sys.argv[1:])"
-    ranks = [subprocess.Popen([sys.executable, "-c", code, str(out), str(tmp_path / f"rank{r}.json")], cwd=tmp_path,
-                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
-    try:
-        done = [rank.communicate(timeout=RANKS_TIMEOUT_S) for rank in ranks]
-    finally:
-        for rank in ranks:
-            if rank.poll() is None:
-                rank.kill()
-                rank.wait()
+    ranks, done = launch_ranks(tmp_path, out)
     assert all(rank.returncode == 0 for rank in ranks), "\n".join(err[-3000:] for _, err in done)
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD))
     assert switches(first["epochs"]) == switches(second["epochs"]) and len(switches(first["epochs"])) >= 5
