@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Prefix of the note added to an exception raised while loading a sample or collating a batch;
@@ -26,6 +26,9 @@ HANDOVER_BROKEN = (ConnectionError, EOFError)
 # before the kernel records how it ended.
 DEATH_SEEN_WITHIN_S = 1.0
 DEATH_POLL_S = 0.01
+
+# What torch's text of an error re-raised from a worker holds: the worker's own traceback.
+FROM_A_WORKER = "Original Traceback"
 
 _WORKER_KILLED = re.compile(r"DataLoader worker \(pid (\d+)\) is killed by signal: ([^.\n]+)")
 _CAUGHT = re.compile(r"^Caught \S+ ")
@@ -64,6 +67,19 @@ def _chain(exc: BaseException | None) -> list[BaseException]:
     return out
 
 
+def _frame_locals(chain: list[BaseException]) -> Iterator[dict[str, Any]]:
+    """The local variables of every frame the errors of `chain` passed through, innermost last."""
+    for link in chain:
+        tb = link.__traceback__
+        while tb is not None:
+            yield tb.tb_frame.f_locals
+            tb = tb.tb_next
+
+
+def _killed(pid: int | str, how: str) -> str:
+    return f"DataLoader worker (pid {pid}) killed by {how}"
+
+
 def _worker_death(exc: BaseException) -> str | None:
     """'DataLoader worker (pid N) killed by SIGSEGV (...)' when a worker died of a signal.
 
@@ -75,33 +91,25 @@ def _worker_death(exc: BaseException) -> str | None:
         if found:
             pid, description = found.group(1), found.group(2).strip()
             signum = _signal_named(description)
-            what = signal_text(signum) if signum is not None else description
-            return f"DataLoader worker (pid {pid}) killed by {what}"
-    for link in chain:
-        tb = link.__traceback__
-        while tb is not None:
-            failed = tb.tb_frame.f_locals.get("failed_workers")
-            codes = [(w.pid, w.exitcode) for w in failed or ()
-                     if isinstance(getattr(w, "exitcode", None), int)]
-            if codes:
-                how = [f"pid {pid} killed by {signal_text(-code)}" if code < 0 else f"pid {pid} exit code {code}"
-                       for pid, code in codes]
-                first = next((ln.strip() for ln in _text(exc).splitlines() if ln.strip()), "")
-                return f"{type(exc).__name__}: {first} ({'; '.join(how)})"
-            tb = tb.tb_next
+            return _killed(pid, signal_text(signum) if signum is not None else description)
+    for f_locals in _frame_locals(chain):
+        codes = [(w.pid, w.exitcode) for w in f_locals.get("failed_workers") or ()
+                 if isinstance(getattr(w, "exitcode", None), int)]
+        if codes:
+            how = [f"pid {pid} killed by {signal_text(-code)}" if code < 0 else f"pid {pid} exit code {code}"
+                   for pid, code in codes]
+            first = next((ln.strip() for ln in _text(exc).splitlines() if ln.strip()), "")
+            return f"{type(exc).__name__}: {first} ({'; '.join(how)})"
     return None
 
 
 def _loader_workers(chain: list[BaseException]) -> list[Any]:
     """The worker processes of the DataLoader iterator the error was raised in (read off the
     traceback: the iterator is `self` of torch's frames)."""
-    for link in chain:
-        tb = link.__traceback__
-        while tb is not None:
-            workers = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
-            if isinstance(workers, list) and workers:
-                return workers
-            tb = tb.tb_next
+    for f_locals in _frame_locals(chain):
+        workers = getattr(f_locals.get("self"), "_workers", None)
+        if isinstance(workers, list) and workers:
+            return workers
     return []
 
 
@@ -112,7 +120,7 @@ def killed_in_handover(exc: BaseException, clock: Callable[[], float] = time.mon
     yet seen dead, so its exit status is waited for here (at most DEATH_SEEN_WITHIN_S)."""
     chain = _chain(exc)
     # Not an error a worker raised itself (a dataset's own broken connection), which torch re-raises.
-    if not any(isinstance(link, HANDOVER_BROKEN) and "Original Traceback" not in _text(link) for link in chain):
+    if not any(isinstance(link, HANDOVER_BROKEN) and FROM_A_WORKER not in _text(link) for link in chain):
         return None
     workers = _loader_workers(chain)
     deadline = clock() + DEATH_SEEN_WITHIN_S
@@ -126,7 +134,7 @@ def killed_in_handover(exc: BaseException, clock: Callable[[], float] = time.mon
         return None
     # A worker stopped by the loader's own shutdown (SIGTERM) is named only when no other was killed.
     pid, code = min(killed, key=lambda k: k[1] == -signal.SIGTERM)
-    return f"DataLoader worker (pid {pid}) killed by {signal_text(-code)}"
+    return _killed(pid, signal_text(-code))
 
 
 def _from_worker(text: str) -> tuple[str, list[str], str]:
@@ -155,7 +163,7 @@ def describe(exc: BaseException) -> str:
         if death:
             return death
         text = _text(exc)
-        if "Original Traceback" in text:
+        if FROM_A_WORKER in text:
             error, notes, where = _from_worker(text)
             extra = [*notes, where]
         else:

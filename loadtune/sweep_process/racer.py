@@ -488,7 +488,7 @@ class Racer:
             outside = outside_share(outcome.result, self.setup.sampled_cores)
             if outside is None or outside <= m.max_outside_cpu or attempt == MAX_REDONE:
                 # A whole window replaces one cut short (a trial revived: _revive).
-                run.done = [*(r for r in run.done if not r.measurement.behind), Repeat(outcome.result, outcome.wall_s)]
+                run.done = [*run.whole, Repeat(outcome.result, outcome.wall_s)]
                 run.stopped_early = run.stopped_early or outcome.result.behind
                 return
             run.disturbed += 1

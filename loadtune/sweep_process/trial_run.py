@@ -215,10 +215,15 @@ class TrialRun:
         return len(self.done)
 
     @property
+    def whole(self) -> list[Repeat]:
+        """Its repeats whose windows racing did not end early."""
+        return [r for r in self.done if not r.measurement.behind]
+
+    @property
     def next_repeat(self) -> int:
         """The repeat a new process of it makes: a revived trial's whole window (Racer._revive)
         takes the place of its cut one, not a repeat of its own."""
-        return sum(not r.measurement.behind for r in self.done) + 1
+        return len(self.whole) + 1
 
     @property
     def mean_wall_s(self) -> float:
