@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -17,8 +18,8 @@ from torch.utils.data import Dataset
 
 from loadtune.synthetic import sleep_cost
 
-# A port found free can be taken by another process before a rank listens on it: a test that
-# sees this in a rank's error starts its ranks again on a new port, at most PORT_TRIES times.
+# A port found free can be taken by another process before a rank listens on it: on_a_free_port
+# starts the ranks again on a new port when one says so, at most PORT_TRIES times.
 PORT_TAKEN = "EADDRINUSE"
 PORT_TRIES = 3
 
@@ -30,6 +31,24 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def on_a_free_port(start: Callable[[int], list[subprocess.Popen]],
+                   timeout_s: float) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
+    """The processes `start(port)` starts, each waited for `timeout_s` at most (killed past it),
+    and their (stdout, stderr); started again on a new port where one says the port was taken."""
+    for _ in range(PORT_TRIES):
+        processes = start(free_port())
+        try:
+            done = [process.communicate(timeout=timeout_s) for process in processes]
+        finally:
+            for process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        if not any(PORT_TAKEN in err for _, err in done):
+            break
+    return processes, done
 
 
 def _rank() -> int:

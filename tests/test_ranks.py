@@ -21,7 +21,7 @@ from loadtune.record.measurement import Measurement, TrialStart, Window, combine
 from loadtune.sweep_process.launch import STOPPED_BY_PEER, Outcome
 from loadtune.sweep_process.torchrun import combine_outcomes, launched, refuse_nested_ranks
 from tests.conftest import MARKER_VAR, processes_with, run_cli, tiny_config, wait_until
-from tests.rank_parts import PORT_TAKEN, PORT_TRIES, free_port
+from tests.rank_parts import on_a_free_port
 
 PARTS = str(Path(__file__).with_name("rank_parts.py"))
 STEP_S = 0.02
@@ -303,25 +303,16 @@ def two_nodes(*args: str, marker: str, timeout: float = 300) -> list[subprocess.
     """Two torchrun agents on this host standing in for two machines: --nnodes 2, one process
     each, a c10d rendezvous on localhost; both started at once, as on two machines."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", MARKER_VAR: marker}
-    for attempt in range(PORT_TRIES):  # a port found free may be taken before the agent listens on it
-        endpoint = f"localhost:{free_port()}"
-        agents = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                                    "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
-                                    "--rdzv_id", f"{marker}-{attempt}", "-m", "loadtune", *args], env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
-        done = []
-        try:
-            for agent in agents:
-                out, err = agent.communicate(timeout=timeout)
-                done.append(subprocess.CompletedProcess(agent.args, agent.returncode, out, err))
-        finally:
-            for agent in agents:
-                if agent.poll() is None:
-                    agent.kill()
-                    agent.wait()
-        if not any(PORT_TAKEN in d.stderr for d in done):
-            break
-    return done
+
+    def start(port: int) -> list[subprocess.Popen]:
+        return [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node",
+                                  "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"localhost:{port}",
+                                  "--rdzv_id", f"{marker}-{port}", "-m", "loadtune", *args], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+
+    agents, done = on_a_free_port(start, timeout)
+    return [subprocess.CompletedProcess(agent.args, agent.returncode, out, err)
+            for agent, (out, err) in zip(agents, done)]
 
 
 @pytest.mark.slow

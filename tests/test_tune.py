@@ -19,7 +19,7 @@ from loadtune.decide.selection import waiting_gain
 from loadtune.measure.loop import WarmUp
 from loadtune.record.record import read_records
 from loadtune.training_process import tune as tune_module, watch as watch_module
-from loadtune.training_process.tuner import WINDOW_MIN_BATCHES, Limits, Tuner
+from loadtune.training_process.tuner import WINDOW_MIN_BATCHES, Limits, Outside, Tuner
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
 
@@ -36,10 +36,10 @@ class FakeClock:
 
 def make_tuner(clock: FakeClock, workers: int = 4, budget_s: float = 100.0, room: str = "",
                tune: tuple[str, ...] = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"),
-               accelerator: bool = False) -> Tuner:
+               accelerator: bool = False, outside: Outside | None = None) -> Tuner:
     limits = Limits(tune, workers, accelerator, budget_s, window_s=0.5)
     return Tuner(START, limits, clock, lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0),
-                 lambda added: room)
+                 lambda added: room, outside)
 
 
 def run_setting(tuner: Tuner, clock: FakeClock, wait_s: float, step_s: float = 0.01, samples: int = 10) -> int:
@@ -186,7 +186,6 @@ def test_a_setting_that_fails_falls_back_to_the_one_kept():
     assert not tuner.failed("again")  # the kept setting failing is the loop's own error
 
 
-
 class Neighbour:
     """What other processes use during each window, in the order the windows end (then nothing);
     counts the windows it was asked about."""
@@ -202,8 +201,7 @@ class Neighbour:
 def test_a_window_disturbed_by_other_processes_is_measured_again_and_the_search_says_so():
     clock = FakeClock()
     neighbour = Neighbour(0.6)  # the start's first window: other processes took 60% of the cores
-    tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
-                  lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=neighbour)
+    tuner = make_tuner(clock, tune=("num_workers",), outside=neighbour)
     # 2 warm-up batches, a disturbed window of 12, then the window measured again: 12 more
     assert run_setting(tuner, clock, wait_s=0.04) == 2 + 2 * WINDOW_MIN_BATCHES
     assert neighbour.opened == 2 and tuner.disturbed == [0.6] and len(tuner.tried) == 1
@@ -217,14 +215,12 @@ def test_a_window_is_measured_again_at_most_max_redone_times_and_a_quiet_or_unkn
 
     clock = FakeClock()
     busy = Neighbour(*[0.9] * (MAX_REDONE + 1))
-    tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
-                  lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=busy)
+    tuner = make_tuner(clock, tune=("num_workers",), outside=busy)
     assert run_setting(tuner, clock, wait_s=0.04) == 2 + (MAX_REDONE + 1) * WINDOW_MIN_BATCHES
     assert tuner.disturbed == [0.9] * MAX_REDONE and tuner.tried[0].samples_per_s == pytest.approx(10 / 0.05)
     for neighbour in (Neighbour(0.25), Neighbour(None)):  # at the limit, or not known (a CPU quota)
         clock = FakeClock()
-        tuner = Tuner(START, Limits(("num_workers",), 4, False, 100.0, window_s=0.5), clock,
-                      lambda s: WarmUp(clock, base=2, extra_batches=0, extra_max_s=0.0), outside=neighbour)
+        tuner = make_tuner(clock, tune=("num_workers",), outside=neighbour)
         assert run_setting(tuner, clock, wait_s=0.04) == 2 + WINDOW_MIN_BATCHES and not tuner.disturbed
 
 

@@ -27,7 +27,7 @@ from loadtune.training_process.run import RunWatch, _Group
 from loadtune.training_process.switching import Agreement, Word
 from loadtune.training_process.tune import AGREE_PREFIX, Tuned, tuned_for
 from loadtune.training_process.tuner import Tuner
-from tests.rank_parts import PORT_TAKEN, PORT_TRIES, free_port
+from tests.rank_parts import on_a_free_port
 from tests.test_tune import Indices, quick_patches
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create")
@@ -263,26 +263,18 @@ def rank_main(out: str, record: str) -> None:
 
 
 def launch_ranks(tmp_path: Path, out: Path) -> tuple[list[subprocess.Popen], list[tuple[str, str]]]:
-    """rank_main on WORLD ranks started as torchrun starts them (env://, a free port); again on a
-    new port where the one found free was taken meanwhile."""
+    """rank_main on WORLD ranks started as torchrun starts them (env://, a free port)."""
     code = "import sys; from tests.test_tune_ranks import rank_main; rank_main(*sys.argv[1:])"
-    for _ in range(PORT_TRIES):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "WORLD_SIZE": str(WORLD),
+
+    def start(port: int) -> list[subprocess.Popen]:
+        out.unlink(missing_ok=True)  # what a try on a port taken meanwhile left
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(WORLD),
                "TORCHELASTIC_RUN_ID": uuid.uuid4().hex, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        ranks = [subprocess.Popen([sys.executable, "-c", code, str(out), str(tmp_path / f"rank{r}.json")],
-                                  cwd=tmp_path, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
-        try:
-            done = [rank.communicate(timeout=RANKS_TIMEOUT_S) for rank in ranks]
-        finally:
-            for rank in ranks:
-                if rank.poll() is None:
-                    rank.kill()
-                    rank.wait()
-        if not any(PORT_TAKEN in err for _, err in done):
-            break
-        out.unlink(missing_ok=True)
-    return ranks, done
+        return [subprocess.Popen([sys.executable, "-c", code, str(out), str(tmp_path / f"rank{r}.json")],
+                                 cwd=tmp_path, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
+
+    return on_a_free_port(start, RANKS_TIMEOUT_S)
 
 
 @pytest.mark.slow
